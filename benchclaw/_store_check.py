@@ -1,0 +1,196 @@
+"""Whole-store verification and crash recovery (FORMAT.md §5), split from store.py.
+
+``check_store`` never stops at the first defect: it lists every damaged file with the
+first bad line in it, so one flipped byte is reported as exactly one file and line.
+``recover_store`` seals every open run as ``aborted``, keeping every complete record and
+setting a torn last line aside in ``quarantine/`` (never dropping it silently).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from .errors import FormatError, IntegrityError
+from .records import RUN_KINDS, Record, blob_refs, split_lines, verify_chain
+from .store import CheckReport, ChainFile, Damage, Recovered, Store
+
+__all__ = ["check_store", "recover_store", "run_totals"]
+
+
+def check_store(store: Store) -> CheckReport:
+    report = CheckReport()
+    referenced: set[str] = set()
+    for run_id in store.run_ids():
+        _check_run(store, run_id, report, referenced)
+    _check_blobs(store, report, referenced)
+    for exp in store.experiments():
+        for path in store.journal_paths(exp):
+            report.journals += 1
+            _check_chain_file(path, report)
+    ledgers = store.root / "ledgers"
+    for path in sorted(ledgers.glob("*.jsonl")) if ledgers.is_dir() else []:
+        report.ledgers += 1
+        _check_chain_file(path, report)
+    report.open_runs = len(store.open_run_paths())
+    return report
+
+
+def _rel(store: Store, path: Path) -> str:
+    try:
+        return str(path.relative_to(store.root.parent)) if store.root.parent != Path() else str(path)
+    except ValueError:
+        return str(path)
+
+
+def _check_run(store: Store, run_id: str, report: CheckReport, referenced: set[str]) -> None:
+    path = store.run_path(run_id)
+    report.runs += 1
+    data = path.read_bytes()
+    lines, torn = split_lines(data)
+    try:
+        if torn:
+            raise IntegrityError(f"{path}:{len(lines) + 1}: torn last line (no newline)")
+        records = verify_chain(lines, str(path))
+    except (FormatError, IntegrityError) as e:
+        report.damages.append(_damage_from(e, path))
+        return
+    if hashlib.sha256(data).hexdigest() != run_id:
+        # The chain held, so the changed byte is in the last line (nothing chains after it).
+        report.damages.append(Damage(str(path), len(lines), "file does not hash to its run id "
+                                     "(this line or the file was altered)"))
+        return
+    _check_run_shape(path, records, report)
+    for i, rec in enumerate(records):
+        if rec.kind not in RUN_KINDS:
+            report.unknown_kinds[rec.kind] = report.unknown_kinds.get(rec.kind, 0) + 1
+        for digest in blob_refs(rec.body):
+            referenced.add(digest)
+            if not store.has_blob(digest):
+                report.damages.append(Damage(str(path), i + 1, f"blob {digest} is missing"))
+
+
+def _check_run_shape(path: Path, records: list[Record], report: CheckReport) -> None:
+    if not records or records[0].kind != "run.start":
+        report.damages.append(Damage(str(path), 1, "a run must start with run.start"))
+    elif records[-1].kind != "run.end":
+        report.damages.append(Damage(str(path), len(records), "a sealed run must end with run.end"))
+
+
+def _damage_from(err: Exception, path: Path) -> Damage:
+    msg = str(err)
+    prefix = f"{path}:"
+    if msg.startswith(prefix):
+        rest = msg[len(prefix):]
+        num, _, text = rest.partition(":")
+        if num.isdigit():
+            return Damage(str(path), int(num), text.strip())
+    return Damage(str(path), 0, msg.removeprefix(f"{path}: "))
+
+
+def _check_blobs(store: Store, report: CheckReport, referenced: set[str]) -> None:
+    base = store.root / "objects"
+    if not base.is_dir():
+        return
+    for sub in sorted(p for p in base.iterdir() if p.is_dir() and p.name != "tmp"):
+        for blob in sorted(sub.iterdir()):
+            report.blobs += 1
+            if hashlib.sha256(blob.read_bytes()).hexdigest() != blob.name:
+                report.damages.append(Damage(str(blob), 0, "blob bytes do not match its name"))
+
+
+def _check_chain_file(path: Path, report: CheckReport) -> None:
+    try:
+        ChainFile(path).read()
+    except (FormatError, IntegrityError) as e:
+        report.damages.append(_damage_from(e, path))
+
+
+def run_totals(records: list[Record]) -> dict:
+    """Sums over a run's ``call`` records, as ``run.end`` carries them (FORMAT.md §3)."""
+    from decimal import Decimal
+
+    usage = {"prompt": 0, "cached_read": 0, "cache_write": 0, "completion": 0, "reasoning": 0}
+    low = high = Decimal(0)
+    known = True
+    calls = 0
+    for rec in records:
+        if rec.kind != "call":
+            continue
+        calls += 1
+        for k, v in (rec.body.get("usage") or {}).items():
+            if k in usage and isinstance(v, int):
+                usage[k] += v
+        cost = rec.body.get("cost") or {}
+        low += Decimal(str(cost.get("low", "0")))
+        high += Decimal(str(cost.get("high", "0")))
+        known = known and bool(cost.get("known", False))
+    from .money import fmt_usd
+
+    return {"calls": calls, "usage": usage,
+            "cost": {"known": known, "low": fmt_usd(low), "high": fmt_usd(high)}}
+
+
+def recover_store(store: Store) -> list[Recovered]:
+    results = []
+    for path in store.open_run_paths():
+        results.append(_recover_one(store, path))
+    return results
+
+
+def _recover_one(store: Store, path: Path) -> Recovered:
+    data = path.read_bytes()
+    lines, torn = split_lines(data)
+    quarantine = store.root / "quarantine"
+    torn_note = None
+    if torn:
+        quarantine.mkdir(exist_ok=True)
+        torn_path = quarantine / f"{path.stem}.torn"
+        torn_path.write_bytes(torn)
+        torn_note = str(torn_path)
+    try:
+        records = verify_chain(lines, str(path))
+    except (FormatError, IntegrityError) as e:
+        quarantine.mkdir(exist_ok=True)
+        dest = quarantine / path.name
+        os.replace(path, dest)
+        return Recovered(str(path), None, 0, len(torn), str(dest), f"chain broken, file set aside: {e}")
+    if not records:
+        quarantine.mkdir(exist_ok=True)
+        dest = quarantine / path.name
+        os.replace(path, dest)
+        return Recovered(str(path), None, 0, len(torn), str(dest), "no complete record; set aside")
+    run_id = _seal_recovered(store, path, lines, records, torn_note)
+    note = "sealed as aborted" + (f"; torn last line kept at {torn_note}" if torn_note else "")
+    return Recovered(str(path), run_id, len(records), len(torn), torn_note, note)
+
+
+def _seal_recovered(store: Store, path: Path, lines: list[bytes], records: list[Record],
+                    torn_note: str | None) -> str:
+    from .records import Record as R, encode, line_hash, utc_now
+
+    if records[-1].kind == "run.end":
+        body = None  # finished but not renamed: just seal it
+    else:
+        totals = run_totals(records)
+        reason = "recovered after crash: the run was interrupted before run.end"
+        if torn_note:
+            reason += " (torn last line set aside)"
+        body = {"status": "aborted", "reason": reason, "recovered": True,
+                "turns": sum(1 for r in records if r.kind == "action"),
+                "gate_passed": False, "passed": False, "elapsed_ms": None,
+                "injection_attempts": 0, "denials": 0, **totals}
+    content = b"".join(ln + b"\n" for ln in lines)
+    with open(path, "r+b") as f:
+        f.truncate(len(content))  # the torn tail is already kept in quarantine/
+        if body is not None:
+            rec = R(len(records), line_hash(lines[-1]), utc_now(), "run.end", body)
+            end_line = encode(rec) + b"\n"
+            f.seek(len(content))
+            f.write(end_line)
+            content += end_line
+        f.flush()
+        if store.fsync:
+            os.fsync(f.fileno())
+    return store._seal_file(path, hashlib.sha256(content).hexdigest())

@@ -1,0 +1,149 @@
+"""The record envelope and its hash chain (docs/FORMAT.md §2).
+
+Pure and standard-library only (plus ``jsonio``): the offline verifier uses this module
+to re-check every chain. A record's identity is its exact line bytes; nothing is
+re-serialised before hashing, so a reader verifies the bytes it was given, not a parse of
+them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from . import jsonio
+from .errors import FormatError, IntegrityError
+
+__all__ = [
+    "ENVELOPE_VERSION",
+    "GENESIS",
+    "Record",
+    "encode",
+    "line_hash",
+    "parse_line",
+    "verify_chain",
+    "split_lines",
+    "utc_now",
+    "blob_refs",
+    "DIGEST_RE",
+    "RUN_KINDS",
+    "JOURNAL_KINDS",
+]
+
+ENVELOPE_VERSION = 1
+GENESIS = "0" * 64
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+MAX_LINE_BYTES = 16 * 1024 * 1024
+
+RUN_KINDS = frozenset({"run.start", "call", "action", "check", "artifact", "run.end"})
+JOURNAL_KINDS = frozenset({"prereg", "deviation", "grid.start", "run", "trial", "stop", "grid.end"})
+
+
+@dataclass(frozen=True)
+class Record:
+    """One line of a JSONL evidence file. ``line`` holds its exact bytes when read from disk."""
+
+    seq: int
+    prev: str
+    at: str
+    kind: str
+    body: dict
+    line: bytes = field(default=b"", compare=False, repr=False)
+
+    def to_dict(self) -> dict:
+        return {"v": ENVELOPE_VERSION, "seq": self.seq, "prev": self.prev, "at": self.at,
+                "kind": self.kind, "body": self.body}
+
+    @property
+    def hash(self) -> str:
+        """Hex SHA-256 of this record's line bytes (what the next record's ``prev`` holds)."""
+        return line_hash(self.line or encode(self))
+
+
+def utc_now() -> str:
+    """The current UTC time as FORMAT.md writes it (microseconds, ``Z``)."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def encode(record: Record) -> bytes:
+    """The canonical line bytes of a record, without the trailing newline."""
+    return jsonio.dumps(record.to_dict())
+
+
+def line_hash(line: bytes) -> str:
+    return hashlib.sha256(line).hexdigest()
+
+
+def parse_line(line: bytes, where: str) -> Record:
+    """Parse one line (without ``\\n``). Raises FormatError naming ``where`` on any defect."""
+    if len(line) > MAX_LINE_BYTES:
+        raise FormatError(f"{where}: line longer than {MAX_LINE_BYTES} bytes")
+    try:
+        obj = jsonio.loads(line)
+    except ValueError as e:
+        raise FormatError(f"{where}: not JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise FormatError(f"{where}: a record must be a JSON object")
+    problem = _envelope_problem(obj)
+    if problem:
+        raise FormatError(f"{where}: {problem}")
+    return Record(obj["seq"], obj["prev"], obj["at"], obj["kind"], obj["body"], line)
+
+
+def _envelope_problem(obj: dict) -> str | None:
+    if obj.get("v") != ENVELOPE_VERSION:
+        return f"unknown envelope version {obj.get('v')!r} (expected {ENVELOPE_VERSION})"
+    checks = (("seq", int), ("prev", str), ("at", str), ("kind", str), ("body", dict))
+    for key, typ in checks:
+        val = obj.get(key)
+        if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
+            return f"field {key!r} missing or not {typ.__name__}"
+    if not _HEX64.match(obj["prev"]):
+        return "field 'prev' is not 64 hex digits"
+    extra = set(obj) - {"v", "seq", "prev", "at", "kind", "body"}
+    if extra:
+        return f"unexpected envelope field(s) {sorted(extra)}"
+    return None
+
+
+def split_lines(data: bytes) -> tuple[list[bytes], bytes]:
+    """Split file bytes into complete lines (without ``\\n``) and a torn tail (maybe b"")."""
+    parts = data.split(b"\n")
+    return parts[:-1], parts[-1]
+
+
+def verify_chain(lines: Iterable[bytes], where: str) -> list[Record]:
+    """Parse and verify a sequence of lines. Raises IntegrityError/FormatError naming
+    ``where`` and the 1-based line number of the first defect."""
+    records: list[Record] = []
+    prev = GENESIS
+    for i, line in enumerate(lines):
+        rec = parse_line(line, f"{where}:{i + 1}")
+        if rec.seq != i:
+            raise IntegrityError(f"{where}:{i + 1}: seq is {rec.seq}, expected {i} "
+                                 "(a line was inserted, removed or reordered)")
+        if rec.prev != prev:
+            raise IntegrityError(f"{where}:{i + 1}: prev does not match the hash of line {i} "
+                                 "(a line before it was changed, inserted, removed or reordered)")
+        prev = line_hash(line)
+        records.append(rec)
+    return records
+
+
+def blob_refs(body, _depth: int = 0) -> Iterator[str]:
+    """Every ``sha256:`` digest string in a record body: each names a blob in objects/."""
+    if _depth > jsonio.MAX_DEPTH:
+        return
+    if isinstance(body, str):
+        if DIGEST_RE.match(body):
+            yield body
+    elif isinstance(body, dict):
+        for v in body.values():
+            yield from blob_refs(v, _depth + 1)
+    elif isinstance(body, list):
+        for v in body:
+            yield from blob_refs(v, _depth + 1)
