@@ -1,0 +1,414 @@
+"""Usage and money: exact, pure, standard library only.
+
+The offline verifier recomputes every cost in a bundle with this module, bit for bit, so
+it must not depend on anything that can change a digit: no floats, no global decimal
+context (every computation runs in a local context with enough precision that it is
+exact, and ``Inexact`` is trapped, so an inexact result is an error, never a rounding),
+no clock, no network. Formats are in ``docs/FORMAT.md`` §6 (usage and cost) and the
+"Catalogs" section (prices).
+
+What it holds:
+
+- ``Usage``: the normalised token usage of one call; ``normalise_usage`` maps the usage
+  shapes real OpenAI-compatible providers send onto it.
+- ``Prices``: USD per 1,000,000 tokens, each a ``Decimal`` or ``None``.
+- ``call_cost`` (exact cost of a call with known usage), ``cost_upper_bound`` (what a call
+  with unknown usage could have cost at most), ``CostBounds`` and ``cost_bounds`` (the
+  ``{"known", "low", "high"}`` object of a ``call`` record).
+- ``fmt_usd`` / ``parse_usd``: the canonical decimal strings on disk.
+- ``estimate_prompt_tokens``: a deterministic, conservative token count of a message list,
+  used for ledger reservations and cost bounds before the provider reports usage.
+"""
+
+from __future__ import annotations
+
+import decimal
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Iterable, Mapping
+
+from .errors import FormatError, ProviderConfigError
+
+__all__ = [
+    "Usage",
+    "Prices",
+    "CostBounds",
+    "ZERO_USAGE",
+    "PRICE_FIELDS",
+    "USAGE_FIELDS",
+    "normalise_usage",
+    "call_cost",
+    "cost_upper_bound",
+    "cost_bounds",
+    "fmt_usd",
+    "parse_usd",
+    "add_usd",
+    "sum_usd",
+    "sum_usage",
+    "estimate_prompt_tokens",
+    "PER_MILLION",
+]
+
+PER_MILLION = Decimal(1_000_000)
+USAGE_FIELDS = ("prompt", "cached_read", "cache_write", "completion", "reasoning")
+PRICE_FIELDS = ("input", "cached_input", "cache_write", "output")
+UNKNOWN = "unknown"
+
+# 200 significant digits: token counts (< 10^12) times prices (a few dozen digits at most)
+# never come near it, and Inexact is trapped anyway, so a result is exact or an error.
+_EXACT = decimal.Context(prec=200, rounding=decimal.ROUND_HALF_EVEN, traps=[
+    decimal.Inexact, decimal.InvalidOperation, decimal.Overflow, decimal.DivisionByZero])
+
+_USD_RE = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
+
+
+# ---------------------------------------------------------------------------- money strings
+
+def parse_usd(text: str, where: str = "value") -> Decimal:
+    """Parse a canonical-enough USD string (``"0.10"``, ``"3"``) into a ``Decimal``.
+
+    Accepts digits with an optional fraction; rejects signs, exponents, spaces, NaN,
+    floats and non-strings. Raises ``FormatError`` naming ``where``.
+    """
+    if not isinstance(text, str) or not _USD_RE.match(text):
+        raise FormatError(f"{where}: expected a non-negative decimal string like \"0.10\", got {text!r}")
+    return Decimal(text)
+
+
+def fmt_usd(amount: Decimal) -> str:
+    """The canonical string of an amount: exact, no exponent, no trailing zeros, ``"0"``.
+
+    Raises ``TypeError`` for anything but a finite ``Decimal`` (a float is never money).
+    """
+    if not isinstance(amount, Decimal) or not amount.is_finite():
+        raise TypeError(f"money must be a finite Decimal, got {amount!r}")
+    text = format(amount, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    if text in ("-0", ""):
+        text = "0"
+    return text
+
+
+def add_usd(*amounts: Decimal) -> Decimal:
+    """Exact sum of Decimals (raises ``decimal.Inexact`` rather than round)."""
+    return sum_usd(amounts)
+
+
+def sum_usd(amounts: Iterable[Decimal]) -> Decimal:
+    """Exact sum of an iterable of Decimals."""
+    total = Decimal(0)
+    for a in amounts:
+        total = _EXACT.add(total, a)
+    return total
+
+
+# ---------------------------------------------------------------------------- usage
+
+@dataclass(frozen=True)
+class Usage:
+    """Normalised usage of one call (docs/FORMAT.md §6).
+
+    ``prompt`` counts every input token (cached included); ``cached_read`` and
+    ``cache_write`` are parts of it. ``completion`` counts every output token (reasoning
+    included); ``reasoning`` is part of it. Construction raises ``ValueError`` when the
+    parts do not fit in their wholes, so a ``Usage`` is always consistent.
+    """
+
+    prompt: int = 0
+    cached_read: int = 0
+    cache_write: int = 0
+    completion: int = 0
+    reasoning: int = 0
+
+    def __post_init__(self) -> None:
+        for name in USAGE_FIELDS:
+            v = getattr(self, name)
+            if type(v) is not int or v < 0:
+                raise ValueError(f"usage.{name} must be a non-negative int, got {v!r}")
+        if self.cached_read + self.cache_write > self.prompt:
+            raise ValueError(f"usage: cached_read + cache_write ({self.cached_read} + "
+                             f"{self.cache_write}) exceed prompt ({self.prompt})")
+        if self.reasoning > self.completion:
+            raise ValueError(f"usage: reasoning ({self.reasoning}) exceeds completion ({self.completion})")
+
+    @property
+    def uncached(self) -> int:
+        """Input tokens charged at the full input price."""
+        return self.prompt - self.cached_read - self.cache_write
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion
+
+    def __add__(self, other: "Usage") -> "Usage":
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(*(getattr(self, n) + getattr(other, n) for n in USAGE_FIELDS))
+
+    def to_dict(self) -> dict[str, int]:
+        """The on-disk object: keys prompt, cached_read, cache_write, completion, reasoning."""
+        return {n: getattr(self, n) for n in USAGE_FIELDS}
+
+    @classmethod
+    def from_dict(cls, d: Mapping, where: str = "usage") -> "Usage":
+        """Parse the on-disk object. Raises ``FormatError`` naming ``where``."""
+        if not isinstance(d, Mapping) or set(d) != set(USAGE_FIELDS):
+            raise FormatError(f"{where}: expected an object with keys {', '.join(USAGE_FIELDS)}")
+        try:
+            return cls(**{n: d[n] for n in USAGE_FIELDS})
+        except ValueError as e:
+            raise FormatError(f"{where}: {e}") from None
+
+
+ZERO_USAGE = Usage()
+
+
+def sum_usage(usages: Iterable[Usage]) -> Usage:
+    """Field-wise sum of usages (``Usage()`` for none)."""
+    total = ZERO_USAGE
+    for u in usages:
+        total = total + u
+    return total
+
+
+def _get_path(raw: Mapping, path: tuple[str, ...]):
+    cur = raw
+    for key in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+# Where each normalised field may be found, first match wins. Real providers differ:
+#   OpenAI / vLLM:   prompt_tokens_details.cached_tokens, completion_tokens_details.reasoning_tokens
+#   DeepSeek-style:  prompt_cache_hit_tokens (+ prompt_cache_miss_tokens)
+#   some gateways:   prompt_tokens_details: null (no details at all)
+#   cache writers:   prompt_tokens_details.created_cache_tokens (cache_creation_tokens)
+_FIELD_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "prompt": (("prompt_tokens",),),
+    "completion": (("completion_tokens",),),
+    "cached_read": (("prompt_tokens_details", "cached_tokens"), ("prompt_cache_hit_tokens",)),
+    "cache_write": (("prompt_tokens_details", "created_cache_tokens"),
+                    ("prompt_tokens_details", "cache_creation_tokens"),
+                    ("prompt_tokens_details", "cache_write_tokens")),
+    "reasoning": (("completion_tokens_details", "reasoning_tokens"),),
+}
+_REQUIRED = ("prompt", "completion")
+
+
+def _token_count(raw: Mapping, name: str) -> int | None:
+    for path in _FIELD_PATHS[name]:
+        v = _get_path(raw, path)
+        if v is None:
+            continue
+        if type(v) is not int or v < 0:
+            raise FormatError(f"usage.{'.'.join(path)}: expected a non-negative integer, got {v!r}")
+        return v
+    return None
+
+
+def normalise_usage(raw: Mapping) -> Usage:
+    """Map a provider's raw ``usage`` object onto ``Usage``.
+
+    ``prompt_tokens`` and ``completion_tokens`` are required; missing details count as 0.
+    A reasoning count larger than the completion count means the provider reported
+    reasoning *beside* the completion rather than inside it; then completion becomes
+    their sum, so reasoning is counted once and billed once. Raises ``FormatError`` when a
+    count is missing, not a non-negative int, or the cached parts exceed the prompt.
+    """
+    if not isinstance(raw, Mapping):
+        raise FormatError(f"usage: expected an object, got {type(raw).__name__}")
+    counts = {name: _token_count(raw, name) for name in _FIELD_PATHS}
+    for name in _REQUIRED:
+        if counts[name] is None:
+            raise FormatError(f"usage: missing {_FIELD_PATHS[name][0][0]}")
+    values = {k: (v or 0) for k, v in counts.items()}
+    if values["reasoning"] > values["completion"]:
+        values["completion"] += values["reasoning"]
+    try:
+        return Usage(**values)
+    except ValueError as e:
+        raise FormatError(str(e)) from None
+
+
+# ---------------------------------------------------------------------------- prices
+
+@dataclass(frozen=True)
+class Prices:
+    """USD per 1,000,000 tokens. ``None`` for ``cached_input``/``cache_write`` means the
+    provider does not price it separately (charged at ``input``, FORMAT §6); a field named
+    in ``unknown`` is not known yet and nothing that needs it can be costed."""
+
+    input: Decimal | None = None
+    cached_input: Decimal | None = None
+    cache_write: Decimal | None = None
+    output: Decimal | None = None
+    unknown: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for name in PRICE_FIELDS:
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, Decimal) or not v.is_finite() or v < 0):
+                raise ValueError(f"price {name} must be a non-negative Decimal, got {v!r}")
+        for name in ("input", "output"):
+            if getattr(self, name) is None and name not in self.unknown:
+                object.__setattr__(self, "unknown", self.unknown + (name,))
+        bad = [u for u in self.unknown if u not in PRICE_FIELDS]
+        if bad:
+            raise ValueError(f"unknown price field(s): {', '.join(bad)}")
+
+    @property
+    def complete(self) -> bool:
+        """True when every price a cost could need is known."""
+        return not self.unknown
+
+    def to_dict(self) -> dict[str, str | None]:
+        """On-disk object: decimal strings, ``null`` for not-priced, ``"unknown"``."""
+        out: dict[str, str | None] = {}
+        for name in PRICE_FIELDS:
+            v = getattr(self, name)
+            out[name] = UNKNOWN if name in self.unknown else (None if v is None else fmt_usd(v))
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping, where: str = "prices") -> "Prices":
+        """Parse ``{"input": "0.10", "cached_input": "unknown", ...}``.
+
+        ``input`` and ``output`` are required (``"unknown"`` allowed); ``cached_input`` and
+        ``cache_write`` may be absent or null. Raises ``FormatError`` naming the field.
+        """
+        if not isinstance(d, Mapping):
+            raise FormatError(f"{where}: expected a table of prices")
+        extra = sorted(set(d) - set(PRICE_FIELDS))
+        if extra:
+            raise FormatError(f"{where}: unknown field(s) {', '.join(extra)} "
+                              f"(expected {', '.join(PRICE_FIELDS)})")
+        values: dict[str, Decimal | None] = {}
+        unknown: list[str] = []
+        for name in PRICE_FIELDS:
+            v = d.get(name)
+            if name in ("input", "output") and name not in d:
+                raise FormatError(f"{where}.{name}: missing (write \"unknown\" if you do not know it)")
+            if v == UNKNOWN:
+                unknown.append(name)
+                values[name] = None
+            else:
+                values[name] = None if v is None else parse_usd(v, f"{where}.{name}")
+        return cls(unknown=tuple(unknown), **values)
+
+
+# ---------------------------------------------------------------------------- cost
+
+def _price(prices: Prices, name: str, fallback: str | None = None) -> Decimal:
+    if name in prices.unknown:
+        raise ProviderConfigError(f"price {name} is unknown; set it in the catalog before a costed run")
+    v = getattr(prices, name)
+    if v is None and fallback is not None:
+        return _price(prices, fallback)
+    return v
+
+
+def call_cost(usage: Usage, prices: Prices) -> Decimal:
+    """Exact USD cost of a call (FORMAT §6)::
+
+        uncached = prompt - cached_read - cache_write
+        cost = (uncached*input + cached_read*cached_input + cache_write*cache_write_price
+                + completion*output) / 1_000_000
+
+    A price needed only for zero tokens is not needed. Raises ``ProviderConfigError`` if a
+    needed price is unknown.
+    """
+    terms = [(usage.uncached, "input", None), (usage.cached_read, "cached_input", "input"),
+             (usage.cache_write, "cache_write", "input"), (usage.completion, "output", None)]
+    total = Decimal(0)
+    for tokens, name, fallback in terms:
+        if tokens:
+            total = _EXACT.add(total, _EXACT.multiply(Decimal(tokens), _price(prices, name, fallback)))
+    return _EXACT.divide(total, PER_MILLION)
+
+
+def cost_upper_bound(prompt_tokens: int, max_tokens: int, prices: Prices) -> Decimal:
+    """What a call with unknown usage could have cost at most: ``prompt_tokens`` input
+    tokens at the input price plus ``max_tokens`` output tokens at the output price.
+
+    Raises ``ProviderConfigError`` if a needed price is unknown, ``ValueError`` on a
+    negative count.
+    """
+    if prompt_tokens < 0 or max_tokens < 0:
+        raise ValueError("token counts must be non-negative")
+    return call_cost(Usage(prompt=prompt_tokens, completion=max_tokens), prices)
+
+
+@dataclass(frozen=True)
+class CostBounds:
+    """The cost of a call or a run: exact when ``known`` (``low == high``), else bounds."""
+
+    known: bool
+    low: Decimal
+    high: Decimal
+
+    def __post_init__(self) -> None:
+        if self.low > self.high:
+            raise ValueError(f"cost bounds inverted: {self.low} > {self.high}")
+
+    def __add__(self, other: "CostBounds") -> "CostBounds":
+        if not isinstance(other, CostBounds):
+            return NotImplemented
+        return CostBounds(self.known and other.known, add_usd(self.low, other.low),
+                          add_usd(self.high, other.high))
+
+    def to_dict(self) -> dict:
+        """``{"known": bool, "low": "…", "high": "…"}`` as in a ``call`` record."""
+        return {"known": self.known, "low": fmt_usd(self.low), "high": fmt_usd(self.high)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping, where: str = "cost") -> "CostBounds":
+        """Parse the on-disk object. Raises ``FormatError`` naming ``where``."""
+        if not isinstance(d, Mapping) or set(d) != {"known", "low", "high"} or type(d["known"]) is not bool:
+            raise FormatError(f"{where}: expected {{known: bool, low, high}}")
+        try:
+            return cls(d["known"], parse_usd(d["low"], f"{where}.low"), parse_usd(d["high"], f"{where}.high"))
+        except ValueError as e:
+            raise FormatError(f"{where}: {e}") from None
+
+    @classmethod
+    def zero(cls) -> "CostBounds":
+        return cls(True, Decimal(0), Decimal(0))
+
+
+def cost_bounds(usage: Usage | None, prompt_estimate: int, max_tokens: int, prices: Prices) -> CostBounds:
+    """The ``cost`` of a ``call`` record: exact from usage, or ``[0, upper bound]`` without it.
+
+    Raises ``ProviderConfigError`` if a needed price is unknown.
+    """
+    if usage is not None:
+        c = call_cost(usage, prices)
+        return CostBounds(True, c, c)
+    return CostBounds(False, Decimal(0), cost_upper_bound(prompt_estimate, max_tokens, prices))
+
+
+# ---------------------------------------------------------------------------- estimates
+
+MESSAGE_OVERHEAD_TOKENS = 8
+REQUEST_OVERHEAD_TOKENS = 16
+
+
+def estimate_prompt_tokens(messages: Iterable[Mapping]) -> int:
+    """A deterministic, conservative count of the input tokens of a chat request.
+
+    Counts one token per UTF-8 byte of every message's role and content, plus a fixed
+    overhead per message and per request for the chat template. Byte-level BPE and
+    byte-fallback tokenizers never use more than one token per byte, so for them this is
+    an upper bound (several times the real count for English text): right for ledger
+    reservations and for the ``high`` bound of a call whose usage is unknown, wrong as a
+    guess of the count. Non-string content is counted by its ``str``.
+    """
+    total = REQUEST_OVERHEAD_TOKENS
+    for m in messages:
+        content = m.get("content")
+        text = content if isinstance(content, str) else ("" if content is None else str(content))
+        total += MESSAGE_OVERHEAD_TOKENS + len(str(m.get("role", "")).encode()) + len(text.encode("utf-8"))
+    return total

@@ -1,0 +1,196 @@
+"""The key vault: where the API key lives, and the filter that keeps it from leaking.
+
+The key is read once (from the catalog's environment variable, or a file) into a
+``Secret``. Only a provider opens it, at the moment it builds the ``Authorization``
+header; it is never a tool, never in a prompt, a record, a blob, a log line, an exception
+text, a report, a site page or a bundle.
+
+What the in-memory obfuscation does and does not protect. The key is kept XOR-ed with a
+random pad of the same length (``os.urandom``), both held by the ``Secret``. That stops
+accidental disclosure: the plain key is not an attribute anyone can print, ``repr``,
+``str`` and ``format`` show ``<redacted>``, pickling and copying are refused, and a memory
+scan for the key's bytes does not find it at rest. It does not stop code running in the
+same process from calling ``reveal`` (Python has no private memory), nor a core dump
+taken while a request is in flight (the SDK holds the plain header briefly), nor an
+attacker who can read both the pad and the masked bytes. It is hygiene, not a sandbox.
+AES-GCM would add nothing here: its key would sit in the same process beside the data.
+
+``redact(text)`` removes every live key from a text: the whole key and any run of eight
+or more of its characters (providers echo keys whole or in part: ``sk-proj-abcd…wxyz``).
+Providers pass every error message, body and string they return through it.
+``RedactingFilter`` does the same for log records of the SDK and its HTTP client.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from pathlib import Path
+
+from ..errors import ProviderConfigError
+
+__all__ = ["Secret", "redact", "RedactingFilter", "install_log_redaction", "REDACTED", "load_key"]
+
+REDACTED = "[REDACTED]"
+MIN_FRAGMENT = 8
+
+_LIVE: "weakref.WeakSet[Secret]" = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+
+
+class Secret:
+    """An API key held masked in memory. ``reveal()`` is for providers only."""
+
+    __slots__ = ("_pad", "_masked", "_label", "__weakref__")
+
+    def __init__(self, value: str, label: str = "key") -> None:
+        if not isinstance(value, str) or not value.strip():
+            raise ProviderConfigError(f"{label}: the API key is empty")
+        raw = value.strip().encode("utf-8")
+        pad = os.urandom(len(raw))
+        self._pad = pad
+        self._masked = bytes(a ^ b for a, b in zip(raw, pad))
+        self._label = label
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+
+    @classmethod
+    def from_env(cls, var: str) -> "Secret":
+        """Read the key from environment variable ``var``. Raises ``ProviderConfigError``
+        naming the variable (never its value) when it is unset or empty."""
+        value = os.environ.get(var)
+        if not value or not value.strip():
+            raise ProviderConfigError(f"environment variable {var} is not set: it must hold the API key")
+        return cls(value, label=var)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "Secret":
+        """Read the key from the first line of a file. Raises ``ProviderConfigError``."""
+        p = Path(path).expanduser()
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ProviderConfigError(f"{p}: cannot read the key file ({type(e).__name__})") from None
+        line = text.strip().splitlines()[0] if text.strip() else ""
+        return cls(line, label=str(p))
+
+    @property
+    def label(self) -> str:
+        """Where the key came from (a variable or file name, never the value)."""
+        return self._label
+
+    def reveal(self) -> str:
+        """The plain key. Call it only where the request header is built."""
+        return bytes(a ^ b for a, b in zip(self._masked, self._pad)).decode("utf-8")
+
+    def __repr__(self) -> str:
+        return f"Secret(<redacted {self._label}>)"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+    def __reduce__(self):
+        raise TypeError("a Secret cannot be pickled")
+
+    def __copy__(self):
+        raise TypeError("a Secret cannot be copied")
+
+    def __deepcopy__(self, memo):
+        raise TypeError("a Secret cannot be copied")
+
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    __hash__ = object.__hash__
+
+
+def load_key(key_env: str | None, key_file: str | None = None) -> Secret | None:
+    """The key of a tier: from ``key_file`` when given, else from ``key_env``; ``None`` when
+    the tier needs no key. Raises ``ProviderConfigError`` when a configured source is empty."""
+    if key_file:
+        return Secret.from_file(key_file)
+    if key_env:
+        return Secret.from_env(key_env)
+    return None
+
+
+def _live_keys() -> list[str]:
+    with _LIVE_LOCK:
+        secrets = list(_LIVE)
+    return [s.reveal() for s in secrets]
+
+
+def _fragment_mask(text: str, key: str) -> list[bool]:
+    """Mark every character of ``text`` covered by a run of >= MIN_FRAGMENT key characters."""
+    n = MIN_FRAGMENT
+    grams = {key[i:i + n] for i in range(len(key) - n + 1)}
+    mask = [False] * len(text)
+    for i in range(len(text) - n + 1):
+        if text[i:i + n] in grams:
+            for j in range(i, i + n):
+                mask[j] = True
+    return mask
+
+
+def _redact_one(text: str, key: str) -> str:
+    text = text.replace(key, REDACTED)
+    if len(key) < MIN_FRAGMENT:
+        return text
+    mask = _fragment_mask(text, key)
+    if not any(mask):
+        return text
+    out, i = [], 0
+    while i < len(text):
+        if mask[i]:
+            while i < len(text) and mask[i]:
+                i += 1
+            out.append(REDACTED)
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def redact(text: str, keys: list[str] | None = None) -> str:
+    """``text`` with every live key (or each of ``keys``) and every run of eight or more
+    of a key's characters replaced by ``[REDACTED]``. Never raises for a string."""
+    if not isinstance(text, str):
+        text = str(text)
+    for key in sorted(keys if keys is not None else _live_keys(), key=len, reverse=True):
+        if key:
+            text = _redact_one(text, key)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that redacts live keys from a record's message and arguments."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        keys = _live_keys()
+        if keys:
+            try:
+                message = record.getMessage()
+            except Exception:  # a broken format string: keep the raw template only
+                message = str(record.msg)
+            record.msg = redact(message, keys)
+            record.args = None
+        return True
+
+
+_FILTER = RedactingFilter()
+_PREFIXES = ("openai", "httpx", "httpcore")
+
+
+def install_log_redaction() -> None:
+    """Attach ``RedactingFilter`` to every logger of the SDK and its HTTP client that
+    exists now (call it after importing them; idempotent). A filter on a logger applies to
+    the records created there, so each of their loggers gets one."""
+    names = [n for n in list(logging.Logger.manager.loggerDict) if n.split(".")[0].startswith(_PREFIXES)]
+    for name in names + list(_PREFIXES):
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
