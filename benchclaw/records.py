@@ -119,6 +119,7 @@ def split_lines(data: bytes) -> tuple[list[bytes], bytes]:
 def verify_chain(lines: Iterable[bytes], where: str) -> list[Record]:
     """Parse and verify a sequence of lines. Raises IntegrityError/FormatError naming
     ``where`` and the 1-based line number of the first defect."""
+    lines = lines if isinstance(lines, list) else list(lines)
     records: list[Record] = []
     prev = GENESIS
     for i, line in enumerate(lines):
@@ -127,11 +128,29 @@ def verify_chain(lines: Iterable[bytes], where: str) -> list[Record]:
             raise IntegrityError(f"{where}:{i + 1}: seq is {rec.seq}, expected {i} "
                                  "(a line was inserted, removed or reordered)")
         if rec.prev != prev:
-            raise IntegrityError(f"{where}:{i + 1}: prev does not match the hash of line {i} "
-                                 "(a line before it was changed, inserted, removed or reordered)")
+            raise IntegrityError(_break_message(lines, i, where))
         prev = line_hash(line)
         records.append(rec)
     return records
+
+
+def _break_message(lines, i: int, where: str) -> str:
+    """Name the line most likely altered when line ``i`` (0-based) does not chain to i-1.
+
+    If the link *after* line i still holds, line i is intact and line i-1 was altered
+    (its hash changed); otherwise line i itself was changed, inserted or moved.
+    """
+    nxt = lines[i + 1] if i + 1 < len(lines) else None
+    if nxt is not None:
+        try:
+            follows = parse_line(nxt, where).prev == line_hash(lines[i])
+        except FormatError:
+            follows = False
+        if follows:
+            return (f"{where}:{i}: line {i} was altered (line {i + 1}'s prev no longer matches "
+                    "its hash)")
+    return (f"{where}:{i + 1}: prev does not match the hash of line {i} "
+            "(this line or the one before it was changed, inserted, removed or reordered)")
 
 
 def blob_refs(body, _depth: int = 0) -> Iterator[str]:

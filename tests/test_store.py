@@ -1,0 +1,268 @@
+"""The evidence store: chains, blobs, sealing, journals and crash recovery."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchclaw.errors import FormatError, InputError, IntegrityError
+from benchclaw.records import GENESIS, split_lines, verify_chain
+from benchclaw.store import Store
+
+
+def write_run(store: Store, n_calls: int = 3, status: str = "passed") -> str:
+    w = store.open_run()
+    w.append("run.start", {"task": {"id": "t", "version": 1}, "tier": "ultra", "seed": 1})
+    for i in range(n_calls):
+        w.append("call", {"turn": i, "reply": store.put_blob(f"reply {i}".encode()),
+                          "cost": {"known": True, "low": "0.001", "high": "0.001"}})
+    w.append("run.end", {"status": status})
+    return w.seal()
+
+
+def sealed_lines(store: Store, run_id: str) -> list[bytes]:
+    lines, torn = split_lines(store.run_path(run_id).read_bytes())
+    assert torn == b""
+    return lines
+
+
+def test_sealed_run_is_named_by_its_bytes_and_reads_back(tmp_path):
+    store = Store(tmp_path / "runs")
+    run_id = write_run(store)
+    path = store.run_path(run_id)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == run_id
+    run = store.read_run(run_id)
+    assert [r.kind for r in run.records] == ["run.start", "call", "call", "call", "run.end"]
+    assert run.records[0].prev == GENESIS
+    assert run.end == {"status": "passed"}
+    assert not list((tmp_path / "runs" / "open").iterdir())
+
+
+def test_a_sealed_run_is_never_written_again(tmp_path):
+    store = Store(tmp_path / "runs")
+    w = store.open_run()
+    w.append("run.start", {})
+    w.append("run.end", {"status": "failed"})
+    first = w.seal()
+    assert w.seal() == first  # idempotent
+    with pytest.raises(IntegrityError, match="sealed"):
+        w.append("call", {})
+
+
+def test_sealing_needs_run_end(tmp_path):
+    w = Store(tmp_path / "runs").open_run()
+    w.append("run.start", {})
+    with pytest.raises(IntegrityError, match="run.end"):
+        w.seal()
+
+
+@pytest.mark.parametrize("tamper", ["change", "insert", "delete", "reorder"])
+@pytest.mark.parametrize("where", [0, 2, 4])
+def test_chain_tampering_is_detected(tmp_path, tamper, where):
+    store = Store(tmp_path / "runs")
+    lines = sealed_lines(store, write_run(store))
+    bad = list(lines)
+    if tamper == "change":
+        bad[where] = bad[where].replace(b'"seq"', b'"seq" ', 1)
+    elif tamper == "insert":
+        bad.insert(where, lines[1])
+    elif tamper == "delete":
+        del bad[where]
+    else:
+        j = where + 1 if where + 1 < len(bad) else where - 1
+        bad[where], bad[j] = bad[j], bad[where]
+    data = b"".join(line + b"\n" for line in bad)
+    run_id = hashlib.sha256(b"".join(line + b"\n" for line in lines)).hexdigest()
+    # Either the chain breaks or (for the last line) the file no longer hashes to its id.
+    chain_broken = True
+    try:
+        verify_chain(bad, "x")
+        chain_broken = False
+    except (IntegrityError, FormatError):
+        pass
+    assert chain_broken or hashlib.sha256(data).hexdigest() != run_id
+
+
+def test_blobs_are_stored_once_atomically(tmp_path):
+    store = Store(tmp_path / "runs")
+    d1 = store.put_blob(b"same bytes")
+    d2 = store.put_blob(b"same bytes")
+    assert d1 == d2 == "sha256:" + hashlib.sha256(b"same bytes").hexdigest()
+    files = [p for p in (tmp_path / "runs" / "objects").rglob("*") if p.is_file()]
+    assert len(files) == 1
+    assert store.get_blob(d1) == b"same bytes"
+    assert not list((tmp_path / "runs" / "objects" / "tmp").iterdir())
+
+
+def test_altered_and_missing_blobs_are_errors(tmp_path):
+    store = Store(tmp_path / "runs")
+    d = store.put_blob(b"payload")
+    store.blob_path(d).write_bytes(b"pAyload")
+    with pytest.raises(IntegrityError, match="do not match"):
+        store.get_blob(d)
+    with pytest.raises(InputError, match="missing"):
+        store.get_blob("sha256:" + "0" * 64)
+
+
+def test_check_names_file_and_line_of_a_flipped_byte(tmp_path):
+    store = Store(tmp_path / "runs")
+    run_id = write_run(store)
+    write_run(store, n_calls=1)
+    path = store.run_path(run_id)
+    data = bytearray(path.read_bytes())
+    second_line_start = data.index(b"\n") + 1
+    pos = data.index(b"turn", second_line_start)
+    data[pos] ^= 0x20  # 't' -> 'T' on line 2
+    path.write_bytes(bytes(data))
+    report = store.check()
+    assert len(report.damages) == 1
+    damage = report.damages[0]
+    assert damage.path == str(path)
+    assert damage.line == 2  # the altered line, not merely where the chain broke
+    assert "line 2 was altered" in damage.message
+
+
+def test_check_reports_missing_blob_and_unknown_kinds_are_kept(tmp_path):
+    store = Store(tmp_path / "runs")
+    w = store.open_run()
+    w.append("run.start", {})
+    w.append("telemetry.v9", {"note": "from a newer BenchClaw"})
+    w.append("call", {"reply": "sha256:" + "ab" * 32})
+    w.append("run.end", {"status": "failed"})
+    run_id = w.seal()
+    report = store.check()
+    assert report.unknown_kinds == {"telemetry.v9": 1}
+    assert [str(d) for d in report.damages] == [
+        f"{store.run_path(run_id)}:3: blob sha256:{'ab' * 32} is missing"]
+
+
+def test_not_json_record_is_a_format_error_naming_the_line(tmp_path):
+    with pytest.raises(FormatError, match=r"f.jsonl:2: not JSON"):
+        verify_chain([b'{"v":1,"seq":0,"prev":"' + GENESIS.encode() + b'","at":"x","kind":"k","body":{}}',
+                      b"not json"], "f.jsonl")
+
+
+def test_existing_store_must_exist(tmp_path):
+    with pytest.raises(InputError, match="no such runs directory"):
+        Store.existing(tmp_path / "nope")
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(bodies=st.lists(st.dictionaries(st.text(), json_values, max_size=5), min_size=1, max_size=5))
+def test_arbitrary_record_bodies_round_trip(tmp_path_factory, bodies):
+    store = Store(tmp_path_factory.mktemp("s") / "runs", fsync=False)
+    w = store.open_run()
+    w.append("run.start", {})
+    for body in bodies:
+        w.append("x.body", body)
+    w.append("run.end", {})
+    run = store.read_run(w.seal())
+    assert [r.body for r in run.records[1:-1]] == bodies
+
+
+# -- crash recovery -----------------------------------------------------------------------
+
+CHILD = textwrap.dedent("""
+    import sys
+    from benchclaw.store import Store
+    store = Store(sys.argv[1])
+    w = store.open_run()
+    w.append("run.start", {"task": {"id": "t", "version": 1}})
+    i = 0
+    while True:
+        w.append("call", {"turn": i, "cost": {"known": True, "low": "0.5", "high": "0.5"},
+                          "pad": "x" * 2000})
+        i += 1
+        print(i, flush=True)
+""")
+
+
+def test_sigkill_while_appending_then_recovery_keeps_every_complete_record(tmp_path):
+    root = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(root)], stdout=subprocess.PIPE, text=True)
+    acknowledged = 0
+    deadline = time.monotonic() + 20
+    while acknowledged < 25 and time.monotonic() < deadline:
+        acknowledged = int(proc.stdout.readline())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    store = Store(root)
+    [result] = store.recover()
+    run = store.read_run(result.run_id)
+    calls = run.of_kind("call")
+    assert len(calls) >= acknowledged  # every acknowledged (fsynced) record survived
+    assert [c.body["turn"] for c in calls] == list(range(len(calls)))
+    assert run.end["status"] == "aborted" and run.end["recovered"] is True
+    assert run.end["calls"] == len(calls)
+    assert store.check().ok
+    assert store.recover() == []  # nothing left open
+
+
+def test_torn_last_line_is_set_aside_not_dropped(tmp_path):
+    store = Store(tmp_path / "runs")
+    w = store.open_run()
+    w.append("run.start", {})
+    w.append("call", {"turn": 0})
+    w.close_unsealed()
+    with open(w.path, "ab") as f:
+        f.write(b'{"v":1,"seq":2,"prev":"tor')
+    [result] = store.recover()
+    assert result.torn_bytes == len(b'{"v":1,"seq":2,"prev":"tor')
+    assert (tmp_path / "runs" / "quarantine").glob("*.torn")
+    torn_file = next((tmp_path / "runs" / "quarantine").glob("*.torn"))
+    assert torn_file.read_bytes() == b'{"v":1,"seq":2,"prev":"tor'
+    run = store.read_run(result.run_id)
+    assert [r.kind for r in run.records] == ["run.start", "call", "run.end"]
+    assert "torn" in run.end["reason"]
+
+
+# -- journals -----------------------------------------------------------------------------
+
+JOURNAL_CHILD = textwrap.dedent("""
+    import sys
+    from benchclaw.store import Store
+    j = Store(sys.argv[1]).journal("E01", writer="shared")
+    for i in range(int(sys.argv[2])):
+        j.append("run", {"writer_pid": sys.argv[3], "i": i})
+""")
+
+
+def test_concurrent_journal_writers_are_serialised(tmp_path):
+    root = tmp_path / "runs"
+    procs = [subprocess.Popen([sys.executable, "-c", JOURNAL_CHILD, str(root), "40", str(k)])
+             for k in range(3)]
+    for p in procs:
+        assert p.wait() == 0
+    entries = Store(root).read_journal("E01")  # verifies the chain
+    assert len(entries) == 120
+    assert [e.record.seq for e in sorted(entries, key=lambda e: e.record.seq)] == list(range(120))
+
+
+def test_writers_get_their_own_journal_files(tmp_path):
+    store = Store(tmp_path / "runs")
+    store.journal("E01", writer="machine-a").append("prereg", {})
+    store.journal("E01", writer="machine-b").append("run", {})
+    assert [p.name for p in store.journal_paths("E01")] == ["machine-a.jsonl", "machine-b.jsonl"]
+    assert {e.writer for e in store.read_journal("E01")} == {"machine-a", "machine-b"}
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "", ".hidden", "E 01"])
+def test_unsafe_experiment_ids_are_rejected(tmp_path, bad):
+    with pytest.raises(InputError, match="experiment id"):
+        Store(tmp_path).journal(bad)
