@@ -1,0 +1,446 @@
+"""The token/USD ledger of one benchmark invocation: reserve before every call, settle after.
+
+Why it is built this way (FORMAT.md "Ledgers"):
+
+- **Fail closed.** Before a provider call the agent reserves the call's worst case
+  (prompt estimate + ``max_tokens`` and what that could cost). A reservation that would
+  take the worst-case spend past a limit is refused with ``BudgetError`` *before* the call
+  is made. After the call the reservation is settled with the usage the provider reported;
+  a call with no usage (timeout, abort, crash) stays spent at its upper bound, marked
+  unknown. So the worst-case spend never passes the limit, whatever the provider does.
+- **Durable.** Every reservation, settlement and refusal is one hash-chained record
+  (``benchclaw.store.ChainFile``), fsynced before ``reserve`` returns. After a crash the
+  file is replayed: a reservation never settled counts as spent at its upper bound, which
+  is the same arithmetic as a call still in flight. There is no separate state to lose.
+- **Concurrent writers.** The check and the append happen under one lock (an ``flock`` on
+  the ledger's lock file plus a thread mutex), after folding in whatever other writers
+  appended, so threads and processes sharing a ledger can never jointly pass a limit.
+
+Trade-off: one fsync per reservation and per settlement (two per model call). Model calls
+take hundreds of milliseconds; the fsyncs take a few.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Callable, Mapping
+
+from .errors import BudgetError, FormatError, InputError, IntegrityError
+from .money import fmt_usd, parse_usd
+from .records import Record, encode, line_hash, parse_line, split_lines, utc_now
+from .store import ChainFile, Store, safe_name
+
+__all__ = ["Ledger", "Limits", "Reservation", "LedgerState", "ledger_path", "new_ledger_id",
+           "read_ledger", "LEDGER_KINDS"]
+
+LEDGER_KINDS = ("ledger.open", "reserve", "settle", "refuse", "ledger.close")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a benchmark may spend. ``usd`` is required (fail closed); ``tokens`` and
+    ``per_call_usd`` are ``None`` when not limited."""
+
+    usd: Decimal
+    tokens: int | None = None
+    per_call_usd: Decimal | None = None
+
+    def to_dict(self) -> dict:
+        return {"usd": fmt_usd(self.usd), "tokens": self.tokens,
+                "per_call_usd": None if self.per_call_usd is None else fmt_usd(self.per_call_usd)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping, where: str) -> "Limits":
+        """Raises FormatError naming ``where``."""
+        if not isinstance(d, Mapping):
+            raise FormatError(f"{where}: limits must be an object")
+        tokens = d.get("tokens")
+        if tokens is not None and (type(tokens) is not int or tokens < 0):
+            raise FormatError(f"{where}.tokens: expected a non-negative int or null")
+        per_call = d.get("per_call_usd")
+        return cls(parse_usd(d.get("usd"), f"{where}.usd"), tokens,
+                   None if per_call is None else parse_usd(per_call, f"{where}.per_call_usd"))
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One reserved call. ``id`` is what ``settle`` names."""
+
+    id: str
+    run: str
+    key: str
+    tokens: int
+    usd: Decimal
+    attempt: str | None = None
+
+
+@dataclass
+class _Open:
+    tokens: int
+    usd: Decimal
+
+
+@dataclass
+class LedgerState:
+    """The ledger replayed. Worst-case spend = carried + settled + unknown + open."""
+
+    ledger: str = ""
+    experiment: str | None = None
+    invocation: str | None = None
+    limits: Limits | None = None
+    carried_usd: Decimal = Decimal(0)
+    carried_tokens: int = 0
+    open: dict[str, _Open] = field(default_factory=dict)
+    settled_calls: int = 0
+    settled_tokens: int = 0
+    settled_usd: Decimal = Decimal(0)
+    unknown_calls: int = 0
+    unknown_tokens: int = 0
+    unknown_usd: Decimal = Decimal(0)
+    refused: int = 0
+    closed: bool = False
+
+    @property
+    def open_tokens(self) -> int:
+        return sum(o.tokens for o in self.open.values())
+
+    @property
+    def open_usd(self) -> Decimal:
+        return sum((o.usd for o in self.open.values()), Decimal(0))
+
+    @property
+    def spent_usd(self) -> Decimal:
+        """Worst-case spend: what has been or may have been spent."""
+        return self.carried_usd + self.settled_usd + self.unknown_usd + self.open_usd
+
+    @property
+    def spent_tokens(self) -> int:
+        return self.carried_tokens + self.settled_tokens + self.unknown_tokens + self.open_tokens
+
+    @property
+    def remaining_usd(self) -> Decimal | None:
+        return None if self.limits is None else self.limits.usd - self.spent_usd
+
+    @property
+    def remaining_tokens(self) -> int | None:
+        if self.limits is None or self.limits.tokens is None:
+            return None
+        return self.limits.tokens - self.spent_tokens
+
+    def summary(self) -> dict:
+        """A JSON-ready snapshot (decimal strings, ints): what ``ledger show --json`` prints."""
+        rem_usd = self.remaining_usd
+        return {
+            "ledger": self.ledger, "experiment": self.experiment, "invocation": self.invocation,
+            "limits": None if self.limits is None else self.limits.to_dict(),
+            "carried": {"usd": fmt_usd(self.carried_usd), "tokens": self.carried_tokens},
+            "reserved": {"calls": len(self.open), "tokens": self.open_tokens, "usd": fmt_usd(self.open_usd)},
+            "settled": {"calls": self.settled_calls, "tokens": self.settled_tokens,
+                        "usd": fmt_usd(self.settled_usd)},
+            "unknown": {"calls": self.unknown_calls, "tokens": self.unknown_tokens,
+                        "usd": fmt_usd(self.unknown_usd)},
+            "refused": self.refused,
+            "spent": {"usd": fmt_usd(self.spent_usd), "tokens": self.spent_tokens},
+            "remaining": {"usd": None if rem_usd is None else fmt_usd(rem_usd),
+                          "tokens": self.remaining_tokens},
+            "closed": self.closed,
+        }
+
+
+# ------------------------------------------------------------------------ replay (one registry)
+
+def _apply_open(st: LedgerState, b: dict, where: str) -> None:
+    st.ledger, st.experiment, st.invocation = b.get("ledger", ""), b.get("experiment"), b.get("invocation")
+    st.limits = Limits.from_dict(b.get("limits"), f"{where}.limits")
+    carried = b.get("carried") or {}
+    st.carried_usd = parse_usd(carried.get("usd", "0"), f"{where}.carried.usd")
+    st.carried_tokens = _int(carried.get("tokens", 0), f"{where}.carried.tokens")
+
+
+def _apply_reserve(st: LedgerState, b: dict, where: str) -> None:
+    st.open[str(b.get("id"))] = _Open(_int(b.get("tokens"), f"{where}.tokens"),
+                                      parse_usd(b.get("usd"), f"{where}.usd"))
+
+
+def _apply_settle(st: LedgerState, b: dict, where: str) -> None:
+    res = st.open.pop(str(b.get("id")), None)
+    if res is None:
+        raise IntegrityError(f"{where}: settles reservation {b.get('id')!r}, which is not open")
+    if b.get("known"):
+        st.settled_calls += 1
+        st.settled_tokens += _int(b.get("tokens"), f"{where}.tokens")
+        st.settled_usd += parse_usd(b.get("usd"), f"{where}.usd")
+    else:  # no usage: spent at the reservation's upper bound
+        st.unknown_calls += 1
+        st.unknown_tokens += res.tokens
+        st.unknown_usd += res.usd
+
+
+def _apply_refuse(st: LedgerState, b: dict, where: str) -> None:
+    st.refused += 1
+
+
+def _apply_close(st: LedgerState, b: dict, where: str) -> None:
+    st.closed = True
+
+
+_APPLY: dict[str, Callable[[LedgerState, dict, str], None]] = {
+    "ledger.open": _apply_open, "reserve": _apply_reserve, "settle": _apply_settle,
+    "refuse": _apply_refuse, "ledger.close": _apply_close,
+}
+
+
+def _int(v, where: str) -> int:
+    if type(v) is not int or v < 0:
+        raise FormatError(f"{where}: expected a non-negative int, got {v!r}")
+    return v
+
+
+def _apply(st: LedgerState, rec: Record, where: str) -> None:
+    fn = _APPLY.get(rec.kind)
+    if fn is not None:  # unknown kinds are kept, never rejected (FORMAT.md §2)
+        fn(st, rec.body, f"{where}:{rec.seq + 1}")
+
+
+# ------------------------------------------------------------------------ the ledger file
+
+def ledger_path(store: Store, ledger_id: str) -> Path:
+    return store.root / "ledgers" / f"{safe_name(ledger_id, 'ledger id')}.jsonl"
+
+
+def new_ledger_id(experiment: str) -> str:
+    """``<experiment>-<UTC yyyymmddThhmmssZ>-<4 hex>``: unique per invocation, sortable."""
+    stamp = utc_now()[:19].replace("-", "").replace(":", "") + "Z"
+    return f"{experiment}-{stamp}-{uuid.uuid4().hex[:4]}"
+
+
+class Ledger(ChainFile):
+    """One benchmark invocation's ledger, ``runs/ledgers/<id>.jsonl``.
+
+    ``reserve``/``settle`` are the interface the agent calls (docs/INTERNALS.md). The
+    replayed state is kept current under the lock, so every check sees every writer.
+    """
+
+    def __init__(self, path: Path, *, fsync: bool = True):
+        super().__init__(path, fsync=fsync)
+        self.id = path.stem
+        self._state = LedgerState(ledger=self.id)
+        self._mine: dict[str, Reservation] = {}
+
+    # -- construction ------------------------------------------------------------------
+    @classmethod
+    def create(cls, store: Store, ledger_id: str, limits: Limits, *, experiment: str | None = None,
+               invocation: str | None = None, carried_usd: Decimal = Decimal(0),
+               carried_tokens: int = 0, carried_from: list[str] | None = None) -> "Ledger":
+        """Start a new ledger. ``carried_*`` is spend of earlier invocations that counts
+        against these limits (a resumed experiment). Raises InputError if it exists."""
+        path = ledger_path(store, ledger_id)
+        if path.exists():
+            raise InputError(f"{path}: ledger {ledger_id} already exists")
+        store._ensure()
+        led = cls(path, fsync=store.fsync)
+        led._append_locked("ledger.open", lambda st: {
+            "ledger": ledger_id, "experiment": experiment, "invocation": invocation,
+            "limits": limits.to_dict(),
+            "carried": {"usd": fmt_usd(carried_usd), "tokens": carried_tokens,
+                        "ledgers": list(carried_from or [])}})
+        return led
+
+    @classmethod
+    def open(cls, store: Store, ledger_id: str) -> "Ledger":
+        """An existing ledger, replayed (open reservations count as spent). Raises
+        InputError when missing, IntegrityError/FormatError naming the line when damaged."""
+        path = ledger_path(store, ledger_id)
+        if not path.is_file():
+            raise InputError(f"{path}: no ledger {ledger_id}")
+        led = cls(path, fsync=store.fsync)
+        with led._locked():
+            led._refresh()
+        return led
+
+    # -- the agent's interface ---------------------------------------------------------
+    def reserve(self, *, run: str, key: str, tokens: int, usd: Decimal,
+                attempt: str | None = None) -> Reservation:
+        """Reserve one call's worst case. Durable when it returns.
+
+        Raises BudgetError (naming the limit) when ``usd`` passes the per-call stop or the
+        worst-case spend would pass the USD or token limit; the refusal is recorded.
+        """
+        if type(tokens) is not int or tokens < 0 or not isinstance(usd, Decimal) or usd < 0:
+            raise ValueError(f"reserve: tokens must be a non-negative int and usd a Decimal, "
+                             f"got {tokens!r}, {usd!r}")
+        rid = uuid.uuid4().hex[:16]
+        refusal: list[str] = []
+
+        def body(st: LedgerState) -> tuple[str, dict]:
+            why = _refusal(st, tokens, usd)
+            base = {"run": run, "key": key, "attempt": attempt, "tokens": tokens, "usd": fmt_usd(usd)}
+            if why:
+                refusal.append(why[1])
+                return "refuse", {**base, "limit": why[0], "detail": why[1]}
+            return "reserve", {"id": rid, **base}
+
+        self._append_locked(None, body)
+        if refusal:
+            raise BudgetError(f"ledger {self.id}: call refused: {refusal[0]}")
+        res = Reservation(rid, run, key, tokens, usd, attempt)
+        self._mine[rid] = res
+        return res
+
+    def settle(self, reservation: Reservation, *, tokens: int | None, usd: Decimal | None,
+               reason: str | None = None) -> None:
+        """Settle with the provider's usage; ``None`` = no usage reported: the reservation
+        stays spent at its upper bound, marked unknown. Raises IntegrityError when the
+        reservation is not open."""
+        known = tokens is not None and usd is not None
+        body = {"id": reservation.id, "known": known,
+                "tokens": tokens if known else reservation.tokens,
+                "usd": fmt_usd(usd) if known else fmt_usd(reservation.usd), "reason": reason}
+
+        def make(st: LedgerState) -> tuple[str, dict]:
+            if reservation.id not in st.open:
+                raise IntegrityError(f"ledger {self.id}: reservation {reservation.id} is not open")
+            return "settle", body
+
+        self._append_locked(None, make)
+        self._mine.pop(reservation.id, None)
+
+    # -- the runner's interface --------------------------------------------------------
+    def settle_open(self, reason: str) -> int:
+        """Settle every reservation this object made and never settled as unknown (used on
+        interrupt). Returns how many."""
+        n = 0
+        for res in list(self._mine.values()):
+            self.settle(res, tokens=None, usd=None, reason=reason)
+            n += 1
+        return n
+
+    def close(self, status: str) -> None:
+        """Append ``ledger.close`` with the totals; the ledger stays readable."""
+        self._append_locked("ledger.close", lambda st: {"status": status, **_totals(st)})
+
+    def state(self) -> LedgerState:
+        """The current replayed state, including other writers' records."""
+        with self._locked():
+            self._refresh()
+        return self._state
+
+    @property
+    def cached_state(self) -> LedgerState:
+        """The state as of this writer's last append (no I/O; for progress displays)."""
+        return self._state
+
+    # -- locking and appending ---------------------------------------------------------
+    def _locked(self):
+        return _FileLock(self)
+
+    def _append_locked(self, kind: str | None, make: Callable[[LedgerState], object]) -> Record:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            self._refresh()
+            made = make(self._state)
+            if kind is None:
+                kind, body = made  # type: ignore[misc]
+            else:
+                body = made
+            rec = Record(self._seq, self._prev, utc_now(), kind, body)
+            line = encode(rec)
+            with open(self.path, "ab") as f:
+                f.write(line + b"\n")
+                f.flush()
+                if self._fsync:
+                    os.fsync(f.fileno())
+            self._size += len(line) + 1
+            self._seq += 1
+            self._prev = line_hash(line)
+            _apply(self._state, rec, str(self.path))
+            return rec
+
+    def _refresh(self) -> None:
+        """Fold in whatever was appended since (by any writer). Caller holds the lock."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return
+        if size == self._size:
+            return
+        if size < self._size:
+            raise IntegrityError(f"{self.path}: the ledger shrank; it is append-only")
+        with open(self.path, "rb") as f:
+            f.seek(self._size)
+            tail = f.read(size - self._size)
+        lines, torn = split_lines(tail)
+        if torn:
+            raise IntegrityError(f"{self.path}: last line is torn (a crash mid-write); "
+                                 "the ledger cannot be trusted until it is repaired")
+        for line in lines:
+            rec = parse_line(line, f"{self.path}:{self._seq + 1}")
+            if rec.seq != self._seq or rec.prev != self._prev:
+                raise IntegrityError(f"{self.path}:{self._seq + 1}: hash chain broken")
+            _apply(self._state, rec, str(self.path))
+            self._seq, self._prev = rec.seq + 1, line_hash(line)
+        self._size = size
+
+
+class _FileLock:
+    """The thread mutex plus an exclusive ``flock`` on ``<ledger>.jsonl.lock``."""
+
+    def __init__(self, led: Ledger):
+        self.led = led
+        self._fh = None
+
+    def __enter__(self):
+        self.led._mutex.acquire()
+        try:
+            self.led.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.led.path.with_name(self.led.path.name + ".lock"), "a")
+            fcntl.flock(self._fh, fcntl.LOCK_EX)
+        except BaseException:
+            self.led._mutex.release()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+        finally:
+            self.led._mutex.release()
+
+
+def _refusal(st: LedgerState, tokens: int, usd: Decimal) -> tuple[str, str] | None:
+    lim = st.limits
+    if lim is None:
+        return "usd", "the ledger has no limits (no ledger.open record): refusing every call"
+    if lim.per_call_usd is not None and usd > lim.per_call_usd:
+        return "per_call_usd", (f"this call could cost up to ${fmt_usd(usd)}, above the per-call stop "
+                                f"of ${fmt_usd(lim.per_call_usd)}")
+    if st.spent_usd + usd > lim.usd:
+        return "usd", (f"worst-case spend would reach ${fmt_usd(st.spent_usd + usd)}, above the "
+                       f"limit of ${fmt_usd(lim.usd)}")
+    if lim.tokens is not None and st.spent_tokens + tokens > lim.tokens:
+        return "tokens", (f"worst-case tokens would reach {st.spent_tokens + tokens}, above the "
+                          f"limit of {lim.tokens}")
+    return None
+
+
+def _totals(st: LedgerState) -> dict:
+    s = st.summary()
+    return {k: s[k] for k in ("reserved", "settled", "unknown", "refused", "spent")}
+
+
+def read_ledger(store: Store, ledger_id: str) -> LedgerState:
+    """Replay a ledger from disk without writing anything. Raises InputError when missing,
+    IntegrityError/FormatError naming the line when the chain or a record is bad."""
+    path = ledger_path(store, ledger_id)
+    if not path.is_file():
+        raise InputError(f"{path}: no ledger {ledger_id}")
+    st = LedgerState(ledger=ledger_id)
+    for rec in ChainFile(path).read():
+        _apply(st, rec, str(path))
+    return st
