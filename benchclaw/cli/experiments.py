@@ -1,0 +1,86 @@
+"""``benchclaw prereg``, ``deviate`` and ``run``: pre-register, amend and execute experiments."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import EXIT_FAILED
+from ..store import Store
+from ._common import echo_err, runs_option
+
+
+@click.command()
+@click.argument("spec_path", type=click.Path(path_type=Path))
+@runs_option
+def prereg(spec_path: Path, runs_dir: Path) -> None:
+    """Pre-register an experiment spec: record its SHA-256 and the time in the journal.
+
+    Prints the digest; commit the spec and the journal together. Any later change to
+    the spec blocks `benchclaw run` until it is recorded with `benchclaw deviate`.
+
+    Example: benchclaw prereg experiments/E01.toml
+    """
+    from ..experiments import prereg as do_prereg
+
+    reg = do_prereg(Store(runs_dir), spec_path)
+    state = "registered" if reg.fresh else "already registered (unchanged)"
+    echo_err(f"{reg.experiment} {state} at {reg.registered_at} in {runs_dir}/journals/{reg.experiment}/")
+    click.echo(reg.spec_digest)
+
+
+@click.command()
+@click.argument("experiment")
+@click.option("--reason", required=True, help="Why the spec or procedure changed.")
+@click.option("--spec", "spec_path", type=click.Path(path_type=Path), default=None,
+              help="The spec file (default: the path recorded at registration).")
+@runs_option
+def deviate(experiment: str, reason: str, spec_path: Path | None, runs_dir: Path) -> None:
+    """Record a deviation (the spec's new digest and the reason) before the runs it affects.
+
+    Example: benchclaw deviate E01 --reason "raise max_tokens: lightning ran out of tokens"
+    """
+    from ..experiments import deviate as do_deviate
+
+    reg = do_deviate(Store.existing(runs_dir), experiment, reason, spec_path=spec_path)
+    _, at, digest = reg.history[-1]
+    echo_err(f"deviation recorded for {experiment} at {at}")
+    click.echo(digest)
+
+
+@click.command()
+@click.argument("experiment")
+@click.option("--spec", "spec_path", type=click.Path(path_type=Path), default=None,
+              help="The spec file (default: the path recorded at registration).")
+@runs_option
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="Runs in flight at once (default: the spec's settings.concurrency).")
+@click.option("--rerun", is_flag=True,
+              help="Re-run cells whose primary run was aborted or hit an error, as runs "
+                   "labelled rerun (secondary analyses only; the primary runs stand).")
+def run(experiment: str, spec_path: Path | None, runs_dir: Path, concurrency: int | None,
+        rerun: bool) -> None:
+    """Run (or resume) a registered experiment's grid.
+
+    Refuses (exit 2) when the spec is unregistered or changed since registration. Run
+    it again after an interruption to resume: finished cells are skipped; a run that
+    already called the model is kept as it stands, never silently redone. Progress goes
+    to stderr; Ctrl-C seals open runs as aborted and leaves the ledger consistent.
+
+    Example: benchclaw run E01 --concurrency 8
+    """
+    from ..runner import GridInterrupted, run_experiment_sync
+
+    store = Store(runs_dir)
+    try:
+        result = run_experiment_sync(store, experiment, spec_path=spec_path, concurrency=concurrency,
+                                     rerun=rerun, stream=sys.stderr)
+    except GridInterrupted as e:
+        echo_err(f"interrupted: {e}; run `benchclaw run {experiment}` again to resume")
+        raise SystemExit(130)
+    for line in result.summary_lines():
+        click.echo(line)
+    if result.status != "complete":
+        raise SystemExit(EXIT_FAILED)

@@ -1,0 +1,149 @@
+"""Pre-registration and deviations: the journal records a spec's digest before any call.
+
+Why it is built this way: the journal is the only authority on what was registered and
+when. ``prereg`` stores the spec's exact bytes as a blob and appends a ``prereg`` record
+with their SHA-256; ``deviate`` appends a ``deviation`` record (new digest + reason)
+*before* the runs it affects; ``require_registered`` refuses to run a spec whose bytes do
+not hash to the digest in force (the last ``prereg``/``deviation`` in journal order). Each
+step reads the journal afresh, so there is no cached state that could disagree with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError, RegistrationError, UsageError
+from ..store import Store
+from .spec import Spec, load_spec, parse_spec, spec_digest
+
+__all__ = ["Registration", "prereg", "deviate", "registration", "require_registered", "locate_spec",
+           "registered_digests"]
+
+_REG_KINDS = ("prereg", "deviation")
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What the journal says about an experiment's spec."""
+
+    experiment: str
+    spec_path: str            # where the spec was when registered (or last deviated)
+    spec_digest: str          # the digest in force: the last prereg/deviation
+    registered_at: str        # time of the prereg record
+    history: tuple[tuple[str, str, str], ...]  # (kind, at, digest) in journal order
+    fresh: bool = False       # True when this call wrote the prereg record
+
+
+def registration(store: Store, experiment: str) -> Registration | None:
+    """The experiment's registration as its journal holds it, or None when unregistered.
+    Raises IntegrityError/FormatError when a journal is damaged."""
+    history, path, reg_at = [], None, None
+    for entry in store.read_journal(experiment):
+        if entry.kind not in _REG_KINDS:
+            continue
+        body = entry.body
+        if entry.kind == "prereg" and reg_at is None:
+            reg_at = entry.record.at
+        history.append((entry.kind, entry.record.at, body.get("spec_digest")))
+        path = body.get("spec_path") or path
+    if reg_at is None:
+        return None
+    return Registration(experiment, path or "", history[-1][2], reg_at, tuple(history))
+
+
+def registered_digests(store: Store, experiment: str) -> list[tuple[str, str]]:
+    """Every (time, digest) registered by prereg or deviation, in journal order."""
+    reg = registration(store, experiment)
+    return [(at, d) for _, at, d in reg.history] if reg else []
+
+
+def prereg(store: Store, path: Path | str) -> Registration:
+    """Register a spec: validate it, store its bytes, record its digest and the time.
+
+    Registering the same bytes again is a no-op (returns the registration). Raises
+    FormatError for an invalid spec, RegistrationError when the experiment is already
+    registered with other bytes (a change goes through ``deviate``).
+    """
+    spec = load_spec(path)
+    reg = registration(store, spec.id)
+    if reg is not None:
+        if reg.spec_digest == spec.digest:
+            return reg
+        raise RegistrationError(
+            f"experiment {spec.id} is already registered with {reg.spec_digest}; {path} now hashes to "
+            f"{spec.digest}. Record the change first: benchclaw deviate {spec.id} --reason \"...\"")
+    store.put_blob(spec.source)
+    store.journal(spec.id).append("prereg", {"experiment": spec.id, "spec_path": str(path),
+                                             "spec_digest": spec.digest})
+    reg = registration(store, spec.id)
+    return Registration(reg.experiment, reg.spec_path, reg.spec_digest, reg.registered_at, reg.history,
+                        fresh=True)
+
+
+def deviate(store: Store, experiment: str, reason: str, *, spec_path: Path | str | None = None) -> Registration:
+    """Record a deviation (the spec's new digest and the reason) before the runs it affects.
+
+    Raises RegistrationError when the experiment is unregistered or the spec names another
+    experiment, UsageError for an empty reason, FormatError for an invalid spec.
+    """
+    if not reason or not reason.strip():
+        raise UsageError("a deviation needs a reason (--reason \"...\")")
+    reg = _require(store, experiment)
+    path = locate_spec(store, reg, spec_path)
+    spec = load_spec(path)
+    if spec.id != experiment:
+        raise RegistrationError(f"{path}: spec id is {spec.id!r}, not {experiment!r}")
+    store.put_blob(spec.source)
+    store.journal(experiment).append("deviation", {
+        "experiment": experiment, "reason": reason.strip(), "spec_digest": spec.digest,
+        "previous_digest": reg.spec_digest, "spec_path": str(spec_path or reg.spec_path)})
+    return registration(store, experiment)
+
+
+def locate_spec(store: Store, reg: Registration, override: Path | str | None = None) -> Path:
+    """The spec file: ``override``, else the path recorded at registration (as given, then
+    relative to the runs directory's parent). Raises RegistrationError when not found."""
+    if override is not None:
+        p = Path(override)
+        if not p.is_file():
+            raise InputError(f"{p}: no such spec file")
+        return p
+    recorded = Path(reg.spec_path)
+    for cand in (recorded, store.root.resolve().parent / recorded):
+        if cand.is_file():
+            return cand
+    raise RegistrationError(f"cannot find the spec of {reg.experiment} at {reg.spec_path!r} (the path "
+                            "recorded at registration); pass --spec PATH")
+
+
+def require_registered(store: Store, experiment: str, spec_path: Path | str | None = None) -> Spec:
+    """The spec to run, only if its bytes hash to the digest in force.
+
+    Raises RegistrationError when the experiment is unregistered, the spec changed since
+    registration (or the last deviation), or it names another experiment.
+    """
+    reg = _require(store, experiment)
+    path = locate_spec(store, reg, spec_path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the spec ({e.strerror or e})") from None
+    digest = spec_digest(data)
+    if digest != reg.spec_digest:
+        raise RegistrationError(
+            f"{path} changed since registration: the journal has {reg.spec_digest} "
+            f"(last registered {reg.history[-1][1]}), the file now hashes to {digest}. Restore the "
+            f"registered file, or record the change first: benchclaw deviate {experiment} --reason \"...\"")
+    spec = parse_spec(data, path)
+    if spec.id != experiment:
+        raise RegistrationError(f"{path}: spec id is {spec.id!r}, not {experiment!r}")
+    return spec
+
+
+def _require(store: Store, experiment: str) -> Registration:
+    reg = registration(store, experiment)
+    if reg is None:
+        raise RegistrationError(f"experiment {experiment} is not registered in {store.root}; register it "
+                                f"first: benchclaw prereg experiments/{experiment}.toml")
+    return reg
