@@ -15,7 +15,9 @@ simulator exercises the same parsing the real endpoint does.
 from __future__ import annotations
 
 import abc
+import email.utils
 import math
+import time
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Callable, Mapping
@@ -35,6 +37,8 @@ __all__ = [
     "parse_completion_body",
     "error_response",
     "outcome_of",
+    "status_kind",
+    "parse_retry_after",
 ]
 
 OUTCOMES = ("stop", "length", "reasoning_only", "error")
@@ -249,3 +253,44 @@ def _redact_tree(obj: Any, redact: Callable[[str], str], depth: int = 0) -> Any:
     if isinstance(obj, list):
         return [_redact_tree(v, redact, depth + 1) for v in obj]
     return obj
+
+
+def parse_retry_after(headers: Any) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP
+    date); ``None`` when absent or unreadable."""
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            seconds = float(ms) / 1000.0
+            if math.isfinite(seconds):
+                return max(0.0, seconds)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def status_kind(status: int) -> str:
+    """The error kind of an HTTP status."""
+    if status == 429:
+        return "rate_limited"
+    if status in (401, 403):
+        return "auth"
+    if status == 408:
+        return "timeout"
+    if status >= 500:
+        return "server"
+    return "bad_request"

@@ -1,0 +1,149 @@
+"""The ``openai`` provider: the official SDK against any OpenAI-compatible endpoint.
+
+Nebius Token Factory, OpenAI, vLLM, Ollama, llama.cpp's server and a LiteLLM proxy all
+speak chat completions; the SDK (``AsyncOpenAI``) does the HTTP. Choices made here:
+
+- ``max_retries=0``: a retry the SDK made would be an HTTP attempt nobody recorded or
+  costed. ``providers.retry`` retries instead, one recorded call per attempt.
+- ``with_raw_response`` and our own parsing of the body bytes: the headers give the
+  ``x-request-id``, and the raw ``usage`` object is kept exactly as the provider sent it
+  (the SDK's models would drop or reshape fields such as ``prompt_cache_hit_tokens``).
+  A body that does not parse is a ``malformed`` error, not an exception.
+- The key is handed to the SDK as an async callable that opens the vault per request, so
+  the client object holds no plain key; every string that leaves this module (error
+  messages, bodies, ids) goes through the redaction filter.
+- ``openai`` is imported here only, when the first ``openai`` tier is made.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..errors import ProviderConfigError
+from .base import (ChatRequest, ChatResponse, Provider, error_response, parse_completion_body,
+                   parse_retry_after, status_kind)
+from .vault import Secret, install_log_redaction, load_key, redact
+
+__all__ = ["OpenAIProvider", "make_openai_provider"]
+
+NO_KEY = "no-key-needed"  # local servers (vLLM, Ollama, llama.cpp) accept any bearer token
+SIMULATED_HEADER = "x-benchclaw-simulated"
+
+
+def make_openai_provider(tier, *, sim_options=None, key: Secret | str | None = None) -> "OpenAIProvider":
+    """Registry factory. Raises ``ProviderConfigError`` when the tier's key is missing."""
+    if isinstance(key, str):
+        key = Secret(key, label=f"key of tier {tier.name}")
+    if key is None:
+        key = load_key(tier.key_env, tier.key_file)
+    return OpenAIProvider(tier, key)
+
+
+class OpenAIProvider(Provider):
+    """Chat completions over HTTP with the official SDK. One ``complete`` = one attempt."""
+
+    name = "openai"
+
+    def __init__(self, tier, key: Secret | None) -> None:
+        if not tier.base_url:
+            raise ProviderConfigError(f"tier {tier.name!r}: an openai tier needs a base_url")
+        self.tier = tier
+        self.simulated = bool(tier.simulated)
+        self._key = key
+        self._client = None
+
+    def _client_for_use(self):
+        if self._client is None:
+            import openai
+
+            install_log_redaction()
+            key = self._key
+
+            async def api_key() -> str:
+                return key.reveal() if key is not None else NO_KEY
+
+            self._client = openai.AsyncOpenAI(base_url=self.tier.base_url, api_key=api_key, max_retries=0)
+        return self._client
+
+    def _redact(self, text: str) -> str:
+        return redact(text) if text else text
+
+    async def complete(self, req: ChatRequest) -> ChatResponse:
+        """One HTTP attempt; failures come back as ``outcome="error"`` responses."""
+        if req.timeout_s is not None and req.timeout_s <= 0:
+            return error_response("timeout", "no time left for the call", simulated=self.simulated)
+        import openai
+
+        client = self._client_for_use()
+        start = time.monotonic()
+        try:
+            raw = await client.chat.completions.with_raw_response.create(**self._params(req))
+            body = raw.content
+        except (openai.OpenAIError, OSError) as exc:  # every SDK/transport failure: a typed error
+            return self._error(exc, _elapsed_ms(start))
+        latency = _elapsed_ms(start)
+        headers = raw.headers
+        return parse_completion_body(
+            body, requested_model=req.model, request_id=_header(headers, "x-request-id", self._redact),
+            latency_ms=latency, simulated=self.simulated or headers.get(SIMULATED_HEADER) == "1",
+            redact=self._redact)
+
+    def _params(self, req: ChatRequest) -> dict:
+        params: dict[str, Any] = {"model": req.model, "messages": [dict(m) for m in req.messages],
+                                  "max_tokens": req.max_tokens, "temperature": float(req.temperature)}
+        if req.seed is not None:
+            params["seed"] = req.seed
+        if req.json_mode:
+            params["response_format"] = {"type": "json_object"}
+        if req.timeout_s is not None:
+            params["timeout"] = req.timeout_s
+        return params
+
+    def _error(self, exc: Exception, latency_ms: int) -> ChatResponse:
+        import openai
+
+        kind, status, headers = "connection", None, None
+        if isinstance(exc, openai.APITimeoutError):
+            kind = "timeout"
+        elif isinstance(exc, openai.APIStatusError):
+            status, headers = exc.status_code, exc.response.headers
+            kind = status_kind(status)
+        elif isinstance(exc, openai.APIConnectionError):
+            kind = "connection"
+        elif isinstance(exc, (ValueError, openai.APIResponseValidationError)):
+            kind = "malformed"
+        message = self._redact(f"{type(exc).__name__}: {_error_text(exc)}")[:2000]
+        request_id = _header(headers, "x-request-id", self._redact) if headers is not None else None
+        return error_response(kind, message, status=status, retry_after=parse_retry_after(headers),
+                              latency_ms=latency_ms, request_id=request_id,
+                              simulated=self.simulated or (headers is not None and headers.get(SIMULATED_HEADER) == "1"))
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    def __repr__(self) -> str:
+        return f"<OpenAIProvider tier={self.tier.name} model={self.tier.model} base_url={self.tier.base_url}>"
+
+
+def _header(headers, name: str, redactor) -> str | None:
+    v = headers.get(name) if headers is not None else None
+    return redactor(v) if v else None
+
+
+def _error_text(exc: Exception) -> str:
+    """The message, plus the body when the SDK kept one (providers put the reason there)."""
+    text = str(exc)
+    body = getattr(exc, "body", None)
+    if body is not None and str(body) not in text:
+        text = f"{text} body={body!s}"
+    cause = exc.__cause__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text = f"{text} ({type(cause).__name__}: {cause})"
+    return text
+
+
+def _elapsed_ms(start: float) -> int:
+    return int(round((time.monotonic() - start) * 1000))

@@ -1,0 +1,129 @@
+"""The ``sim`` provider: the simulator in-process, without HTTP.
+
+The grid runner makes thousands of calls; going through a socket for each would only add
+time. ``SimProvider`` asks the same ``SimBackend`` the loopback server uses for an
+HTTP-shaped reply and parses its bytes with the same ``parse_completion_body`` the OpenAI
+provider uses, so both paths agree to the byte. Latency is real wall time: it sleeps the
+simulated latency times ``latency_scale`` (0 for tests, small for the demo), so the
+runtime's clock and time limits see what they would see with a real endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from .. import jsonio
+from ..errors import UsageError
+from ..providers.base import (ChatRequest, ChatResponse, Provider, error_response, parse_completion_body,
+                              parse_retry_after, status_kind)
+from ..providers.vault import redact
+from .backend import SimBackend, SimFaults, SimReply
+from .engine import SimModules
+from .profiles import load_profiles
+
+__all__ = ["SimOptions", "SimProvider", "make_sim_provider", "LATENCY_ENV"]
+
+LATENCY_ENV = "BENCHCLAW_SIM_LATENCY_SCALE"
+
+
+def _default_scale() -> float:
+    value = os.environ.get(LATENCY_ENV)
+    if value is None:
+        return 1.0
+    try:
+        return float(value)
+    except ValueError:
+        raise UsageError(f"{LATENCY_ENV}={value!r}: expected a number") from None
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """How to run the simulator. ``latency_scale`` multiplies simulated latency (default:
+    ``$BENCHCLAW_SIM_LATENCY_SCALE`` or 1); ``backend`` shares one simulated endpoint
+    (and its fault schedule) between providers; ``mods`` injects solver/lure modules."""
+
+    latency_scale: float | None = None
+    faults: SimFaults | None = None
+    profiles_path: str | Path | None = None
+    always_follow_injections: bool | None = None
+    backend: SimBackend | None = None
+    mods: SimModules | None = None
+
+    @classmethod
+    def coerce(cls, value: "SimOptions | Mapping[str, Any] | None") -> "SimOptions":
+        if value is None:
+            return cls()
+        if isinstance(value, SimOptions):
+            return value
+        try:
+            return cls(**dict(value))
+        except TypeError as e:
+            raise UsageError(f"sim options: {e}") from None
+
+    def make_backend(self) -> SimBackend:
+        if self.backend is not None:
+            return self.backend
+        scale = _default_scale() if self.latency_scale is None else self.latency_scale
+        profiles = load_profiles(self.profiles_path)
+        return SimBackend(profiles, faults=self.faults, latency_scale=scale, mods=self.mods)
+
+
+def make_sim_provider(tier, *, sim_options=None, key=None) -> "SimProvider":
+    """Registry factory; the simulator needs no key (``key`` is ignored)."""
+    opts = SimOptions.coerce(sim_options)
+    follow = opts.always_follow_injections
+    if follow is None and tier.always_follow_injections:
+        follow = True
+    return SimProvider(opts.make_backend(), profile_name=tier.sim_profile, always_follow=follow)
+
+
+class SimProvider(Provider):
+    """The simulator as a provider. Every response is labelled ``simulated``."""
+
+    name = "sim"
+    simulated = True
+
+    def __init__(self, backend: SimBackend, *, profile_name: str | None = None,
+                 always_follow: bool | None = None) -> None:
+        self.backend = backend
+        self.profile_name = profile_name
+        self.always_follow = always_follow
+
+    async def complete(self, req: ChatRequest) -> ChatResponse:
+        """One simulated attempt; faults come back as error responses, like HTTP ones."""
+        if req.timeout_s is not None and req.timeout_s <= 0:
+            return error_response("timeout", "no time left for the call", simulated=True)
+        start = time.monotonic()
+        reply = self.backend.handle(jsonio.dumps(req.body()), profile_name=self.profile_name,
+                                    always_follow=self.always_follow)
+        request_id = reply.headers.get("x-request-id")
+        timed_out = reply.hang or (req.timeout_s is not None and reply.delay_s > req.timeout_s)
+        wait = min(reply.delay_s, req.timeout_s) if req.timeout_s is not None else reply.delay_s
+        if wait > 0:
+            await asyncio.sleep(wait)
+        latency = int(round((time.monotonic() - start) * 1000))
+        if timed_out:
+            return error_response("timeout", "Request timed out (simulated).", latency_ms=latency,
+                                  request_id=request_id, simulated=True)
+        if reply.reset:
+            return error_response("connection", "Connection reset by peer (simulated).", latency_ms=latency,
+                                  request_id=request_id, simulated=True)
+        if reply.status != 200:
+            return _http_error(reply, latency, request_id)
+        return parse_completion_body(reply.body, requested_model=req.model, request_id=request_id,
+                                     latency_ms=latency, simulated=True, redact=redact)
+
+
+def _http_error(reply: SimReply, latency: int, request_id: str | None) -> ChatResponse:
+    try:
+        message = jsonio.loads(reply.body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = reply.body.decode("utf-8", "replace")
+    return error_response(status_kind(reply.status), redact(f"HTTP {reply.status}: {message}")[:2000],
+                          status=reply.status, retry_after=parse_retry_after(reply.headers),
+                          latency_ms=latency, request_id=request_id, simulated=True)
