@@ -1,0 +1,84 @@
+"""Building the bodies of run records (docs/FORMAT.md §3) and writing them safely.
+
+The runtime decides; this module turns its decisions into record bodies, so that the
+shape of every record kind is in one place next to the spec it implements. Two guards
+keep the blob rule of FORMAT.md §3 ("every ``sha256:`` string in a run body names a stored
+blob") true whatever the model or provider sends:
+
+- ``lit`` marks a string that came from outside (a path or summary the model chose, an id
+  the provider echoed, an error message) when it would read as a digest: it is written
+  ``literal:sha256:…``, so it can never pose as a reference.
+- ``append`` refuses (``IntegrityError``) to write a body that references a blob the store
+  does not hold: such a record would be a bug, and is caught before it reaches disk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import IntegrityError
+from ..money import fmt_usd
+from ..providers.base import ChatRequest, ChatResponse
+from ..records import DIGEST_RE, blob_refs
+
+__all__ = ["lit", "append", "call_body", "LITERAL_PREFIX"]
+
+LITERAL_PREFIX = "literal:"
+
+
+def lit(value: Any) -> Any:
+    """``value``, or ``"literal:" + value`` when it is a string shaped like a blob digest."""
+    if isinstance(value, str) and DIGEST_RE.match(value):
+        return LITERAL_PREFIX + value
+    return value
+
+
+def append(writer, store, kind: str, body: dict):
+    """Append a record after checking every digest in ``body`` names a stored blob.
+
+    Raises ``IntegrityError`` naming the missing blob (a runtime bug, never model input).
+    """
+    for ref in blob_refs(body):
+        if not store.has_blob(ref):
+            raise IntegrityError(f"{kind} record would reference {ref}, which is not stored")
+    return writer.append(kind, body)
+
+
+def _error_body(resp: ChatResponse) -> dict | None:
+    if resp.error is None:
+        return None
+    body = resp.error.to_dict()
+    body["message"] = lit(body["message"])
+    return body
+
+
+def _raw_blob(store, raw: Any) -> str:
+    try:
+        return store.put_json_blob(raw)
+    except (TypeError, ValueError):  # NaN or an odd type from a provider: keep its text
+        return store.put_blob(repr(raw).encode("utf-8", "backslashreplace"))
+
+
+def call_body(*, store, turn: int, attempt: int, req: ChatRequest, prompt_estimate: int,
+              resp: ChatResponse, cost, simulated: bool) -> dict:
+    """The body of one ``call`` record; stores the request, reply and raw usage blobs."""
+    reply = None if resp.content is None else store.put_blob(resp.content.encode("utf-8", "surrogatepass"))
+    usage_raw = None if resp.usage_raw is None else _raw_blob(store, resp.usage_raw)
+    timeout_ms = None if req.timeout_s is None else int(req.timeout_s * 1000)
+    return {
+        "turn": turn, "attempt": attempt,
+        "request": store.put_json_blob(req.body()),
+        "params": {"model": req.model, "max_tokens": req.max_tokens, "temperature": fmt_usd(req.temperature),
+                   "seed": req.seed, "json_mode": req.json_mode, "timeout_ms": timeout_ms},
+        "prompt_estimate": prompt_estimate,
+        "outcome": resp.outcome, "finish_reason": lit(resp.finish_reason),
+        "reply": reply,
+        "usage": None if resp.usage is None else resp.usage.to_dict(),
+        "usage_raw": usage_raw,
+        "request_id": lit(resp.request_id), "response_id": lit(resp.response_id),
+        "model_echoed": lit(resp.model_echoed), "model_mismatch": bool(resp.model_mismatch),
+        "latency_ms": int(resp.latency_ms),
+        "cost": cost.to_dict(),
+        "error": _error_body(resp),
+        "simulated": simulated,
+    }

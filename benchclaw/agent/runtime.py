@@ -1,0 +1,474 @@
+"""The agent loop: ask the model for one action, decide, execute, observe, record; repeat.
+
+One ``run_agent`` call is one sealed run (docs/FORMAT.md §3). The loop is deliberately
+plain: each turn is one model reply (after any retried HTTP attempts), parsed by
+``protocol``, decided by ``paths``, executed on the in-memory ``Workspace``, answered with
+one JSON observation. Everything that happens is a record, appended (and fsynced) before
+the next step, so a crash loses nothing already decided.
+
+Where the guarantees come from:
+- permissions: every path goes through ``paths.decide``; the workspace holds only the
+  task's inputs and what the agent wrote, so nothing else exists for the agent.
+- bounds: turns are counted per reply; time is read from an injectable monotonic clock
+  before every attempt, each provider call gets the run's remaining time as its timeout
+  (and is cancelled at it), and a reply that arrives late ends the run without being
+  acted on; written bytes are counted before a write executes.
+- money: each HTTP attempt is reserved in the ledger before it is made and settled after,
+  so a ``BudgetError`` stops the run before the call that could pass a limit.
+
+Trade-off: the conversation is resent in full each turn (no summarising), so prompts grow
+with turns; with 12 turns and small task files that is cheap, and it keeps what the model
+saw exactly reconstructible from the ``request`` blobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Mapping
+
+from .. import jsonio
+from ..checks import run_checks
+from ..checks.digest import task_listing
+from ..errors import BudgetError, IntegrityError, UsageError
+from ..money import ZERO_USAGE, CostBounds, Usage, call_cost, cost_bounds, cost_upper_bound, \
+    estimate_prompt_tokens, fmt_usd
+from ..providers.base import ChatRequest, ChatResponse, error_response
+from ..providers.retry import backoff_delay
+from ..tasks import match_lure, path_allowed, render_workspace_section
+from . import evidence
+from .paths import decide
+from .protocol import Action, Invalid, parse_reply
+from .workspace import Workspace
+
+__all__ = ["run_agent", "Limits", "AgentResult", "MonotonicClock", "STATUSES", "RETRY_KINDS"]
+
+STATUSES = ("passed", "failed", "limit_turns", "limit_time", "limit_output", "budget_stop",
+            "provider_error", "aborted")
+# Worth another attempt while the run has time left. A timeout is retried only when the
+# provider gave up before the run's time did (a simulated fault, a proxy's own limit).
+RETRY_KINDS = frozenset({"rate_limited", "server", "connection", "timeout"})
+MAX_READ_CHARS = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds of one run; the defaults are the project's (12 turns, 180 s, 32 KiB)."""
+
+    turns: int = 12
+    seconds: int = 180
+    output_bytes: int = 32 * 1024
+
+    def __post_init__(self) -> None:
+        for name in ("turns", "seconds", "output_bytes"):
+            v = getattr(self, name)
+            if type(v) is not int or v <= 0:
+                raise UsageError(f"limits.{name} must be a positive integer, got {v!r}")
+
+    @classmethod
+    def coerce(cls, value: "Limits | Mapping | None") -> "Limits":
+        """``Limits`` from itself, a mapping of some of its fields, or ``None`` (defaults).
+        Raises ``UsageError`` naming an unknown or bad field."""
+        if value is None:
+            return cls()
+        if isinstance(value, Limits):
+            return value
+        unknown = sorted(set(value) - {"turns", "seconds", "output_bytes"})
+        if unknown:
+            raise UsageError(f"limits: unknown field '{unknown[0]}' (known: turns, seconds, output_bytes)")
+        return cls(**dict(value))
+
+    def to_dict(self) -> dict:
+        return {"turns": self.turns, "seconds": self.seconds, "output_bytes": self.output_bytes}
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """What a caller (CLI, runner, policy) needs of a finished run; the rest is in the run."""
+
+    run_id: str
+    status: str
+    gate_passed: bool
+    passed: bool
+    cost_low: Decimal
+    cost_high: Decimal
+    elapsed_ms: int
+    turns: int
+    reason: str = ""
+    calls: int = 0
+    denials: int = 0
+    injection_attempts: int = 0
+    path: str | None = None
+
+
+class MonotonicClock:
+    """The real clock: ``time.monotonic`` and ``asyncio.sleep``."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+@dataclass(frozen=True)
+class _End:
+    """Why the loop stopped: a status (or ``finished``) and a reason for people."""
+
+    status: str
+    reason: str
+
+
+def _tightest(limits: Limits, task_limits: Mapping, profile_turns: int) -> Limits:
+    """The bounds that hold for a run: the tightest of the caller's (the experiment's),
+    the task's ``[limits]`` and the profile's turn limit. Recorded in ``run.start``."""
+    def pick(name: str, *more: int) -> int:
+        values = [getattr(limits, name), *more]
+        if isinstance(task_limits.get(name), int):
+            values.append(task_limits[name])
+        return min(values)
+    return Limits(pick("turns", profile_turns), pick("seconds"), pick("output_bytes"))
+
+
+def _canon_temperature(t: Any) -> Decimal:
+    d = t if isinstance(t, Decimal) else Decimal(repr(t) if isinstance(t, float) else str(t))
+    if not d.is_finite() or d < 0 or d > 2:
+        raise UsageError(f"temperature must be between 0 and 2, got {t!r}")
+    return Decimal(fmt_usd(d))
+
+
+async def run_agent(*, store, task, tier, catalog, profile, seed, provider, limits=None, policy_context=None,
+                    ledger=None, max_tokens: int = 8192, temperature: Any = Decimal(0), retries: int = 2,
+                    clock=None) -> AgentResult:
+    """Run one agent on one task on one tier and seal the run; returns its ``AgentResult``.
+
+    ``tier`` is a catalog ``Tier`` or its name in ``catalog``; ``profile`` a loaded
+    ``Profile``; ``limits`` a ``Limits`` or a mapping (defaults otherwise); ``clock`` has
+    ``monotonic()`` and async ``sleep(s)`` (default: the real clock). Raises ``UsageError``
+    for bad arguments and ``ProviderConfigError`` for a tier with unknown prices, before any
+    record is written; a cancellation or an unexpected error seals the run ``aborted`` and
+    propagates.
+    """
+    if isinstance(tier, str):
+        tier = catalog.tier(tier)
+    catalog.require_prices([tier.name])
+    if type(max_tokens) is not int or max_tokens < 1:
+        raise UsageError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    if type(retries) is not int or retries < 0:
+        raise UsageError(f"retries must be a non-negative integer, got {retries!r}")
+    run = _Run(store=store, task=task, tier=tier, catalog=catalog, profile=profile, seed=seed,
+               provider=provider, limits=Limits.coerce(limits), policy_context=policy_context, ledger=ledger,
+               max_tokens=max_tokens, temperature=_canon_temperature(temperature), retries=retries,
+               clock=clock or MonotonicClock())
+    return await run.execute()
+
+
+class _Run:
+    """The state of one run; ``execute`` is the whole story, top to bottom."""
+
+    def __init__(self, **kw: Any):
+        self.__dict__.update(kw)
+        p = self.profile
+        self.limits = _tightest(self.limits, getattr(self.task, "limits", None) or {}, p.max_turns)
+        self.turn_limit = self.limits.turns
+        self.ws = Workspace(self.task.inputs)
+        self.messages: list[dict] = [{"role": "system", "content": p.system_prompt},
+                                     {"role": "user", "content": self._first_message()}]
+        self.simulated = bool(getattr(self.tier, "simulated", False) or getattr(self.provider, "simulated", False))
+        self.calls: list[dict] = []
+        self.turns = self.denials = self.invalid = self.injections = 0
+        self.writer = None
+        self.ended = False
+
+    def _first_message(self) -> str:
+        readable = sorted(p for p in self.task.inputs if path_allowed(self.task.readable, p))
+        prompt = self.task.prompt.rstrip("\n")
+        return f"{prompt}\n\n{render_workspace_section(readable, list(self.task.writable))}"
+
+    # -- the story ------------------------------------------------------------------------
+    async def execute(self) -> AgentResult:
+        self._store_inputs()
+        self.writer = self.store.open_run()
+        self.start = self.clock.monotonic()
+        try:
+            self._record_start()
+            end = await self._loop()
+            return self._finish(end)
+        except BaseException as e:
+            if not self.ended:
+                self._abort(e)
+            raise
+
+    async def _loop(self) -> _End:
+        for turn in range(self.turn_limit):
+            got = await self._call(turn)
+            if isinstance(got, _End):
+                return got
+            self.turns += 1
+            end = self._act(turn, got)
+            if end is not None:
+                return end
+        return _End("limit_turns", f"no finish within {self.turn_limit} turns")
+
+    # -- run.start ------------------------------------------------------------------------
+    def _store_inputs(self) -> None:
+        files = self.task.files()
+        listing = task_listing(files)
+        if self.store.put_blob(listing) != self.task.digest:
+            raise IntegrityError(f"task {self.task.id}@{self.task.version}: files do not match its digest")
+        for data in files.values():
+            self.store.put_blob(data)
+        for data in self.catalog.files().values():
+            self.store.put_blob(data)
+        if self.store.put_blob(self.profile.source_bytes) != self.profile.digest:
+            raise IntegrityError(f"profile {self.profile.name}: bytes do not match its digest")
+
+    def _record_start(self) -> None:
+        t, tier = self.task, self.tier
+        self._append("run.start", {
+            "task": {"id": t.id, "version": t.version, "digest": t.digest, "family": t.family},
+            "tier": tier.name, "model": tier.model, "provider": tier.provider, "simulated": self.simulated,
+            "catalog": self.catalog.ref(), "prices": tier.prices_dict(),
+            "profile": {"name": self.profile.name, "digest": self.profile.digest,
+                        "actions": list(self.profile.actions)},
+            "seed": self.seed, "limits": self.limits.to_dict(),
+            "settings": {"max_tokens": self.max_tokens, "temperature": fmt_usd(self.temperature),
+                         "retries": self.retries},
+            "policy": self.policy_context,
+            "ledger": getattr(self.ledger, "id", None) if self.ledger is not None else None,
+        })
+
+    def _append(self, kind: str, body: dict):
+        return evidence.append(self.writer, self.store, kind, body)
+
+    # -- time -----------------------------------------------------------------------------
+    def _elapsed(self) -> float:
+        return self.clock.monotonic() - self.start
+
+    def _remaining(self) -> float:
+        return self.limits.seconds - self._elapsed()
+
+    def _out_of_time(self, what: str) -> _End:
+        return _End("limit_time", f"{what}: the run's {self.limits.seconds} s were used up")
+
+    # -- one turn's model call, with retries ----------------------------------------------
+    async def _call(self, turn: int) -> ChatResponse | _End:
+        messages = tuple(self.messages)
+        estimate = estimate_prompt_tokens(messages)
+        for attempt in range(self.retries + 1):
+            remaining = self._remaining()
+            if remaining <= 0:
+                return self._out_of_time(f"turn {turn}")
+            req = ChatRequest(model=self.tier.model, messages=messages, max_tokens=self.max_tokens,
+                              temperature=self.temperature, seed=self.seed, json_mode=True, timeout_s=remaining)
+            try:
+                reservation = self._reserve(turn, attempt, estimate)
+            except BudgetError as e:
+                return _End("budget_stop", str(e))
+            resp = await self._complete(req, remaining)
+            self._record_call(turn, attempt, req, estimate, resp, reservation)
+            if self._remaining() <= 0:
+                return self._out_of_time(f"turn {turn}, attempt {attempt}")
+            if resp.ok:
+                return resp
+            end = await self._after_error(resp, attempt)
+            if end is not None:
+                return end
+        raise AssertionError("unreachable: the last attempt always returns")  # pragma: no cover
+
+    async def _complete(self, req: ChatRequest, remaining: float) -> ChatResponse:
+        t0 = time.monotonic()
+        try:
+            return await asyncio.wait_for(self.provider.complete(req), timeout=remaining)
+        except asyncio.TimeoutError:
+            ms = int((time.monotonic() - t0) * 1000)
+            return error_response("timeout", f"no reply within the run's remaining {remaining:.1f} s",
+                                  latency_ms=ms, simulated=self.simulated)
+
+    async def _after_error(self, resp: ChatResponse, attempt: int) -> _End | None:
+        err = resp.error
+        what = f"{err.kind}" + (f" (HTTP {err.status})" if err.status else "") + f": {err.message}"
+        if err.kind not in RETRY_KINDS or attempt >= self.retries:
+            tries = f" after {attempt + 1} attempts" if attempt else ""
+            return _End("provider_error", f"{what}{tries}"[:500])
+        wait = err.retry_after if err.retry_after is not None else backoff_delay(attempt)
+        if wait >= self._remaining():
+            return _End("provider_error", f"{what}; the retry wait of {wait:g} s is longer than the "
+                                          f"{max(self._remaining(), 0):.1f} s the run has left"[:500])
+        await self.clock.sleep(wait)
+        return None
+
+    def _reserve(self, turn: int, attempt: int, estimate: int):
+        if self.ledger is None:
+            return None
+        usd = cost_upper_bound(estimate, self.max_tokens, self.tier.prices)
+        return self.ledger.reserve(run=self.writer.path.stem, key=f"{turn}.{attempt}",
+                                   tokens=estimate + self.max_tokens, usd=usd)
+
+    def _record_call(self, turn: int, attempt: int, req: ChatRequest, estimate: int, resp: ChatResponse,
+                     reservation) -> None:
+        cost = cost_bounds(resp.usage, estimate, self.max_tokens, self.tier.prices)
+        body = evidence.call_body(store=self.store, turn=turn, attempt=attempt, req=req, prompt_estimate=estimate,
+                                  resp=resp, cost=cost, simulated=self.simulated)
+        self._append("call", body)
+        self.calls.append({"usage": resp.usage, "cost": cost})
+        if reservation is not None:
+            known = resp.usage is not None
+            self.ledger.settle(reservation, tokens=resp.usage.total if known else None,
+                               usd=call_cost(resp.usage, self.tier.prices) if known else None)
+
+    # -- one turn's action ----------------------------------------------------------------
+    def _act(self, turn: int, resp: ChatResponse) -> _End | None:
+        content = resp.content or ""
+        self.messages.append({"role": "assistant", "content": content})
+        parsed = parse_reply(resp.content, self.profile.actions)
+        if isinstance(parsed, Invalid):
+            return self._invalid(turn, parsed, resp)
+        return _HANDLERS[parsed.name](self, turn, parsed)
+
+    def _observe(self, turn: int, name: str, args: dict, obs: dict, *, permitted: bool = True,
+                 reason: str | None = None, injection: str | None = None) -> None:
+        data = jsonio.dumps(obs)
+        self.messages.append({"role": "user", "content": data.decode("utf-8")})
+        self._append("action", {"turn": turn, "name": name, "args": args, "permitted": permitted,
+                                "reason": reason, "injection": None if injection is None else {"lure": injection},
+                                "observation": self.store.put_blob(data)})
+
+    def _invalid(self, turn: int, bad: Invalid, resp: ChatResponse) -> None:
+        reason = bad.reason
+        if resp.outcome == "length":
+            reason = f"{reason} (the reply was cut off at max_tokens = {self.max_tokens})"
+        elif resp.outcome == "reasoning_only":
+            reason = f"{reason} (the model spent its tokens reasoning and answered nothing)"
+        lure = match_lure(self.task.lures, {"action": bad.action}) if bad.action else None
+        self.invalid += 1
+        self.injections += lure is not None
+        args = {} if bad.action is None else {"action": evidence.lit(bad.action[:200])}
+        self._observe(turn, "invalid", args, {"ok": False, "action": None, "error": reason},
+                      permitted=False, reason=reason, injection=lure)
+        return None
+
+    def _deny(self, turn: int, action: Action, args: dict, reason: str) -> None:
+        lure = match_lure(self.task.lures, {"action": action.name, **action.args})
+        self.denials += 1
+        self.injections += lure is not None
+        text = f"denied: {reason}"
+        self._observe(turn, action.name, args, {"ok": False, "action": action.name, "error": text, "denied": True},
+                      permitted=False, reason=text, injection=lure)
+
+    def _read(self, turn: int, action: Action) -> None:
+        raw = action.args["path"]
+        d = decide("read", raw, readable=self.task.readable, writable=self.task.writable,
+                   inputs=self.task.inputs, overwrite_inputs=self.task.overwrite_inputs)
+        args = _path_args(raw, d.path)
+        if not d.permitted:
+            return self._deny(turn, action, args, d.reason)
+        data = self.ws.read(d.path)
+        if data is None:
+            obs = {"ok": False, "action": "read", "path": d.path, "error": f"not found: '{d.path}' does not exist"}
+        else:
+            text = data.decode("utf-8", "replace")
+            obs = {"ok": True, "action": "read", "path": d.path, "content": text[:MAX_READ_CHARS]}
+            if len(text) > MAX_READ_CHARS:
+                obs["truncated"] = True
+        self._observe(turn, "read", args, obs)
+        return None
+
+    def _write(self, turn: int, action: Action) -> _End | None:
+        raw, data = action.args["path"], action.args["content"].encode("utf-8")
+        d = decide("write", raw, readable=self.task.readable, writable=self.task.writable,
+                   inputs=self.task.inputs, overwrite_inputs=self.task.overwrite_inputs)
+        args = {**_path_args(raw, d.path), "content": self.store.put_blob(data), "bytes": len(data)}
+        if not d.permitted:
+            return self._deny(turn, action, args, d.reason)
+        if self.ws.would_exceed(data, self.limits.output_bytes):
+            why = (f"limit: writing {len(data)} bytes would take the run's written output past "
+                   f"{self.limits.output_bytes} bytes ({self.ws.bytes_written} written so far)")
+            self._observe(turn, "write", args, {"ok": False, "action": "write", "error": why},
+                          permitted=False, reason=why)
+            return _End("limit_output", why)
+        self.ws.write(d.path, data)
+        self._observe(turn, "write", args, {"ok": True, "action": "write", "path": d.path, "bytes": len(data)})
+        return None
+
+    def _check(self, turn: int, action: Action) -> None:
+        gate = [s for s in self.task.checks if s.gate and not s.heldout]
+        results = run_checks(gate, self.ws.files(), {}, include_heldout=False)
+        self._observe(turn, "check", {}, {"ok": True, "action": "check", "results": [
+            {"id": r.id, "passed": r.passed, "detail": r.detail} for r in results]})
+        return None
+
+    def _finish_action(self, turn: int, action: Action) -> _End:
+        summary = action.args["summary"]
+        self._observe(turn, "finish", {"summary": evidence.lit(summary[:2000])}, {"ok": True, "action": "finish"})
+        return _End("finished", summary[:200])
+
+    # -- the end --------------------------------------------------------------------------
+    def _finish(self, end: _End) -> AgentResult:
+        for path, data in self.ws.artifacts(self.task.outputs).items():
+            self._append("artifact", {"path": path, "digest": self.store.put_blob(data), "size": len(data)})
+        results = run_checks(self.task.checks, self.ws.files(), self.task.heldout, include_heldout=True)
+        for r in results:
+            self._append("check", {**r.to_dict(), "detail": evidence.lit(r.detail)})
+        gate_passed = all(r.passed for r in results if r.gate)
+        passed = bool(results) and all(r.passed for r in results)
+        status, reason = end.status, end.reason
+        if status == "finished":
+            failed = [r.id for r in results if not r.passed]
+            status = "passed" if passed else "failed"
+            reason = "every check passed" if passed else f"check {', '.join(failed)} failed"
+        return self._end(status, reason, gate_passed=gate_passed, passed=passed)
+
+    def _totals(self) -> tuple[Usage, CostBounds]:
+        usage, cost = ZERO_USAGE, CostBounds.zero()
+        for c in self.calls:
+            usage = usage + (c["usage"] or ZERO_USAGE)
+            cost = cost + c["cost"]
+        return usage, cost
+
+    def _end(self, status: str, reason: str, *, gate_passed: bool, passed: bool, **extra: Any) -> AgentResult:
+        usage, cost = self._totals()
+        elapsed_ms = max(0, int(self._elapsed() * 1000))
+        self._append("run.end", {
+            "status": status, "reason": evidence.lit(reason), "turns": self.turns, "calls": len(self.calls),
+            "gate_passed": gate_passed, "passed": passed, "usage": usage.to_dict(), "cost": cost.to_dict(),
+            "elapsed_ms": elapsed_ms, "injection_attempts": self.injections, "denials": self.denials,
+            "invalid": self.invalid, "output_bytes": self.ws.bytes_written, **extra})
+        self.ended = True
+        run_id = self.writer.seal()
+        return AgentResult(run_id=run_id, status=status, gate_passed=gate_passed, passed=passed,
+                           cost_low=cost.low, cost_high=cost.high, elapsed_ms=elapsed_ms, turns=self.turns,
+                           reason=reason, calls=len(self.calls), denials=self.denials,
+                           injection_attempts=self.injections, path=str(self.store.run_path(run_id)))
+
+    def _abort(self, exc: BaseException) -> None:
+        """Seal the run ``aborted`` after a cancellation or a bug; never masks ``exc``."""
+        what = "cancelled" if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) else \
+            f"internal error: {type(exc).__name__}"
+        try:
+            if not self.writer.records:  # nothing happened: leave no empty open run behind
+                self.writer.close_unsealed()
+                self.writer.path.unlink(missing_ok=True)
+                return
+            self._end("aborted", what, gate_passed=False, passed=False)
+        except Exception:  # the original error matters more; recovery will seal the file
+            self.writer.close_unsealed()
+
+
+MAX_RECORDED_PATH = 1024
+
+
+def _path_args(raw: Any, norm: str | None) -> dict:
+    """``args`` of a read or write: the path as the model wrote it (capped; the reply blob
+    has it whole) and, when it differs, the normalised path that was acted on."""
+    args: dict = {"path": evidence.lit(raw[:MAX_RECORDED_PATH])}
+    if len(raw) > MAX_RECORDED_PATH:
+        args["path_truncated"] = True
+    if norm is not None and norm != raw:
+        args["resolved"] = norm
+    return args
+
+
+_HANDLERS = {"read": _Run._read, "write": _Run._write, "check": _Run._check, "finish": _Run._finish_action}
