@@ -64,7 +64,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(413, {"error": {"message": "request body too large", "type": "invalid_request_error"}})
             return
         raw = self.rfile.read(length)
-        reply = self.server.backend.handle(raw, authorization=self.headers.get("authorization"))
+        try:
+            reply = self.server.backend.handle(raw, authorization=self.headers.get("authorization"))
+        except Exception as e:  # a simulator bug answers 500, like a real upstream would
+            self._json(500, {"error": {"message": f"simulator error: {type(e).__name__}: {e}"[:500],
+                                       "type": "server_error"}})
+            return
         if reply.hang:
             self.server.stopping.wait(reply.delay_s)
             self._drop()

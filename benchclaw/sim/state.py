@@ -125,7 +125,10 @@ def parse_conversation(messages: Sequence[Mapping], parse_workspace: Callable[[s
         raise ValueError("the request has no user message")
     first = users[0]
     prompt = str(messages[first].get("content") or "")
-    readable, writable = parse_workspace(prompt)
+    try:
+        readable, writable = parse_workspace(prompt)
+    except Exception:  # no or unreadable workspace section: a task it can only give up on
+        readable, writable = [], []
     st = ConvState(system=system, prompt=prompt, readable=list(readable), writable=list(writable),
                    checks_offered=offers_check(system))
     rest = list(messages[first + 1:])
