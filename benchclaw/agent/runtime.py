@@ -101,6 +101,7 @@ class AgentResult:
     denials: int = 0
     injection_attempts: int = 0
     path: str | None = None
+    simulated: bool = False
 
 
 class MonotonicClock:
@@ -441,7 +442,8 @@ class _Run:
         return AgentResult(run_id=run_id, status=status, gate_passed=gate_passed, passed=passed,
                            cost_low=cost.low, cost_high=cost.high, elapsed_ms=elapsed_ms, turns=self.turns,
                            reason=reason, calls=len(self.calls), denials=self.denials,
-                           injection_attempts=self.injections, path=str(self.store.run_path(run_id)))
+                           injection_attempts=self.injections, path=str(self.store.run_path(run_id)),
+                           simulated=self.simulated)
 
     def _abort(self, exc: BaseException) -> None:
         """Seal the run ``aborted`` after a cancellation or a bug; never masks ``exc``."""
