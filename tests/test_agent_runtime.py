@@ -360,3 +360,15 @@ def test_bad_arguments_are_refused_before_any_record(tmp_path, kw, says):
 
 def test_limits_default_to_the_project_bounds():
     assert Limits() == Limits(turns=12, seconds=180, output_bytes=32768)
+
+
+def test_a_live_key_in_a_provider_error_never_reaches_the_records(tmp_path):
+    from benchclaw.providers.vault import Secret
+
+    key = "sk-live-0123456789abcdefXYZ"
+    secret = Secret(key)  # noqa: F841  (held live for the run)
+    res, run, _, store = go(tmp_path, [error("auth", f"Incorrect API key provided: {key}", status=401)])
+    assert res.status == "provider_error"
+    raw = run.path.read_bytes()
+    assert key.encode() not in raw and b"0123456789abcdef" not in raw
+    assert "[REDACTED]" in run.of_kind("call")[0].body["error"]["message"] and key not in res.reason

@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import IntegrityError
 from ..money import fmt_usd
 from ..providers.base import ChatRequest, ChatResponse
+from ..providers.vault import redact
 from ..records import DIGEST_RE, blob_refs
 
 __all__ = ["lit", "append", "call_body", "LITERAL_PREFIX"]
@@ -48,7 +49,7 @@ def _error_body(resp: ChatResponse) -> dict | None:
     if resp.error is None:
         return None
     body = resp.error.to_dict()
-    body["message"] = lit(body["message"])
+    body["message"] = lit(redact(body["message"]))  # the provider redacted it already; belt and braces
     return body
 
 

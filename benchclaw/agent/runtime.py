@@ -37,6 +37,7 @@ from ..money import ZERO_USAGE, CostBounds, Usage, call_cost, cost_bounds, cost_
     estimate_prompt_tokens, fmt_usd
 from ..providers.base import ChatRequest, ChatResponse, error_response
 from ..providers.retry import backoff_delay
+from ..providers.vault import redact
 from ..tasks import match_lure, path_allowed, render_workspace_section
 from . import evidence
 from .paths import decide
@@ -290,7 +291,7 @@ class _Run:
 
     async def _after_error(self, resp: ChatResponse, attempt: int) -> _End | None:
         err = resp.error
-        what = f"{err.kind}" + (f" (HTTP {err.status})" if err.status else "") + f": {err.message}"
+        what = f"{err.kind}" + (f" (HTTP {err.status})" if err.status else "") + f": {redact(err.message)}"
         if err.kind not in RETRY_KINDS or attempt >= self.retries:
             tries = f" after {attempt + 1} attempts" if attempt else ""
             return _End("provider_error", f"{what}{tries}"[:500])
