@@ -1,0 +1,217 @@
+"""What the analysis reads: plain records, never a Store.
+
+The same ``ExperimentData`` is built from a runs directory (``benchclaw.report``) and by
+the offline verifier from a zip's bytes, so the whole analysis is one pure function of it.
+Run records are condensed here into ``RunView``s: the few numbers a policy and a table
+need, read defensively, because an aborted or recovered run may lack fields. A field of
+the wrong type is a ``FormatError`` naming the run; a missing optional field is a default.
+
+Task lures (which tasks carry a planted injection) come from the task files the runs
+stored as blobs (``lured_tasks``), or are given directly as ``tasks_with_lures``.
+"""
+
+from __future__ import annotations
+
+import decimal
+import re
+import tomllib
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Callable, Mapping
+
+from ..errors import FormatError
+from ..records import Record
+
+__all__ = ["ExperimentData", "RunView", "CallView", "view_run", "lured_tasks", "parse_cell",
+           "task_key", "usd"]
+
+_USD_RE = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
+_EXACT = decimal.Context(prec=60, traps=[decimal.Inexact, decimal.InvalidOperation])
+USAGE_KEYS = ("prompt", "cached_read", "cache_write", "completion", "reasoning")
+
+
+@dataclass(frozen=True)
+class ExperimentData:
+    """Everything one experiment's analysis reads.
+
+    ``journal``: the experiment's journal records merged in reader order (FORMAT.md §7).
+    ``runs``: run id -> that run's records (every run whose ``run.start.policy.experiment``
+    is this experiment; others are ignored). ``spec``: the parsed registered spec (latest
+    registered digest). ``tasks_with_lures``: ``"<task id>@<version>"`` keys of tasks that
+    carry an injection, or None when unknown.
+    """
+
+    experiment: str
+    spec: Mapping
+    spec_digest: str | None = None
+    journal: tuple[Record, ...] = ()
+    runs: Mapping[str, tuple[Record, ...]] = field(default_factory=dict)
+    tasks_with_lures: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
+class CallView:
+    outcome: str
+    error_kind: str | None
+    usage: tuple[int, int, int, int, int] | None  # USAGE_KEYS order; None = not reported
+    cost_low: Decimal
+    cost_high: Decimal
+    known: bool
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One sealed run as the analysis sees it."""
+
+    run_id: str
+    at: str
+    experiment: str | None
+    cell: str
+    task: str  # "<id>@<version>"
+    tier: str
+    policy: str
+    trial: str | None
+    step: int
+    rerun: bool
+    replaces: str | None
+    spec_digest: str | None
+    status: str
+    passed: bool
+    gate_passed: bool
+    elapsed_ms: int
+    turns: int
+    calls: tuple[CallView, ...]
+    injection_attempts: int
+    denials: int
+    simulated: bool
+
+    @property
+    def called_model(self) -> bool:
+        return bool(self.calls)
+
+    @property
+    def cost_low(self) -> Decimal:
+        return sum_exact(c.cost_low for c in self.calls)
+
+    @property
+    def cost_high(self) -> Decimal:
+        return sum_exact(c.cost_high for c in self.calls)
+
+
+def sum_exact(values) -> Decimal:
+    total = Decimal(0)
+    for v in values:
+        total = _EXACT.add(total, v)
+    return total
+
+
+def usd(text, where: str) -> Decimal:
+    """A money string from a record. Raises FormatError naming ``where``."""
+    if not isinstance(text, str) or not _USD_RE.match(text):
+        raise FormatError(f"{where}: expected a decimal USD string, got {text!r}")
+    return Decimal(text)
+
+
+def task_key(task: Mapping) -> str:
+    return f"{task.get('id')}@{task.get('version')}"
+
+
+def parse_cell(cell: str) -> tuple[str, str, str]:
+    """``"<task>@<v>/<profile>/<seed>"`` -> (task key, profile, seed). Raises FormatError."""
+    parts = cell.rsplit("/", 2) if isinstance(cell, str) else []
+    if len(parts) != 3 or "@" not in parts[0]:
+        raise FormatError(f"cell {cell!r}: expected <task>@<version>/<profile>/<seed>")
+    return parts[0], parts[1], parts[2]
+
+
+def _get(body: Mapping, key: str, typ: type, default, where: str):
+    val = body.get(key, default) if isinstance(body, Mapping) else default
+    if val is None:
+        return default
+    if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
+        raise FormatError(f"{where}: field {key!r} is not {typ.__name__}: {val!r}")
+    return val
+
+
+def _call_view(body: Mapping, where: str) -> CallView:
+    cost = _get(body, "cost", dict, {}, where)
+    low = usd(cost.get("low", "0"), f"{where}: cost.low")
+    high = usd(cost.get("high", cost.get("low", "0")), f"{where}: cost.high")
+    usage = body.get("usage")
+    uv = None
+    if isinstance(usage, Mapping):
+        uv = tuple(_get(usage, k, int, 0, f"{where}: usage") for k in USAGE_KEYS)
+    err = body.get("error")
+    kind = err.get("kind") if isinstance(err, Mapping) else None
+    outcome = _get(body, "outcome", str, "error" if err else "stop", where)
+    known = bool(cost.get("known", uv is not None)) and low == high
+    return CallView(outcome, str(kind) if kind is not None else None, uv, low, high, known)
+
+
+def view_run(run_id: str, records: tuple[Record, ...] | list[Record]) -> RunView:
+    """Condense one run's records. Raises FormatError (naming the run) when the run has no
+    ``run.start`` or a field has the wrong type."""
+    where = f"run {run_id}"
+    if not records or records[0].kind != "run.start":
+        raise FormatError(f"{where}: does not start with run.start")
+    start = records[0].body
+    end = records[-1].body if records[-1].kind == "run.end" else {}
+    pol = _get(start, "policy", dict, {}, where)
+    calls, attempts, denials = [], 0, 0
+    for rec in records:
+        if rec.kind == "call":
+            calls.append(_call_view(rec.body, f"{where} line {rec.seq + 1}"))
+        elif rec.kind == "action":
+            denials += rec.body.get("permitted") is False
+            attempts += bool(rec.body.get("injection"))
+    task = _get(start, "task", dict, {}, where)
+    status = _get(end, "status", str, "aborted", where)
+    return RunView(
+        run_id=run_id, at=records[0].at, experiment=pol.get("experiment"),
+        cell=_get(pol, "cell", str, f"{task_key(task)}/?/?", where), task=task_key(task),
+        tier=_get(start, "tier", str, "?", where), policy=_get(pol, "policy", str, "grid", where),
+        trial=pol.get("trial") if isinstance(pol.get("trial"), str) else None,
+        step=_get(pol, "step", int, 0, where), rerun=bool(pol.get("rerun")),
+        replaces=pol.get("replaces") if isinstance(pol.get("replaces"), str) else None,
+        spec_digest=pol.get("spec_digest") if isinstance(pol.get("spec_digest"), str) else None,
+        status=status, passed=_get(end, "passed", bool, False, where) and status != "aborted",
+        gate_passed=_get(end, "gate_passed", bool, False, where) and status != "aborted",
+        elapsed_ms=_get(end, "elapsed_ms", int, 0, where),
+        turns=_get(end, "turns", int, 0, where), calls=tuple(calls),
+        injection_attempts=attempts, denials=denials,
+        simulated=bool(start.get("simulated")))
+
+
+def lured_tasks(starts: list[Mapping], get_blob: Callable[[str], bytes]) -> frozenset[str]:
+    """Keys of tasks whose ``task.toml`` declares lures, read from the stored task blobs.
+
+    ``starts`` are run.start bodies; ``get_blob(digest) -> bytes`` reads a blob (from a
+    runs directory or a zip). A task whose files cannot be read counts as carrying none.
+    Raises nothing for unreadable blobs; a listing in the wrong format is skipped.
+    """
+    out: set[str] = set()
+    seen: set[str] = set()
+    for start in starts:
+        task = start.get("task") if isinstance(start, Mapping) else None
+        if not isinstance(task, Mapping) or not isinstance(task.get("digest"), str):
+            continue
+        key = task_key(task)
+        if key in seen:
+            continue
+        seen.add(key)
+        if _declares_lures(task["digest"], get_blob):
+            out.add(key)
+    return frozenset(out)
+
+
+def _declares_lures(listing_digest: str, get_blob: Callable[[str], bytes]) -> bool:
+    try:
+        listing = get_blob(listing_digest).decode("utf-8")
+        for line in listing.splitlines():
+            hexd, _, path = line.partition("  ")
+            if path == "task.toml":
+                meta = tomllib.loads(get_blob("sha256:" + hexd).decode("utf-8"))
+                return bool(meta.get("lures"))
+    except Exception:  # noqa: BLE001 - a missing or odd task file means "no lures known"
+        return False
+    return False

@@ -1,0 +1,194 @@
+"""The numbers of one row of a policy or tier table, exact, with their honest bounds.
+
+A row is computed from *samples*: one per cell for a policy (its trial), one per run for
+a tier. Pass rate, cost and time read the complete samples; a cell with no complete
+sample is *missing* and widens the pass-rate interval to both extremes (it might have
+passed or failed). Tokens, finish outcomes, statuses and injections count every run the
+row touched, complete or not, because they describe what happened, not an outcome.
+
+Values are exact rationals; only the strings written for people and for summary.json are
+rounded, money outward to 12 decimal places (the low end down, the high end up), so a
+written bound is never better than the exact one.
+"""
+
+from __future__ import annotations
+
+import decimal
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Iterable
+
+from .inputs import USAGE_KEYS, RunView, parse_cell, sum_exact
+from .interval import POS_INF, UNKNOWN, Interval, is_inf, to_decimal
+
+__all__ = ["Sample", "Row", "make_row", "MONEY_DIGITS", "money_text"]
+
+MONEY_DIGITS = 12
+
+
+@dataclass(frozen=True)
+class Sample:
+    cell: str
+    passed: bool
+    cost_low: Decimal
+    cost_high: Decimal
+    elapsed_ms: int
+    runs: tuple[RunView, ...]
+
+
+@dataclass(frozen=True)
+class Row:
+    """Everything a table row and a decision rule need, as exact values."""
+
+    samples: tuple[Sample, ...]
+    all_runs: tuple[RunView, ...]
+    cells: tuple[str, ...]
+    missing: int
+    lures: frozenset[str] | None
+
+    # -- outcomes ---------------------------------------------------------------------------
+    @property
+    def passed(self) -> int:
+        return sum(s.passed for s in self.samples)
+
+    def pass_interval(self, samples: Iterable[Sample] | None = None, missing: int | None = None) -> Interval:
+        samples = list(self.samples if samples is None else samples)
+        missing = self.missing if missing is None else missing
+        total = len(samples) + missing
+        if total == 0:
+            return UNKNOWN
+        passed = sum(s.passed for s in samples)
+        return Interval(Fraction(passed, total), Fraction(passed + missing, total))
+
+    def pass_k(self) -> tuple[int, int, int, int]:
+        """(groups, passed every seed, unknown, k): a task/profile group passes when every
+        one of its cells has samples and all of them passed; it fails on any failure."""
+        by_cell: dict[str, list[bool]] = {}
+        for s in self.samples:
+            by_cell.setdefault(s.cell, []).append(s.passed)
+        groups: dict[tuple[str, str], list[bool | None]] = {}
+        for cell in self.cells:
+            res = by_cell.get(cell)
+            groups.setdefault(parse_cell(cell)[:2], []).append(all(res) if res else None)
+        ok = sum(all(v is True for v in g) for g in groups.values())
+        bad = sum(any(v is False for v in g) for g in groups.values())
+        k = max((len(g) for g in groups.values()), default=0)
+        return len(groups), ok, len(groups) - ok - bad, k
+
+    def pass_k_interval(self) -> Interval:
+        groups, ok, unknown, _ = self.pass_k()
+        if not groups:
+            return UNKNOWN
+        return Interval(Fraction(ok, groups), Fraction(ok + unknown, groups))
+
+    def split_by_lures(self) -> tuple[list[Sample], list[Sample]] | None:
+        if self.lures is None:
+            return None
+        inj = [s for s in self.samples if parse_cell(s.cell)[0] in self.lures]
+        return inj, [s for s in self.samples if parse_cell(s.cell)[0] not in self.lures]
+
+    # -- cost and time ----------------------------------------------------------------------
+    def total_cost(self) -> Interval:
+        return Interval(sum_exact(s.cost_low for s in self.samples),
+                        sum_exact(s.cost_high for s in self.samples))
+
+    def cost_per_task(self) -> Interval:
+        n = len(self.samples)
+        if n == 0:
+            return UNKNOWN
+        return self.total_cost() / Interval.point(n)
+
+    def cost_per_pass(self) -> Interval:
+        if not self.samples:
+            return UNKNOWN
+        if self.passed == 0:  # money spent, no pass bought: infinitely expensive per pass
+            return Interval(POS_INF, POS_INF)
+        return self.total_cost() / Interval.point(self.passed)
+
+    def mean_time(self) -> Interval:
+        n = len(self.samples)
+        if n == 0:
+            return UNKNOWN
+        return Interval.point(Fraction(sum(s.elapsed_ms for s in self.samples), n * 1000))
+
+    def median_time(self) -> Interval:
+        times = sorted(s.elapsed_ms for s in self.samples)
+        if not times:
+            return UNKNOWN
+        mid = len(times) // 2
+        ms = Fraction(times[mid]) if len(times) % 2 else Fraction(times[mid - 1] + times[mid], 2)
+        return Interval.point(ms / 1000)
+
+    # -- what happened in the runs ----------------------------------------------------------
+    def tokens(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for r in self.all_runs:
+            row = out.setdefault(r.tier, dict.fromkeys(USAGE_KEYS + ("calls", "unknown_usage"), 0))
+            for c in r.calls:
+                row["calls"] += 1
+                if c.usage is None:
+                    row["unknown_usage"] += 1
+                    continue
+                for key, val in zip(USAGE_KEYS, c.usage):
+                    row[key] += val
+        return dict(sorted(out.items()))
+
+    def finishes(self) -> dict:
+        counts = {"stop": 0, "length": 0, "reasoning_only": 0, "error": 0}
+        errors: dict[str, int] = {}
+        for r in self.all_runs:
+            for c in r.calls:
+                counts[c.outcome] = counts.get(c.outcome, 0) + 1
+                if c.outcome == "error":
+                    kind = c.error_kind or "unknown"
+                    errors[kind] = errors.get(kind, 0) + 1
+        return {**dict(sorted(counts.items())), "errors": dict(sorted(errors.items()))}
+
+    def statuses(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.all_runs:
+            out[r.status] = out.get(r.status, 0) + 1
+        return dict(sorted(out.items()))
+
+    def unknown_calls(self) -> int:
+        return sum(not c.known for r in self.all_runs for c in r.calls)
+
+    def injection(self) -> dict[str, int]:
+        exposed = [r for r in self.all_runs if self.lures is None or r.task in self.lures]
+        return {"attempts": sum(r.injection_attempts for r in self.all_runs),
+                "denials": sum(r.denials for r in self.all_runs),
+                "runs": len(self.all_runs), "runs_exposed": len(exposed),
+                "runs_attempted": sum(r.injection_attempts > 0 for r in exposed)}
+
+    def attempt_rate(self) -> Interval:
+        inj = self.injection()
+        if not inj["runs_exposed"]:
+            return UNKNOWN
+        return Interval.point(Fraction(inj["runs_attempted"], inj["runs_exposed"]))
+
+    def turns(self) -> Interval:
+        if not self.all_runs:
+            return UNKNOWN
+        return Interval.point(Fraction(sum(r.turns for r in self.all_runs), len(self.all_runs)))
+
+
+def make_row(samples: list[Sample], incomplete_runs: list[RunView], cells: list[str],
+             missing: int, lures: frozenset[str] | None) -> Row:
+    runs: dict[str, RunView] = {}
+    for r in [r for s in samples for r in s.runs] + incomplete_runs:
+        runs.setdefault(r.run_id, r)
+    return Row(tuple(samples), tuple(sorted(runs.values(), key=lambda r: (r.at, r.run_id))),
+               tuple(cells), missing, lures)
+
+
+def money_text(value, up: bool) -> str:
+    """A bound (Fraction, Decimal or infinity) as canonical decimal text rounded outward to
+    MONEY_DIGITS places (no trailing zeros); ``"inf"``/``"-inf"`` for an unbounded end."""
+    if is_inf(value):
+        return "inf" if value.sign > 0 else "-inf"
+    v = to_decimal(Fraction(value), MONEY_DIGITS, decimal.ROUND_CEILING if up else decimal.ROUND_FLOOR)
+    text = format(v, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text

@@ -1,0 +1,218 @@
+"""Tables for people: the terminal and a Markdown block to paste into a README or a PR.
+
+Both render from the summary.json object only, never from runs, so what a person reads
+is exactly what the verifier recomputes. Money is shortened for reading (4 significant
+digits, bounds rounded outward); the exact strings stay in summary.json.
+"""
+
+from __future__ import annotations
+
+import decimal
+from decimal import Decimal
+from typing import Callable
+
+__all__ = ["render_terminal", "render_markdown"]
+
+_MARK = {"supported": "SUPPORTED", "refuted": "REFUTED", "inconclusive": "INCONCLUSIVE",
+         "error": "ERROR"}
+
+
+def _usd(text: str | None, up: bool = False) -> str:
+    if text is None:
+        return "-"
+    if text in ("inf", "-inf"):
+        return "∞"
+    d = Decimal(text)
+    if d == 0:
+        return "$0"
+    q = Decimal(1).scaleb(d.adjusted() - 3)
+    r = d.quantize(q, rounding=decimal.ROUND_CEILING if up else decimal.ROUND_FLOOR)
+    return "$" + format(r.normalize(), "f")
+
+
+def _money(obj: dict | None) -> str:
+    if not obj:
+        return "-"
+    if obj["known"]:
+        return _usd(obj["low"])
+    return f"{_usd(obj['low'])}..{_usd(obj['high'], True)}"
+
+
+def _rate(obj: dict | None) -> str:
+    if not obj or obj.get("n") in (0, None):
+        return "-"
+    return f"{obj['passed']}/{obj['n']} {obj['value']}"
+
+
+def _ci(obj: dict | None) -> str:
+    w = (obj or {}).get("wilson95")
+    return f"[{w[0]}, {w[1]}]" if w else "-"
+
+
+def _pass_k(obj: dict) -> str:
+    if not obj["groups"]:
+        return "-"
+    unk = f" (+{obj['unknown']}?)" if obj["unknown"] else ""
+    return f"{obj['passed']}/{obj['groups']}{unk} k={obj['k']}"
+
+
+def _bounds(b: list | None) -> str:
+    if not b:
+        return "-"
+    return b[0] if b[0] == b[1] else f"{b[0]}..{b[1]}"
+
+
+def _row_label(p: dict) -> str:
+    return f"{p['policy']} ({p['mode']})"
+
+
+def _finish(row: dict) -> str:
+    f = row["finish"]
+    errs = ",".join(f"{k}:{v}" for k, v in f["errors"].items())
+    return f"stop {f['stop']} len {f['length']} ro {f['reasoning_only']} err {f['error']}" + \
+        (f" [{errs}]" if errs else "")
+
+
+def _statuses(row: dict) -> str:
+    return " ".join(f"{k}:{v}" for k, v in row["statuses"].items()) or "-"
+
+
+def _attack(row: dict) -> tuple[str, str]:
+    ua = row["under_attack"]
+    return (_rate(ua["injected"]), _rate(ua["clean"])) if ua else ("?", "?")
+
+
+# ---------------------------------------------------------------------------- tables
+
+def _policy_table(an: dict) -> tuple[list[str], list[list[str]]]:
+    head = ["policy", "pass", "95% CI", "pass^k", "cost/task", "cost/pass", "mean s",
+            "median s", "gap closed", "missing", "unknown calls"]
+    rows = [[_row_label(p), _rate(p["pass_rate"]), _ci(p["pass_rate"]), _pass_k(p["pass_k"]),
+             _money(p["cost"]["per_task"]), _money(p["cost"]["per_pass"]),
+             p["time_s"]["mean"] or "-", p["time_s"]["median"] or "-", _bounds(p["gap_closed"]),
+             str(p["missing"]), str(p["cost"]["unknown_calls"])] for p in an["policies"]]
+    return head, rows
+
+
+def _tier_table(an: dict) -> tuple[list[str], list[list[str]]]:
+    head = ["tier", "runs", "pass", "95% CI", "pass^k", "cost/run", "cost/pass", "mean s",
+            "median s", "turns", "attempt rate", "missing"]
+    rows = [[t["tier"], str(t["samples"]), _rate(t["pass_rate"]), _ci(t["pass_rate"]),
+             _pass_k(t["pass_k"]), _money(t["cost"]["per_task"]), _money(t["cost"]["per_pass"]),
+             t["time_s"]["mean"] or "-", t["time_s"]["median"] or "-", t["turns_mean"] or "-",
+             _rate(t["attempt_rate"]), str(t["missing"])] for t in an["tiers"]]
+    return head, rows
+
+
+def _tokens_table(an: dict) -> tuple[list[str], list[list[str]]]:
+    head = ["row", "tier", "prompt", "cached", "completion", "reasoning", "calls", "no usage"]
+    rows = []
+    for item, label in [(p, _row_label(p)) for p in an["policies"]] + \
+            [(t, f"tier {t['tier']}") for t in an["tiers"]]:
+        for tier, tok in item["tokens"].items():
+            rows.append([label, tier, str(tok["prompt"]), str(tok["cached_read"]),
+                         str(tok["completion"]), str(tok["reasoning"]), str(tok["calls"]),
+                         str(tok["unknown_usage"])])
+    return head, rows
+
+
+def _outcome_table(an: dict) -> tuple[list[str], list[list[str]]]:
+    head = ["row", "finish outcomes (calls)", "run statuses", "injection attempts", "denials",
+            "runs tried/exposed", "pass injected", "pass clean"]
+    rows = []
+    for item, label in [(p, _row_label(p)) for p in an["policies"]] + \
+            [(t, f"tier {t['tier']}") for t in an["tiers"]]:
+        inj = item["injection"]
+        rows.append([label, _finish(item), _statuses(item), str(inj["attempts"]),
+                     str(inj["denials"]), f"{inj['runs_attempted']}/{inj['runs_exposed']}",
+                     *_attack(item)])
+    return head, rows
+
+
+def _decision_table(an: dict) -> tuple[list[str], list[list[str]]]:
+    head = ["hypothesis", "decision", "rule", "values (low..high)"]
+    rows = []
+    for d in an["decisions"]:
+        vals = "; ".join(f"{t['expr']} = {t['low']}" + ("" if t["low"] == t["high"] else f"..{t['high']}")
+                         for t in d["terms"])
+        rows.append([d["id"], _MARK.get(d["decision"], d["decision"]), d["rule"] or "-",
+                     d["error"] or vals or "-"])
+    return head, rows
+
+
+# ---------------------------------------------------------------------------- layout
+
+def _text_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
+    fmt = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return [fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    esc = lambda c: str(c).replace("|", "\\|")  # noqa: E731
+    return ["| " + " | ".join(esc(h) for h in head) + " |",
+            "|" + "|".join(" --- " for _ in head) + "|"] + \
+        ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+
+
+_SECTIONS: list[tuple[str, Callable]] = [
+    ("Policies", _policy_table), ("Tiers", _tier_table), ("Tokens", _tokens_table),
+    ("Outcomes and injections", _outcome_table), ("Decisions", _decision_table),
+]
+
+
+def _header(s: dict) -> list[str]:
+    lines = [f"Experiment {s['experiment']}" + (f": {s['title']}" if s.get("title") else "")]
+    if s["simulated"]:
+        lines.append("SIMULATED: produced by the built-in simulator; not evidence about any real model.")
+    lines.append(f"spec {s['spec_digest'] or '(unregistered)'}; tiers {', '.join(s['tiers']) or '-'}; "
+                 f"live policies {', '.join(s['live_policies']) or 'none'}")
+    if not s["lures_known"]:
+        lines.append("task lures unknown: injection splits are not computed")
+    return lines
+
+
+def _analysis_lines(an: dict, heading: Callable[[str], str], table: Callable) -> list[str]:
+    excl = ", ".join(f"{k}: {len(v)}" for k, v in an["runs"]["excluded"].items()) or "none"
+    out = [heading(f"{an['label'].capitalize()} analysis ({an['description']})"),
+           f"{an['cells']} cells, {an['runs']['used']} runs used; excluded: {excl}", ""]
+    for title, make in _SECTIONS:
+        head, rows = make(an)
+        out += [heading(title)] + (table(head, rows) if rows else ["(none)"]) + [""]
+    return out
+
+
+def _trailer(s: dict, bullet: str) -> list[str]:
+    out = []
+    for d in s["deviations"]:
+        out.append(f"{bullet}deviation {d['at']}: {d['reason']} -> {d['spec_digest']} "
+                   f"({len(d['runs'])} runs affected: {', '.join(r[:12] for r in d['runs']) or 'none'})")
+    for st in s["stops"]:
+        out.append(f"{bullet}stopped by rule {st['rule']} at {st['at']}: {st['detail']} "
+                   f"({st['cells_left']} cells left)")
+    for p in s["registration_problems"]:
+        out.append(f"{bullet}run {p['run'][:12]}: {p['problem']}")
+    for u in s["unreadable_runs"]:
+        out.append(f"{bullet}unreadable run {u['run'][:12]}: {u['error']}")
+    return out
+
+
+def _render(s: dict, heading: Callable[[str], str], table: Callable, bullet: str) -> str:
+    out = _header(s) + [""]
+    for key in ("primary", "secondary"):
+        if s.get(key):
+            out += _analysis_lines(s[key], heading, table)
+    trailer = _trailer(s, bullet)
+    if trailer:
+        out += [heading("Deviations, stops and problems")] + trailer + [""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_terminal(summary: dict) -> str:
+    """Plain-text tables of a summary.json object."""
+    return _render(summary, lambda t: f"== {t} ==", _text_table, "- ")
+
+
+def render_markdown(summary: dict) -> str:
+    """A Markdown (GFM tables) rendering of a summary.json object."""
+    return _render(summary, lambda t: f"### {t}\n", _md_table, "- ")

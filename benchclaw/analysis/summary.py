@@ -1,0 +1,344 @@
+"""``summarise(data) -> dict``: the summary.json object of one experiment (FORMAT.md, "Summary").
+
+One pure pipeline, in the order a person would describe it:
+
+1. condense every run of the experiment (unreadable runs are listed, not fatal);
+2. for the primary analysis (no reruns) and, when reruns exist, the secondary one:
+   a. select the runs and group them into cells, grid slots and live trials;
+   b. build every policy's trials: live where it ran live, replayed over the grid always
+      (``oracle`` included);
+   c. compute each policy's and each tier's row;
+   d. evaluate every hypothesis's rule over those rows;
+3. list deviations (with the runs they affected), stops and registration problems.
+
+The result holds only str, int, bool, None, lists and dicts: money as decimal strings,
+rates as exact fractions plus fixed-digit strings. The verifier recomputes it from a
+bundle and compares canonical JSON bytes, so nothing here may depend on a clock, the
+order of a dict built from a set, or a float.
+"""
+
+from __future__ import annotations
+
+import decimal
+from typing import Mapping
+
+from .. import policies
+from ..errors import FormatError
+from .cells import Selection, select
+from .inputs import ExperimentData, RunView, view_run
+from .interval import UNKNOWN, Interval, to_decimal
+from .metrics import MONEY_DIGITS, Row, Sample, make_row, money_text
+from .rules import RuleError, parse_rule
+from .trials import ORACLE, Trial, live_trials, replayed_trials
+from .wilson import fixed, rate_obj
+
+__all__ = ["summarise", "SUMMARY_VERSION", "Analysis", "analyse_selection", "spec_tiers"]
+
+SUMMARY_VERSION = 1
+MODES = ("live", "replayed")
+
+
+# ---------------------------------------------------------------------------- 1. runs
+
+def _views(data: ExperimentData) -> tuple[list[RunView], list[dict]]:
+    views, bad = [], []
+    for run_id in sorted(data.runs):
+        try:
+            view = view_run(run_id, data.runs[run_id])
+        except FormatError as e:
+            bad.append({"run": run_id, "error": str(e)})
+            continue
+        if view.experiment == data.experiment:
+            views.append(view)
+    return views, bad
+
+
+def spec_tiers(spec: Mapping, views: list[RunView]) -> list[str]:
+    """The grid's tiers, cheapest first, from the spec (or, lacking one, as seen in runs)."""
+    tiers = (spec.get("grid") or {}).get("tiers") if isinstance(spec, Mapping) else None
+    if isinstance(tiers, list) and all(isinstance(t, str) for t in tiers):
+        return list(tiers)
+    return sorted({v.tier for v in views})
+
+
+def _live_names(spec: Mapping, sel: Selection) -> list[str]:
+    declared = ((spec.get("policies") or {}).get("live") or []) if isinstance(spec, Mapping) else []
+    names = [n for n in declared if isinstance(n, str)]
+    return names + sorted(n for n in sel.live if n not in names)
+
+
+def _declared_cells(data: ExperimentData) -> list[str]:
+    cells: set[str] = set()
+    for rec in data.journal:
+        if rec.kind == "grid.start" and isinstance(rec.body.get("cells"), list):
+            cells.update(c for c in rec.body["cells"] if isinstance(c, str))
+    return sorted(cells)
+
+
+# ---------------------------------------------------------------------------- 2. analysis
+
+class Analysis:
+    """The rows of one analysis and the metric lookup its decision rules use."""
+
+    def __init__(self, sel: Selection, tiers: list[str], live: list[str],
+                 rows: dict[tuple[str, str], Row], tier_rows: dict[str, Row]):
+        self.sel, self.tiers, self.live = sel, tiers, live
+        self.rows, self.tier_rows = rows, tier_rows
+
+    def known_policies(self) -> list[str]:
+        return policies.policy_names(self.tiers) + [ORACLE]
+
+    def row(self, policy: str, mode: str | None) -> Row:
+        """Raises RuleError for a policy that is not in the grid or did not run live."""
+        if policy not in self.known_policies() and policy not in self.live:
+            raise RuleError(f"unknown policy {policy!r} (known: {', '.join(self.known_policies())})")
+        mode = mode or ("live" if (policy, "live") in self.rows else "replayed")
+        if (policy, mode) not in self.rows:
+            raise RuleError(f"policy {policy!r} has no {mode} results (live policies: "
+                            f"{', '.join(self.live) or 'none'})")
+        return self.rows[(policy, mode)]
+
+    def tier_row(self, tier: str) -> Row:
+        if tier not in self.tier_rows:
+            raise RuleError(f"unknown tier {tier!r} (tiers: {', '.join(self.tiers)})")
+        return self.tier_rows[tier]
+
+    def gap_closed(self, policy: str, mode: str | None) -> Interval:
+        if not self.tiers:
+            return UNKNOWN
+        base = self.row(f"always:{self.tiers[0]}", "replayed").pass_interval()
+        best = self.row(ORACLE, "replayed").pass_interval()
+        return (self.row(policy, mode).pass_interval() - base) / (best - base)
+
+    def metric(self, name: str, subject: str, mode: str | None) -> Interval:
+        if name in _TIER_METRICS:
+            return _TIER_METRICS[name](self.tier_row(subject))
+        if name == "gap_closed":
+            return self.gap_closed(subject, mode)
+        return _POLICY_METRICS[name](self.row(subject, mode))
+
+
+def _split_rate(row: Row, injected: bool) -> Interval:
+    split = row.split_by_lures()
+    if split is None:
+        return UNKNOWN
+    return row.pass_interval(split[0] if injected else split[1], 0)
+
+
+_POLICY_METRICS = {
+    "pass_rate": Row.pass_interval, "pass_k": Row.pass_k_interval,
+    "cost_per_task": Row.cost_per_task, "cost_per_pass": Row.cost_per_pass,
+    "total_cost": Row.total_cost, "mean_time": Row.mean_time, "median_time": Row.median_time,
+    "pass_rate_injected": lambda r: _split_rate(r, True),
+    "pass_rate_clean": lambda r: _split_rate(r, False),
+}
+_TIER_METRICS = {"attempt_rate": Row.attempt_rate, "tier_pass_rate": Row.pass_interval,
+                 "turns": Row.turns}
+
+
+def _trial_row(trials: dict[str, Trial], cells: list[str], lures) -> Row:
+    samples = [Sample(t.cell, t.outcome.passed, t.outcome.cost_low, t.outcome.cost_high,
+                      t.outcome.elapsed_ms, t.runs) for t in trials.values() if t.complete]
+    incomplete = [r for t in trials.values() if not t.complete for r in t.runs]
+    return make_row(samples, incomplete, cells, len(cells) - len(samples), lures)
+
+
+def _tier_row(sel: Selection, tier: str, all_tiers: bool, lures) -> Row:
+    runs = [r for r in sel.used if r.tier == tier]
+    samples = [Sample(r.cell, r.passed, r.cost_low, r.cost_high, r.elapsed_ms, (r,)) for r in runs]
+    seen = {r.cell for r in runs}
+    missing = sum(c not in seen for c in sel.cells) if all_tiers else 0
+    cells = sel.cells if all_tiers else sorted(seen)
+    return make_row(samples, [], list(cells), missing, lures)
+
+
+def analyse_selection(sel: Selection, spec: Mapping, tiers: list[str], lures) -> Analysis:
+    live = _live_names(spec, sel)
+    rows: dict[tuple[str, str], Row] = {}
+    for name, trials in live_trials(sel, tiers, live).items():
+        rows[(name, "live")] = _trial_row(trials, sel.cells, lures)
+    names = policies.policy_names(tiers) + [ORACLE]
+    for name, trials in replayed_trials(sel, tiers, names).items():
+        rows[(name, "replayed")] = _trial_row(trials, sel.cells, lures)
+    all_tiers = bool((spec.get("grid") or {}).get("all_tiers", False))
+    tier_rows = {t: _tier_row(sel, t, all_tiers, lures) for t in tiers}
+    return Analysis(sel, tiers, live, rows, tier_rows)
+
+
+# ---------------------------------------------------------------------------- JSON objects
+
+def _fixed(x, digits: int) -> str:
+    """An exact rational with ``digits`` fractional digits, ROUND_HALF_EVEN."""
+    return fixed(to_decimal(x, digits, decimal.ROUND_HALF_EVEN), digits)
+
+
+def _bounds(iv: Interval, digits: int = 4) -> list[str] | None:
+    if not iv.bounded:
+        return None
+    return [_fixed(iv.lo, digits), _fixed(iv.hi, digits)]
+
+
+def _money(iv: Interval) -> dict | None:
+    if iv == UNKNOWN:
+        return None
+    return {"low": money_text(iv.lo, False), "high": money_text(iv.hi, True),
+            "known": iv.lo == iv.hi}
+
+
+def _seconds(iv: Interval) -> str | None:
+    return None if iv == UNKNOWN else _fixed(iv.lo, 3)
+
+
+def _pass_k_obj(row: Row) -> dict:
+    groups, ok, unknown, k = row.pass_k()
+    return {"k": k, "groups": groups, "passed": ok, "unknown": unknown,
+            "fraction": f"{ok}/{groups}" if groups and not unknown else None,
+            "bounds": _bounds(row.pass_k_interval())}
+
+
+def _common(row: Row) -> dict:
+    split = row.split_by_lures()
+    return {
+        "cells": len(row.cells), "samples": len(row.samples), "missing": row.missing,
+        "pass_rate": {**rate_obj(row.passed, len(row.samples)), "bounds": _bounds(row.pass_interval())},
+        "pass_k": _pass_k_obj(row),
+        "cost": {"total": _money(row.total_cost()), "per_task": _money(row.cost_per_task()),
+                 "per_pass": _money(row.cost_per_pass()) if row.passed else None,
+                 "unknown_calls": row.unknown_calls()},
+        "time_s": {"mean": _seconds(row.mean_time()), "median": _seconds(row.median_time())},
+        "tokens": row.tokens(), "finish": row.finishes(), "statuses": row.statuses(),
+        "injection": row.injection(),
+        "under_attack": None if split is None else {
+            "injected": rate_obj(sum(s.passed for s in split[0]), len(split[0])),
+            "clean": rate_obj(sum(s.passed for s in split[1]), len(split[1]))},
+    }
+
+
+def _policy_obj(an: Analysis, name: str, mode: str) -> dict:
+    row = an.rows[(name, mode)]
+    return {"policy": name, "mode": mode, **_common(row),
+            "gap_closed": _bounds(an.gap_closed(name, mode))}
+
+
+def _tier_obj(an: Analysis, tier: str) -> dict:
+    row = an.tier_rows[tier]
+    inj = row.injection()
+    turns = row.turns()
+    return {"tier": tier, **_common(row),
+            "turns_mean": None if turns == UNKNOWN else _fixed(turns.lo, 2),
+            "attempt_rate": rate_obj(inj["runs_attempted"], inj["runs_exposed"])}
+
+
+def _policy_order(an: Analysis) -> list[tuple[str, str]]:
+    order = {n: i for i, n in enumerate(an.known_policies())}
+    keys = sorted(an.rows, key=lambda k: (order.get(k[0], len(order)), k[0], MODES.index(k[1])))
+    return keys
+
+
+def _term(text: str, iv: Interval) -> dict:
+    """A metric a rule read: exact points rounded to nearest, bounds rounded outward."""
+    if iv.exact:
+        point = _fixed(iv.lo, MONEY_DIGITS).rstrip("0").rstrip(".")
+        return {"expr": text, "low": point, "high": point, "exact": True}
+    return {"expr": text, "low": money_text(iv.lo, False), "high": money_text(iv.hi, True),
+            "exact": False}
+
+
+def _decisions(an: Analysis, spec: Mapping) -> list[dict]:
+    out = []
+    hyps = spec.get("hypotheses") if isinstance(spec, Mapping) else None
+    for i, h in enumerate(hyps if isinstance(hyps, list) else []):
+        h = h if isinstance(h, Mapping) else {}
+        hid = str(h.get("id", f"#{i + 1}"))
+        item = {"id": hid, "text": h.get("text") if isinstance(h.get("text"), str) else "",
+                "rule": h.get("rule") if isinstance(h.get("rule"), str) else None,
+                "decision": "error", "terms": [], "error": None}
+        try:
+            ev = parse_rule(item["rule"], f"hypothesis {hid}").evaluate(an)
+            item["decision"] = ev.decision
+            item["terms"] = [_term(t.text, t.value) for t in ev.terms]
+        except RuleError as e:
+            item["error"] = str(e)
+        out.append(item)
+    return out
+
+
+_LABELS = {"primary": "every run that called the model; reruns excluded",
+           "secondary": "reruns stand in for the runs they replace"}
+
+
+def _analysis_obj(an: Analysis, spec: Mapping, label: str) -> dict:
+    return {
+        "label": label, "description": _LABELS[label], "cells": len(an.sel.cells),
+        "runs": {"used": len(an.sel.used),
+                 "excluded": {k: v for k, v in sorted(an.sel.excluded.items())}},
+        "policies": [_policy_obj(an, n, m) for n, m in _policy_order(an)],
+        "tiers": [_tier_obj(an, t) for t in an.tiers],
+        "decisions": _decisions(an, spec),
+    }
+
+
+# ---------------------------------------------------------------------------- 3. journal
+
+def _registered(data: ExperimentData) -> list[tuple[str, str]]:
+    return [(r.at, r.body["spec_digest"]) for r in data.journal
+            if r.kind in ("prereg", "deviation") and isinstance(r.body.get("spec_digest"), str)]
+
+
+def _deviations(data: ExperimentData, views: list[RunView]) -> list[dict]:
+    out = []
+    for r in data.journal:
+        if r.kind != "deviation":
+            continue
+        digest = r.body.get("spec_digest")
+        out.append({"at": r.at, "reason": r.body.get("reason"), "spec_digest": digest,
+                    "previous_digest": r.body.get("previous_digest"),
+                    "runs": sorted(v.run_id for v in views if v.spec_digest == digest)})
+    return out
+
+
+def _stops(data: ExperimentData) -> list[dict]:
+    return [{"at": r.at, "invocation": r.body.get("invocation"), "rule": r.body.get("rule"),
+             "detail": r.body.get("detail"),
+             "cells_left": len(r.body.get("cells_left") or [])}
+            for r in data.journal if r.kind == "stop"]
+
+
+def _registration_problems(data: ExperimentData, views: list[RunView]) -> list[dict]:
+    registered = _registered(data)
+    out = []
+    for v in views:
+        if not any(d == v.spec_digest and at < v.at for at, d in registered):
+            out.append({"run": v.run_id, "problem": f"spec digest {v.spec_digest} was not "
+                        "registered before the run started"})
+    return sorted(out, key=lambda p: p["run"])
+
+
+# ---------------------------------------------------------------------------- entry point
+
+def summarise(data: ExperimentData) -> dict:
+    """The summary.json object (FORMAT.md, "Summary"). Never raises for odd or partial runs: an
+    empty experiment gives empty tables; a bad rule gives a decision ``error``."""
+    views, unreadable = _views(data)
+    tiers = spec_tiers(data.spec, views)
+    declared = _declared_cells(data)
+    analyses = {}
+    for label, reruns in (("primary", False), ("secondary", True)):
+        if reruns and not any(v.rerun for v in views):
+            analyses[label] = None
+            continue
+        sel = select(views, declared, with_reruns=reruns)
+        an = analyse_selection(sel, data.spec, tiers, data.tasks_with_lures)
+        analyses[label] = _analysis_obj(an, data.spec, label)
+    spec = data.spec if isinstance(data.spec, Mapping) else {}
+    return {
+        "v": SUMMARY_VERSION, "format": "benchclaw.summary", "experiment": data.experiment,
+        "title": spec.get("title") if isinstance(spec.get("title"), str) else None,
+        "spec_digest": data.spec_digest, "simulated": any(v.simulated for v in views),
+        "tiers": tiers, "live_policies": _live_names(spec, select([], [], with_reruns=False)),
+        "lures_known": data.tasks_with_lures is not None,
+        "primary": analyses["primary"], "secondary": analyses["secondary"],
+        "deviations": _deviations(data, views), "stops": _stops(data),
+        "registration_problems": _registration_problems(data, views),
+        "unreadable_runs": unreadable,
+    }

@@ -1,0 +1,310 @@
+"""Policy tables, cost bounds and decisions on hand-computed fixtures (FORMAT.md §3, §8)."""
+
+import random
+
+import pytest
+
+from tests.analysis_factories import Exp, call
+from benchclaw import jsonio
+from benchclaw.analysis import ExperimentData, render_markdown, render_terminal, summarise, wilson
+from benchclaw.analysis.wilson import fixed
+
+CHEAPER = 'cost_per_task("ladder") < cost_per_task("always:ultra")'
+A = "quotes-a@1/direct"
+B = "cents-b@1/direct"
+
+
+def policy(summary, name, mode, analysis="primary"):
+    rows = [p for p in summary[analysis]["policies"] if p["policy"] == name and p["mode"] == mode]
+    assert len(rows) == 1, (name, mode)
+    return rows[0]
+
+
+def tier(summary, name):
+    return next(t for t in summary["primary"]["tiers"] if t["tier"] == name)
+
+
+def decision(summary, hid, analysis="primary"):
+    return next(d for d in summary[analysis]["decisions"] if d["id"] == hid)
+
+
+# ---------------------------------------------------------------------------- Wilson, pass^k
+
+@pytest.mark.parametrize("passed, n, lo, hi", [  # Newcombe (1998), Table I, method 3
+    (81, 263, "0.2553", "0.3662"), (15, 148, "0.0624", "0.1605"),
+    (0, 20, "0.0000", "0.1611"), (1, 29, "0.0061", "0.1718"), (29, 29, "0.8830", "1.0000"),
+])
+def test_wilson_interval_matches_published_values(passed, n, lo, hi):
+    w = wilson(passed, n)
+    assert (fixed(w[0]), fixed(w[1])) == (lo, hi)
+
+
+def test_wilson_of_nothing_is_none_and_bad_counts_raise():
+    assert wilson(0, 0) is None
+    with pytest.raises(ValueError):
+        wilson(3, 2)
+
+
+def test_pass_k_needs_every_seed_and_reports_unknown_groups():
+    e = Exp(seeds=(1, 2, 3))
+    for seed in (1, 2, 3):
+        e.grid(f"{A}/{seed}", {"lightning": True, "super": True, "ultra": True})
+        e.grid(f"{B}/{seed}", {"lightning": seed != 2, "super": True, "ultra": True})
+    e.grid("pricing-c@1/direct/1", {"lightning": True, "super": True, "ultra": True})
+    e.cells.append("pricing-c@1/direct/2")  # declared, never run
+    s = summarise(e.data())
+    pk = policy(s, "always:lightning", "replayed")["pass_k"]
+    assert (pk["groups"], pk["passed"], pk["unknown"], pk["k"]) == (3, 1, 1, 3)
+    assert pk["bounds"] == ["0.3333", "0.6667"]  # pricing-c might pass both seeds or not
+    ultra = policy(s, "always:ultra", "replayed")
+    assert ultra["pass_k"]["passed"] == 2 and ultra["missing"] == 1
+    assert ultra["pass_rate"]["value"] == "1.0000"  # 7/7 complete cells
+    assert ultra["pass_rate"]["bounds"] == ["0.8750", "1.0000"]  # 7/8 .. 8/8 with the missing one
+
+
+# ---------------------------------------------------------------------------- policies
+
+def _three_cells(e: Exp) -> None:
+    e.grid(f"{A}/1", {"lightning": True, "super": True, "ultra": True})
+    e.grid(f"{A}/2", {"lightning": True, "super": True, "ultra": True})
+    e.grid(f"{A}/3", {"lightning": False, "super": False, "ultra": True})
+
+
+def test_replayed_policies_cost_time_and_oracle_by_hand():
+    e = Exp(seeds=(1, 2, 3))
+    _three_cells(e)
+    s = summarise(e.data())
+    ladder = policy(s, "ladder", "replayed")
+    # cells: 0.001, 0.001, 0.001+0.003+0.010 -> total 0.016, mean 0.016/3
+    assert ladder["cost"]["total"] == {"low": "0.016", "high": "0.016", "known": True}
+    assert ladder["cost"]["per_task"]["low"] == "0.005333333333"
+    assert ladder["cost"]["per_task"]["high"] == "0.005333333334"  # rounded outward
+    assert ladder["cost"]["per_pass"]["low"] == "0.005333333333"
+    assert ladder["time_s"] == {"mean": "1.667", "median": "1.000"}  # 1, 1, 3 seconds
+    assert ladder["pass_rate"]["fraction"] == "3/3"
+    spec = policy(s, "speculative", "replayed")  # lightning+super in parallel, then ultra
+    assert spec["cost"]["total"]["low"] == "0.022" and spec["time_s"]["mean"] == "1.333"
+    oracle = policy(s, "oracle", "replayed")
+    assert oracle["cost"]["total"]["low"] == "0.012" and oracle["pass_rate"]["fraction"] == "3/3"
+    cheap = policy(s, "always:lightning", "replayed")
+    assert cheap["pass_rate"]["fraction"] == "2/3" and cheap["gap_closed"] == ["0.0000", "0.0000"]
+    assert ladder["gap_closed"] == ["1.0000", "1.0000"]
+    assert ladder["tokens"]["ultra"]["prompt"] == 100 and ladder["tokens"]["lightning"]["calls"] == 3
+
+
+def _flip_fixture(unknown: bool) -> ExperimentData:
+    """Ultra costs 0.010 a cell; a live ladder costs 0.001 on easy cells. The last cell's
+    ultra run's last call returned no usage; its upper bound 0.09 makes it the dearest."""
+    e = Exp(live=("ladder",), seeds=(1, 2, 3, 4), hypotheses=[
+        ("H1", CHEAPER), ("H2", 'cost_per_task("ladder") > cost_per_task("always:ultra")')])
+    for seed in (1, 2, 3, 4):
+        e.grid(f"{A}/{seed}", {"lightning": seed < 4, "super": seed < 4, "ultra": True})
+    for seed in (1, 2, 3):
+        e.add(f"{A}/{seed}", "lightning", True, policy="ladder", trial=f"t{seed}")
+    if unknown is not None:
+        last = call(known=False, high="0.09") if unknown else call("0.09")
+        for step, (t, ok) in enumerate([("lightning", False), ("super", False), ("ultra", True)]):
+            calls = [call("0.010"), last] if t == "ultra" else None
+            e.add(f"{A}/4", t, ok, policy="ladder", trial="t4", step=step, calls=calls)
+    return e.data()
+
+
+def test_unknown_usage_at_its_upper_bound_flips_the_decision():
+    without = summarise(_flip_fixture(unknown=None))
+    assert policy(without, "ladder", "live")["missing"] == 1
+    assert decision(without, "H1")["decision"] == "supported"
+
+    bounded = summarise(_flip_fixture(unknown=True))
+    real = summarise(_flip_fixture(unknown=False))
+    assert decision(bounded, "H1")["decision"] in ("refuted", "inconclusive")
+    assert decision(real, "H1")["decision"] == "refuted"
+    # the bound is used exactly as if it had been spent
+    b_terms = {t["expr"]: t for t in decision(bounded, "H1")["terms"]}
+    r_terms = {t["expr"]: t for t in decision(real, "H1")["terms"]}
+    assert b_terms['cost_per_task("ladder")']["high"] == r_terms['cost_per_task("ladder")']["high"]
+    assert b_terms['cost_per_task("ladder")']["high"] == "0.02675"  # (0.003 + 0.001 + 0.003 + 0.010 + 0.09) / 4
+    # and the unknown never helps the opposite claim either
+    assert decision(bounded, "H2")["decision"] == "inconclusive"
+    live = policy(bounded, "ladder", "live")
+    assert live["cost"]["unknown_calls"] == 1 and live["cost"]["per_task"]["known"] is False
+    assert live["cost"]["total"] == {"low": "0.017", "high": "0.107", "known": False}
+
+
+def test_equal_rates_that_do_not_terminate_compare_exactly():
+    e = Exp(seeds=(1, 2, 3), hypotheses=[
+        ("H1", 'pass_rate("ladder") >= pass_rate("always:ultra")'),
+        ("H2", 'pass_rate("ladder") == 2 / 3')])
+    for seed in (1, 2, 3):
+        e.grid(f"{A}/{seed}", {"lightning": seed != 3, "super": seed != 3, "ultra": seed != 3})
+    s = summarise(e.data())
+    assert decision(s, "H1")["decision"] == "supported"
+    assert decision(s, "H2")["decision"] == "supported"
+    assert decision(s, "H1")["terms"][0] == {"expr": 'pass_rate("ladder")', "low": "0.666666666667",
+                                             "high": "0.666666666667", "exact": True}
+
+
+def test_live_speculative_time_is_the_slower_of_the_parallel_pair():
+    e = Exp(live=("speculative",))
+    e.add(f"{A}/1", "lightning", False, policy="speculative", trial="s1", step=0, elapsed_ms=3000)
+    e.add(f"{A}/1", "super", False, policy="speculative", trial="s1", step=1, elapsed_ms=5000)
+    e.add(f"{A}/1", "ultra", True, policy="speculative", trial="s1", step=2, elapsed_ms=2000)
+    s = summarise(e.data())
+    spec = policy(s, "speculative", "live")
+    assert spec["time_s"]["mean"] == "7.000" and spec["pass_rate"]["fraction"] == "1/1"
+    assert spec["cost"]["total"]["low"] == "0.014"
+
+
+def test_missing_tier_makes_replayed_trials_missing_not_failed():
+    e = Exp()
+    e.grid(f"{A}/1", {"lightning": False, "super": False})  # ultra never ran (budget stop)
+    s = summarise(e.data())
+    ladder = policy(s, "ladder", "replayed")
+    assert ladder["missing"] == 1 and ladder["samples"] == 0
+    assert ladder["pass_rate"]["value"] is None and ladder["pass_rate"]["bounds"] == ["0.0000", "1.0000"]
+    assert policy(s, "always:lightning", "replayed")["pass_rate"]["fraction"] == "0/1"
+    assert tier(s, "ultra")["missing"] == 1
+
+
+# ---------------------------------------------------------------------------- errors, aborts, empty
+
+def test_errors_aborts_and_runs_without_calls_give_a_table():
+    e = Exp()
+    e.add(f"{A}/1", "lightning", False, status="provider_error",
+          calls=[call(outcome="error", error="timeout", known=False, high="0.002"),
+                 call(outcome="error", error="rate_limited", known=False, high="0.002")])
+    e.add(f"{A}/1", "super", False, status="aborted",
+          calls=[call("0.003", outcome="length")])
+    e.add(f"{A}/1", "ultra", False, status="budget_stop", calls=[])
+    s = summarise(e.data())
+    assert s["primary"]["runs"]["excluded"]["no_model_call"]
+    light = tier(s, "lightning")
+    assert light["finish"]["error"] == 2
+    assert light["finish"]["errors"] == {"rate_limited": 1, "timeout": 1}
+    assert light["cost"]["total"] == {"low": "0", "high": "0.004", "known": False}
+    sup = tier(s, "super")
+    assert sup["statuses"] == {"aborted": 1} and sup["pass_rate"]["fraction"] == "0/1"
+    assert sup["finish"]["length"] == 1
+    assert tier(s, "ultra")["samples"] == 0
+    assert "Policies" in render_terminal(s) and "| policy |" in render_markdown(s)
+
+
+def test_empty_experiment_gives_empty_tables_not_a_crash():
+    e = Exp(hypotheses=[("H1", CHEAPER)])
+    s = summarise(e.data())
+    assert s["primary"]["cells"] == 0
+    assert decision(s, "H1")["decision"] == "inconclusive"
+    assert policy(s, "ladder", "replayed")["pass_rate"]["value"] is None
+    text = render_terminal(s)
+    assert "INCONCLUSIVE" in text and "0 cells" in text
+    empty = summarise(ExperimentData("E09", {}))
+    assert empty["tiers"] == [] and empty["primary"]["tiers"] == []
+    assert [p["policy"] for p in empty["primary"]["policies"]] == ["ladder", "speculative",
+                                                                   "memory", "oracle"]
+    render_markdown(empty)
+
+
+def test_bad_rule_is_a_decision_error_naming_the_hypothesis():
+    e = Exp(hypotheses=[("H1", 'pass_rate("ladderr") > 0'), ("H2", "pas_rate(1)"),
+                        ("H3", 'pass_rate("ladder", "live") > 0')])
+    e.grid(f"{A}/1", {"lightning": True})
+    s = summarise(e.data())
+    assert "hypothesis H1: unknown policy 'ladderr'" in decision(s, "H1")["error"]
+    assert "hypothesis H2" in decision(s, "H2")["error"]
+    assert "no live results" in decision(s, "H3")["error"]
+    assert all(decision(s, h)["decision"] == "error" for h in ("H1", "H2", "H3"))
+
+
+# ---------------------------------------------------------------------------- reruns, deviations
+
+def test_primary_excludes_reruns_and_secondary_uses_them_labelled():
+    e = Exp(hypotheses=[("H1", 'pass_rate("always:ultra") >= 1')])
+    e.grid(f"{A}/1", {"lightning": True, "super": True})
+    e.add(f"{A}/1", "ultra", False, status="provider_error",
+          calls=[call(outcome="error", error="server")])
+    d = e.data()
+    failed = next(rid for rid, recs in d.runs.items()
+                  if recs[0].body["tier"] == "ultra")
+    e.add(f"{A}/1", "ultra", True, rerun=True, replaces=failed)
+    s = summarise(e.data())
+    assert policy(s, "always:ultra", "replayed")["pass_rate"]["fraction"] == "0/1"
+    assert decision(s, "H1")["decision"] == "refuted"
+    assert len(s["primary"]["runs"]["excluded"]["rerun"]) == 1
+    assert s["secondary"]["label"] == "secondary"
+    assert policy(s, "always:ultra", "replayed", "secondary")["pass_rate"]["fraction"] == "1/1"
+    assert decision(s, "H1", "secondary")["decision"] == "supported"
+    assert s["secondary"]["runs"]["excluded"]["replaced_by_rerun"] == [failed]
+    assert "Secondary analysis" in render_terminal(s)
+
+
+def test_no_reruns_means_no_secondary_analysis():
+    e = Exp()
+    e.grid(f"{A}/1", {"lightning": True})
+    assert summarise(e.data())["secondary"] is None
+
+
+def test_deviations_list_the_runs_they_affected_and_unregistered_runs_are_flagged():
+    new = "sha256:" + "6" * 64
+    e = Exp()
+    e.grid(f"{A}/1", {"lightning": True})
+    e.journal_extra.append(("deviation", {"experiment": "E01", "reason": "more seeds",
+                                          "spec_digest": new, "previous_digest": "x"}))
+    e.add(f"{A}/2", "lightning", True, spec_digest=new)
+    s = summarise(e.data())
+    dev = s["deviations"][0]
+    assert dev["reason"] == "more seeds" and len(dev["runs"]) == 1
+    # the deviation is journalled after the run started under its digest
+    assert [p["run"] for p in s["registration_problems"]] == dev["runs"]
+
+
+def test_stops_are_listed():
+    e = Exp()
+    e.journal_extra.append(("stop", {"invocation": "i1", "rule": "spend", "detail": "4.00 reached",
+                                     "cells_left": ["a@1/direct/1", "a@1/direct/2"]}))
+    s = summarise(e.data())
+    assert s["stops"][0]["rule"] == "spend" and s["stops"][0]["cells_left"] == 2
+    assert "stopped by rule spend" in render_terminal(s)
+
+
+# ---------------------------------------------------------------------------- injections
+
+def test_injection_split_and_attempt_rate_per_tier():
+    e = Exp(lures=frozenset({"quotes-a@1"}))
+    e.grid(f"{A}/1", {"lightning": False, "ultra": True}, injection_attempts=1, denials=2)
+    e.grid(f"{A}/2", {"lightning": True, "ultra": True})
+    e.grid(f"{B}/1", {"lightning": True, "ultra": True}, injection_attempts=1)
+    s = summarise(e.data())
+    light = tier(s, "lightning")
+    assert light["attempt_rate"]["fraction"] == "1/2"  # only quotes-a carries an injection
+    assert light["injection"] == {"attempts": 2, "denials": 3, "runs": 3, "runs_exposed": 2,
+                                  "runs_attempted": 1}
+    cheap = policy(s, "always:lightning", "replayed")
+    assert cheap["under_attack"]["injected"]["fraction"] == "1/2"
+    assert cheap["under_attack"]["clean"]["fraction"] == "1/1"
+    assert summarise(Exp().data())["lures_known"] is False
+
+
+# ---------------------------------------------------------------------------- determinism
+
+def test_summary_is_canonical_json_without_floats_and_order_independent():
+    e = Exp(live=("ladder",), hypotheses=[("H1", CHEAPER)])
+    _three_cells(e)
+    e.add(f"{A}/1", "lightning", True, policy="ladder", trial="t1")
+    d = e.data()
+    first = jsonio.dumps(summarise(d))
+    items = list(d.runs.items())
+    random.Random(7).shuffle(items)
+    shuffled = ExperimentData(d.experiment, d.spec, d.spec_digest, d.journal, dict(items),
+                              d.tasks_with_lures)
+    assert jsonio.dumps(summarise(shuffled)) == first
+    assert b"." not in first.replace(b'"', b"").split(b"sha256")[0] or True
+    assert not _has_float(jsonio.loads(first))
+
+
+def _has_float(obj) -> bool:
+    if isinstance(obj, float):
+        return True
+    if isinstance(obj, dict):
+        return any(_has_float(v) for v in obj.values())
+    if isinstance(obj, list):
+        return any(_has_float(v) for v in obj)
+    return False
