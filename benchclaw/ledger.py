@@ -32,7 +32,7 @@ from typing import Callable, Mapping
 
 from .errors import BudgetError, FormatError, InputError, IntegrityError
 from .money import fmt_usd, parse_usd
-from .records import Record, encode, line_hash, parse_line, split_lines, utc_now
+from .records import Record, encode, line_hash, parse_line, split_lines, utc_now, verify_chain
 from .store import ChainFile, Store, safe_name
 
 __all__ = ["Ledger", "Limits", "Reservation", "LedgerState", "ledger_path", "new_ledger_id",
@@ -434,13 +434,20 @@ def _totals(st: LedgerState) -> dict:
     return {k: s[k] for k in ("reserved", "settled", "unknown", "refused", "spent")}
 
 
-def read_ledger(store: Store, ledger_id: str) -> LedgerState:
+def read_ledger(store: Store, ledger_id: str, *, tolerate_torn: bool = False) -> LedgerState:
     """Replay a ledger from disk without writing anything. Raises InputError when missing,
-    IntegrityError/FormatError naming the line when the chain or a record is bad."""
+    IntegrityError/FormatError naming the line when the chain or a record is bad.
+
+    ``tolerate_torn`` ignores a torn last line (power lost mid-append). That is safe for
+    totals: a torn ``reserve`` was never acknowledged, so its call was never made, and a
+    torn ``settle`` leaves its reservation open, counted at the upper bound."""
     path = ledger_path(store, ledger_id)
     if not path.is_file():
         raise InputError(f"{path}: no ledger {ledger_id}")
+    lines, torn = split_lines(path.read_bytes())
+    if torn and not tolerate_torn:
+        raise IntegrityError(f"{path}:{len(lines) + 1}: torn last line (no newline)")
     st = LedgerState(ledger=ledger_id)
-    for rec in ChainFile(path).read():
+    for rec in verify_chain(lines, str(path)):
         _apply(st, rec, str(path))
     return st

@@ -1,0 +1,218 @@
+"""The grid as units of work, and what earlier invocations already did (FORMAT.md §8).
+
+Why it is built this way: resuming must never redo a run that called the model, and must
+redo one that did not. The only authority on what happened is the evidence itself: the
+journal's ``run``/``trial`` records and, for runs cut off before their ``run`` record was
+written, the sealed runs (each carries its experiment, cell and attempt in
+``run.start.policy``) and the ledgers' reservations (a reservation under an attempt id
+means that attempt may have reached the model). ``History`` folds those into one answer
+per unit, so the runner's loop stays a plain "for each unit not done".
+
+A *unit* is one grid run (cell x tier, policy ``grid``) or one live trial (cell x policy).
+A unit writes only its own run files and journal records through the store's lock, so
+units can be spread over machines and their runs directories merged.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Iterable
+
+from .errors import FormatError
+from .money import fmt_usd
+from .policies import Attempt
+from .records import parse_line
+from .store import Store
+
+__all__ = ["Cell", "Unit", "History", "resolve_tasks", "make_cells", "make_units", "counts", "cell_id",
+           "group_key", "trial_id", "attempt_from_run", "BAD_STATUSES"]
+
+# Primary outcomes a `--rerun` invocation re-runs (for secondary analyses only).
+BAD_STATUSES = frozenset({"aborted", "provider_error", "budget_stop"})
+
+
+def cell_id(task_id: str, version: int, profile: str, seed: int) -> str:
+    return f"{task_id}@{version}/{profile}/{seed}"
+
+
+def group_key(cell: str) -> str:
+    """``task@version/profile``: the cells that share tier memory (every seed)."""
+    return cell.rsplit("/", 1)[0]
+
+
+def trial_id(policy: str, cell: str, rerun: bool) -> str:
+    return f"{'rerun:' if rerun else ''}{policy}|{cell}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    task: Any        # benchclaw.tasks.Task
+    profile: str
+    seed: int
+
+    @property
+    def id(self) -> str:
+        return cell_id(self.task.id, self.task.version, self.profile, self.seed)
+
+
+@dataclass(frozen=True)
+class Unit:
+    cell: Cell
+    policy: str                 # "grid" or a live policy name
+    tier: str | None = None     # the grid unit's tier
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        return (self.cell.id, self.policy, self.tier)
+
+
+def resolve_tasks(patterns: Iterable[str], tasks: list, where: str) -> list:
+    """The task versions the grid names: ids or globs (latest version of each), ``id@N`` pins.
+    Raises FormatError naming ``where`` when a pattern matches nothing."""
+    latest: dict[str, Any] = {}
+    for t in tasks:
+        if t.id not in latest or t.version > latest[t.id].version:
+            latest[t.id] = t
+    chosen: dict[tuple[str, int], Any] = {}
+    for i, pat in enumerate(patterns):
+        if "@" in pat:
+            tid, _, ver = pat.partition("@")
+            hits = [t for t in tasks if fnmatch.fnmatchcase(t.id, tid) and str(t.version) == ver]
+        else:
+            hits = [t for tid, t in sorted(latest.items()) if fnmatch.fnmatchcase(tid, pat)]
+        if not hits:
+            known = ", ".join(sorted(latest)) or "none"
+            raise FormatError(f"{where}: grid.tasks[{i}]: {pat!r} matches no task (known: {known})")
+        for t in hits:
+            chosen[(t.id, t.version)] = t
+    return [chosen[k] for k in sorted(chosen)]
+
+
+def make_cells(tasks: list, profiles: Iterable[str], seeds: Iterable[int]) -> list[Cell]:
+    return [Cell(t, p, s) for t in tasks for p in profiles for s in seeds]
+
+
+def make_units(cells: list[Cell], tiers: Iterable[str], all_tiers: bool, live: Iterable[str]) -> list[Unit]:
+    """Grid runs first (they feed replay and tier memory), then the live trials."""
+    units = [Unit(c, "grid", t) for c in cells for t in tiers] if all_tiers else []
+    return units + [Unit(c, p) for p in live for c in cells]
+
+
+# ----------------------------------------------------------------------------- history
+
+@dataclass
+class History:
+    """What the journal (and the evidence behind it) says was done, unit by unit."""
+
+    runs: list[dict] = field(default_factory=list)           # journal `run` bodies, journal order
+    trials: dict[str, dict] = field(default_factory=dict)    # trial id -> `trial` body
+    recorded: set[str] = field(default_factory=set)          # run ids with a `run` record
+    ledgers: list[str] = field(default_factory=list)         # ledger ids of earlier invocations
+    reserved_attempts: set[str] = field(default_factory=set)  # attempt ids with a reservation
+
+    @classmethod
+    def load(cls, store: Store, experiment: str) -> "History":
+        h = cls()
+        for e in store.read_journal(experiment):
+            b = e.body
+            if e.kind == "run":
+                h.runs.append(b)
+                h.recorded.add(b.get("run_id"))
+            elif e.kind == "trial":
+                h.trials[b.get("trial")] = b
+            elif e.kind == "grid.start" and b.get("ledger"):
+                h.ledgers.append(b["ledger"])
+        h.reserved_attempts = _reserved_attempts(store, h.ledgers)
+        return h
+
+    def add(self, body: dict) -> None:
+        self.runs.append(body)
+        self.recorded.add(body["run_id"])
+
+    # -- per unit ----------------------------------------------------------------------
+    def grid_runs(self, cell: str, tier: str, rerun: bool) -> list[dict]:
+        return [r for r in self.runs if r.get("policy") == "grid" and r.get("cell") == cell
+                and r.get("tier") == tier and bool(r.get("rerun")) == rerun]
+
+    def trial_runs(self, trial: str) -> list[dict]:
+        return [r for r in self.runs if r.get("trial") == trial]
+
+    def unit_done(self, unit: Unit, rerun: bool) -> bool:
+        """A unit is done when a run that called the model exists for it (grid), or its
+        trial record exists (live). Runs that never called the model do not count."""
+        if unit.policy == "grid":
+            return any(r.get("called_model") for r in self.grid_runs(unit.cell.id, unit.tier, rerun))
+        return trial_id(unit.policy, unit.cell.id, rerun) in self.trials
+
+    def needs_rerun(self, unit: Unit) -> bool:
+        """For ``--rerun``: the unit's primary outcome was cut off or errored."""
+        if unit.policy == "grid":
+            prim = [r for r in self.grid_runs(unit.cell.id, unit.tier, False) if r.get("called_model")]
+        else:
+            prim = [r for r in self.trial_runs(trial_id(unit.policy, unit.cell.id, False)) if r.get("called_model")]
+        return any(r.get("status") in BAD_STATUSES for r in prim)
+
+    def replaced(self, unit: Unit, rerun: bool, tier: str | None = None, trial: str | None = None) -> str | None:
+        """The run a new run stands in for: for a rerun, the primary run; otherwise the
+        last earlier run of the same unit that never called the model (or None)."""
+        if unit.policy == "grid":
+            mine = self.grid_runs(unit.cell.id, unit.tier, rerun)
+            prim = self.grid_runs(unit.cell.id, unit.tier, False) if rerun else []
+        else:
+            mine = [r for r in self.trial_runs(trial) if r.get("tier") == tier]
+            prim = [r for r in self.trial_runs(trial_id(unit.policy, unit.cell.id, False))
+                    if r.get("tier") == tier] if rerun else []
+        uncalled = [r for r in mine if not r.get("called_model")]
+        if uncalled:
+            return uncalled[-1]["run_id"]
+        called = [r for r in prim if r.get("called_model")]
+        return called[-1]["run_id"] if called else None
+
+    def memory_start(self, cell: str) -> str | None:
+        """Tier memory (FORMAT.md §8): the tier of the *last* run, in journal order, that
+        passed every check on the same task version and profile in another cell (seed)."""
+        g = group_key(cell)
+        for r in reversed(self.runs):
+            c = r.get("cell", "")
+            if r.get("passed") and c != cell and group_key(c) == g and not r.get("rerun"):
+                return r.get("tier")
+        return None
+
+
+def attempt_from_run(r: dict) -> Attempt:
+    """A journal ``run`` body as the policy sees it. An aborted run counts as it stands:
+    failed, at its recorded cost."""
+    cost = r.get("cost") or {}
+    return Attempt(tier=r["tier"], gate_passed=bool(r.get("gate_passed")), passed=bool(r.get("passed")),
+                   cost_low=Decimal(cost.get("low", "0")), cost_high=Decimal(cost.get("high", "0")),
+                   elapsed_ms=int(r.get("elapsed_ms") or 0), run_id=r.get("run_id"), batch=int(r.get("batch") or 0))
+
+
+def _reserved_attempts(store: Store, ledgers: list[str]) -> set[str]:
+    out: set[str] = set()
+    for lid in ledgers:
+        path = store.root / "ledgers" / f"{lid}.jsonl"
+        if not path.is_file():
+            continue
+        for line in path.read_bytes().split(b"\n"):
+            if b'"kind":"reserve"' in line:  # canonical JSON: a cheap pre-filter
+                try:
+                    rec = parse_line(line, str(path))
+                except FormatError:
+                    continue  # a torn last line: the chain check reports it elsewhere
+                if rec.kind == "reserve" and rec.body.get("attempt"):
+                    out.add(rec.body["attempt"])
+    return out
+
+
+def counts(unit_results: Iterable[dict]) -> dict:
+    """Small tallies for the end-of-grid summary."""
+    out = {"runs": 0, "passed": 0, "low": Decimal(0), "high": Decimal(0)}
+    for r in unit_results:
+        out["runs"] += 1
+        out["passed"] += bool(r.get("passed"))
+        out["low"] += Decimal((r.get("cost") or {}).get("low", "0"))
+        out["high"] += Decimal((r.get("cost") or {}).get("high", "0"))
+    return {**out, "low": fmt_usd(out["low"]), "high": fmt_usd(out["high"])}

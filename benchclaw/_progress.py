@@ -1,0 +1,86 @@
+"""A plain-text progress line for the grid runner (stderr).
+
+Why it is built this way: a grid can run for hours, in a terminal or in CI logs. On a tty
+one line is rewritten in place (``\\r``); anywhere else a full line is written every N
+units, so logs stay short and readable. No dependency, no colour, no threads: the runner
+calls ``update`` when a unit finishes, and ``tick`` may be called on a timer.
+"""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+from typing import TextIO
+
+from .money import fmt_usd
+
+__all__ = ["Progress", "fmt_eta"]
+
+
+def fmt_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "--:--"
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Progress:
+    """``done/total``, passes, live worst-case spend and ETA."""
+
+    def __init__(self, total: int, stream: TextIO | None, *, label: str = "", every: int | None = None,
+                 clock=time.monotonic):
+        self.total, self.stream, self.label, self.clock = total, stream, label, clock
+        self.tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
+        self.every = every or max(1, total // 20)
+        self.done = self.passes = 0
+        self.spend = Decimal(0)
+        self.start = clock()
+        self._last_width = 0
+
+    def update(self, *, done: int = 0, passes: int = 0, spend: Decimal | None = None) -> None:
+        """Count finished units and refresh the display."""
+        self.done += done
+        self.passes += passes
+        if spend is not None:
+            self.spend = spend
+        if self.stream is None:
+            return
+        if self.tty:
+            self._draw()
+        elif done and (self.done % self.every == 0 or self.done == self.total):
+            self._line()
+
+    def line(self) -> str:
+        elapsed = self.clock() - self.start
+        eta = None
+        if self.done and self.total > self.done:
+            eta = elapsed / self.done * (self.total - self.done)
+        elif self.total and self.done >= self.total:
+            eta = 0.0
+        pct = (100 * self.done // self.total) if self.total else 100
+        return (f"{self.label}[{self.done}/{self.total} {pct:3d}%] passes {self.passes}  "
+                f"spend ${fmt_usd(self.spend)}  elapsed {fmt_eta(elapsed)}  ETA {fmt_eta(eta)}")
+
+    def _draw(self) -> None:
+        text = self.line()
+        pad = max(0, self._last_width - len(text))
+        self.stream.write("\r" + text + " " * pad)
+        self.stream.flush()
+        self._last_width = len(text)
+
+    def _line(self) -> None:
+        self.stream.write(self.line() + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the in-place line (tty) so later output starts on a fresh line."""
+        if self.stream is None:
+            return
+        if self.tty:
+            self._draw()
+            self.stream.write("\n")
+            self.stream.flush()
+        elif self.done % self.every != 0 and self.done != self.total:
+            self._line()

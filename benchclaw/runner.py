@@ -1,0 +1,438 @@
+"""The grid runner: execute (or resume) a registered experiment's grid, concurrently.
+
+Why it is built this way:
+- **asyncio, one process.** A run spends nearly all its time waiting for the model, so
+  one event loop keeps ``--concurrency N`` runs in flight with no threads. ``N`` unit
+  drivers pull units (grid runs, then live trials) from one queue; each run takes a
+  global slot and a per-tier slot (``settings.tier_concurrency``), so a speculative trial
+  running two tiers at once cannot deadlock the pool.
+- **Evidence first, resumable by construction.** Before anything, open runs left by a
+  crash are sealed as ``aborted`` (``Store.recover``) and runs sealed without a journal
+  record are adopted. What is done is then read from the journal (``_grid.History``):
+  finished units are skipped; a run that called the model counts as it stands (an aborted
+  one is a failure), never silently redone; one that never called the model runs again.
+- **Interruption is a normal ending.** SIGINT/SIGTERM cancel the drivers; each cut-off
+  run is sealed ``aborted``, its reservations settled as unknown (upper bound), and the
+  journal gets ``stop``/``grid.end`` records, so the ledger and journal stay consistent.
+- **Stopping rules** (spec ``[[stopping]]``, plus ``budget`` when the ledger refuses a
+  call) stop new work, let runs in flight finish, and record which rule fired.
+
+Journal records are exactly FORMAT.md §8. Memory policy: see ``History.memory_start``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, TextIO
+
+from ._grid import (History, Unit, attempt_from_run, make_cells, make_units, resolve_tasks, trial_id)
+from ._progress import Progress
+from ._runner_io import (CURRENT_SLOT, Backends, RunLedger, RunSlot, TrackingStore, default_backends,
+                         seal_cut_off)
+from .errors import BenchClawError
+from .experiments import Spec, require_registered
+from .ledger import Ledger, Limits, new_ledger_id, read_ledger
+from .money import fmt_usd
+from .policies import next_batch, outcome
+from .records import parse_line
+from .store import Store
+
+__all__ = ["run_experiment", "run_experiment_sync", "GridResult", "GridInterrupted", "Backends",
+           "default_backends"]
+
+
+class GridInterrupted(BenchClawError):
+    """The grid was interrupted (Ctrl-C / SIGTERM); everything done so far is sealed."""
+
+    exit_code = 130
+
+
+@dataclass
+class GridResult:
+    experiment: str
+    invocation: str
+    ledger: str
+    status: str                    # complete | stopped | interrupted
+    units: int                     # units this invocation set out to do
+    skipped: int                   # units already done by earlier invocations
+    runs: list[dict] = field(default_factory=list)     # journal `run` bodies of this invocation
+    trials: list[dict] = field(default_factory=list)   # journal `trial` bodies of this invocation
+    stop_rule: str | None = None
+    stop_detail: str | None = None
+    cells_left: list[str] = field(default_factory=list)
+    spent_usd: Decimal = Decimal(0)
+
+    def summary_lines(self) -> list[str]:
+        passed = sum(1 for r in self.runs if r.get("passed"))
+        lines = [f"{self.experiment}: {self.status}  invocation {self.invocation}",
+                 f"  runs this invocation: {len(self.runs)} ({passed} passed every check); "
+                 f"trials: {len(self.trials)}; skipped (already done): {self.skipped}",
+                 f"  ledger {self.ledger}: worst-case spend ${fmt_usd(self.spent_usd)} "
+                 f"(benchclaw ledger show {self.ledger})"]
+        if self.stop_rule:
+            lines.append(f"  stopped by rule {self.stop_rule}: {self.stop_detail}; "
+                         f"{len(self.cells_left)} cell(s) left")
+        return lines
+
+
+async def run_experiment(store: Store, experiment: str, *, spec: Spec | None = None,
+                         spec_path: Path | str | None = None, concurrency: int | None = None,
+                         rerun: bool = False, stream: TextIO | None = None, backends: Backends | None = None,
+                         sim_options: Any = None, handle_signals: bool = True,
+                         progress_every: int | None = None) -> GridResult:
+    """Run (or resume) a registered experiment's grid and return what this invocation did.
+
+    Raises RegistrationError when the spec is unregistered or changed since registration,
+    FormatError/ProviderConfigError for a grid that cannot run (unknown task, tier or
+    price), and re-raises an unexpected error from a run after recording the stop.
+    An interruption returns a result with ``status == "interrupted"``.
+    """
+    if spec is None:
+        spec = require_registered(store, experiment, spec_path)
+    grid = _Grid(store, spec, backends or default_backends(sim_options), concurrency=concurrency,
+                 rerun=rerun, stream=stream, progress_every=progress_every)
+    return await grid.run(handle_signals=handle_signals)
+
+
+def run_experiment_sync(store: Store, experiment: str, **kw) -> GridResult:
+    """``run_experiment`` in a fresh event loop. Raises GridInterrupted when interrupted."""
+    result = asyncio.run(run_experiment(store, experiment, **kw))
+    if result.status == "interrupted":
+        raise GridInterrupted(f"{experiment}: {result.stop_detail}")
+    return result
+
+
+class _Grid:
+    def __init__(self, store: Store, spec: Spec, backends: Backends, *, concurrency: int | None,
+                 rerun: bool, stream: TextIO | None, progress_every: int | None):
+        self.store = TrackingStore(store.root, fsync=store.fsync)
+        self.spec, self.backends, self.rerun, self.stream = spec, backends, rerun, stream
+        self.concurrency = concurrency or spec.settings.concurrency
+        self.progress_every = progress_every
+        self.tiers = list(spec.grid.tiers)
+        self.invocation = new_ledger_id(spec.id)
+        self.stopping: tuple[str, str] | None = None
+        self.interrupted: str | None = None
+        self.errors: list[BaseException] = []
+        self.result_runs: list[dict] = []
+        self.result_trials: list[dict] = []
+        self.provider_error_streak = 0
+
+    # -- the story ---------------------------------------------------------------------
+    async def run(self, *, handle_signals: bool) -> GridResult:
+        self.store.recover()                                  # 1. seal runs cut off by a crash
+        self.history = History.load(self.store, self.spec.id)  # 2. what is done
+        adopted = self._adopt_orphans()
+        self._load_parts()                                    # 3. tasks, catalog, profiles, providers
+        todo = self._units_to_do()                            # 4. what is left
+        self._open_ledger()                                   # 5. the ledger, earlier spend carried
+        self.journal = self.store.journal(self.spec.id)
+        self._journal_start(todo)                             # 6. grid.start, then adopted runs
+        for body in adopted:
+            self.journal.append("run", body)
+        self.progress = Progress(len(todo), self.stream, label=f"{self.spec.id} ", every=self.progress_every)
+        await self._execute(todo, handle_signals)             # 7. the drivers
+        return self._finish(todo)                             # 8. stop, grid.end, ledger.close
+
+    # -- 1-2. history ------------------------------------------------------------------
+    def _adopt_orphans(self) -> list[dict]:
+        """Runs of this experiment sealed without a journal `run` record (a crash between
+        sealing and journaling, or crash recovery): journal them now, as they stand."""
+        out = []
+        for run_id in self.store.run_ids():
+            if run_id in self.history.recorded:
+                continue
+            start, end = _first_last(self.store, run_id)
+            pol = start.get("policy") or {}
+            if not isinstance(pol, dict) or pol.get("experiment") != self.spec.id:
+                continue
+            called = bool(end.get("calls")) or pol.get("attempt") in self.history.reserved_attempts
+            body = _run_body(pol, run_id, start.get("tier"), end, called)
+            body["adopted_by"] = self.invocation
+            self.history.add(body)
+            out.append(body)
+        return out
+
+    # -- 3. parts ----------------------------------------------------------------------
+    def _load_parts(self) -> None:
+        spec, b = self.spec, self.backends
+        self.tasks = resolve_tasks(spec.grid.tasks, b.tasks(), str(spec.path))
+        self.catalog = b.catalog(spec.catalog_ref())
+        for t in self.tiers:
+            self.catalog.tier(t)
+        if hasattr(self.catalog, "require_prices"):
+            self.catalog.require_prices(self.tiers)
+        self.profiles = {p: b.profile(p) for p in spec.grid.profiles}
+        self.providers = {t: b.provider(self.catalog.tier(t)) for t in self.tiers}
+        self.cells = make_cells(self.tasks, spec.grid.profiles, spec.grid.seeds)
+        self.units = make_units(self.cells, self.tiers, spec.grid.all_tiers, spec.live)
+
+    def _units_to_do(self) -> list[Unit]:
+        h = self.history
+        if self.rerun:
+            return [u for u in self.units if h.needs_rerun(u) and not h.unit_done(u, True)]
+        return [u for u in self.units if not h.unit_done(u, False)]
+
+    # -- 5-6. ledger and grid.start ----------------------------------------------------
+    def _open_ledger(self) -> None:
+        carried_usd, carried_tokens = Decimal(0), 0
+        for lid in self.history.ledgers:
+            try:
+                st = read_ledger(self.store, lid, tolerate_torn=True)
+            except BenchClawError:
+                continue  # a ledger file not present here (another machine's shard)
+            carried_usd += st.spent_usd - st.carried_usd
+            carried_tokens += st.spent_tokens - st.carried_tokens
+        b = self.spec.budget
+        self.ledger = Ledger.create(self.store, self.invocation, Limits(b.usd, b.tokens, b.per_call_usd),
+                                    experiment=self.spec.id, invocation=self.invocation,
+                                    carried_usd=carried_usd, carried_tokens=carried_tokens,
+                                    carried_from=self.history.ledgers)
+
+    def _journal_start(self, todo: list[Unit]) -> None:
+        self.journal.append("grid.start", {
+            "invocation": self.invocation, "spec_digest": self.spec.digest, "ledger": self.ledger.id,
+            "cells": [c.id for c in self.cells], "tiers": self.tiers, "policies": list(self.spec.live),
+            "all_tiers": self.spec.grid.all_tiers, "rerun": self.rerun, "units": len(self.units),
+            "todo": len(todo), "concurrency": self.concurrency})
+
+    # -- 7. execution ------------------------------------------------------------------
+    async def _execute(self, todo: list[Unit], handle_signals: bool) -> None:
+        self.queue = deque(todo)
+        self.slots = asyncio.Semaphore(self.concurrency)
+        caps = self.spec.settings.tier_concurrency
+        self.tier_slots = {t: asyncio.Semaphore(caps.get(t, self.concurrency)) for t in self.tiers}
+        self.drivers = [asyncio.create_task(self._driver()) for _ in range(min(self.concurrency, len(todo)))]
+        restore = self._install_signals() if handle_signals else (lambda: None)
+        ticker = asyncio.create_task(self._tick()) if self.progress.tty else None
+        try:
+            await asyncio.gather(*self.drivers, return_exceptions=True)
+        finally:
+            restore()
+            if ticker:
+                ticker.cancel()
+            self.progress.close()
+            for p in self.providers.values():
+                if hasattr(p, "aclose"):
+                    await p.aclose()
+
+    def interrupt(self, why: str) -> None:
+        """Stop now: cancel every driver; cut-off runs are sealed as aborted."""
+        if self.interrupted:
+            return
+        self.interrupted = why
+        for task in self.drivers:
+            task.cancel()
+
+    def _install_signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        loop = asyncio.get_running_loop()
+        sigs = (signal.SIGINT, signal.SIGTERM)
+        for s in sigs:
+            loop.add_signal_handler(s, self.interrupt, f"interrupted by {s.name}")
+
+        def restore():
+            for s in sigs:
+                loop.remove_signal_handler(s)
+        return restore
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            self.progress.update(spend=self.ledger.cached_state.spent_usd)
+
+    async def _driver(self) -> None:
+        try:
+            while self.queue and not self.stopping:
+                unit = self.queue.popleft()
+                passed = await (self._grid_unit(unit) if unit.policy == "grid" else self._trial_unit(unit))
+                self.progress.update(done=1, passes=int(bool(passed)), spend=self.ledger.cached_state.spent_usd)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a bug or a config error: stop the grid, report after the cleanup
+            self.errors.append(e)
+            self._stop("error", f"{type(e).__name__}: {e}")
+
+    async def _grid_unit(self, unit: Unit) -> bool:
+        body = await self._one_run(unit, unit.tier, trial=None, step=0, batch=0,
+                                   replaces=self.history.replaced(unit, self.rerun))
+        return bool(body and body["passed"])
+
+    async def _trial_unit(self, unit: Unit) -> bool:
+        tid = trial_id(unit.policy, unit.cell.id, self.rerun)
+        prior = [r for r in self.history.trial_runs(tid) if r.get("called_model")]
+        memory = prior[0].get("memory_start") if prior else (
+            self.history.memory_start(unit.cell.id) if unit.policy == "memory" else None)
+        attempts = [attempt_from_run(r) for r in prior]
+        batch_no = max((a.batch for a in attempts), default=-1) + 1
+        while not self.stopping:
+            batch = next_batch(unit.policy, self.tiers, attempts, memory)
+            if not batch:
+                return self._journal_trial(unit, tid, attempts, memory)
+            step0 = len(attempts)
+            bodies = await asyncio.gather(*(
+                self._one_run(unit, t, trial=tid, step=step0 + i, batch=batch_no, memory_start=memory,
+                              replaces=self.history.replaced(unit, self.rerun, tier=t, trial=tid))
+                for i, t in enumerate(batch)))
+            counted = [b for b in bodies if b and b["called_model"]]
+            attempts += [attempt_from_run(b) for b in counted]
+            if len(counted) < len(batch):
+                return False  # a run did not reach the model: the trial is left for a resume
+            batch_no += 1
+        return False
+
+    def _journal_trial(self, unit: Unit, tid: str, attempts: list, memory: str | None) -> bool:
+        out = outcome(unit.policy, self.tiers, attempts)
+        body = {"invocation": self.invocation, "trial": tid, "policy": unit.policy, "cell": unit.cell.id,
+                "runs": [a.run_id for a in attempts], "passed": out.passed,
+                "tier": out.taken.tier if out.taken else None, "rerun": self.rerun, "memory_start": memory,
+                "cost": {"low": fmt_usd(out.cost_low), "high": fmt_usd(out.cost_high)},
+                "elapsed_ms": out.elapsed_ms}
+        self.journal.append("trial", body)
+        self.history.trials[tid] = body
+        self.result_trials.append(body)
+        return out.passed
+
+    async def _one_run(self, unit: Unit, tier: str, *, trial: str | None, step: int, batch: int,
+                       replaces: str | None, memory_start: str | None = None) -> dict | None:
+        attempt = uuid.uuid4().hex
+        ctx = {"experiment": self.spec.id, "cell": unit.cell.id, "policy": unit.policy, "trial": trial,
+               "step": step, "batch": batch, "rerun": self.rerun, "replaces": replaces,
+               "spec_digest": self.spec.digest, "invocation": self.invocation, "attempt": attempt,
+               "memory_start": memory_start}
+        async with self.slots, self.tier_slots[tier]:
+            if self.stopping:
+                return None
+            slot = RunSlot(ledger=RunLedger(self.ledger, attempt))
+            CURRENT_SLOT.set(slot)
+            try:
+                result = await self._agent(unit, tier, ctx, slot.ledger)
+            except BaseException as e:  # cancelled (interrupt) or a bug: keep the evidence
+                self._cut_off(slot, ctx, tier, None if isinstance(e, asyncio.CancelledError)
+                              else f"internal error: {type(e).__name__}")
+                raise
+        end = _written_end(slot) or _result_end(result)
+        body = _run_body(ctx, result.run_id, tier, end, bool(end.get("calls") or slot.ledger.reserved))
+        self._record_run(body)
+        return body
+
+    def _agent(self, unit: Unit, tier: str, ctx: dict, ledger: RunLedger):
+        s = self.spec.settings
+        return self.backends.run_agent(
+            store=self.store, task=unit.cell.task, tier=self.catalog.tier(tier), catalog=self.catalog,
+            profile=self.profiles[unit.cell.profile], seed=unit.cell.seed, provider=self.providers[tier],
+            limits={"turns": s.turns, "seconds": s.seconds, "output_bytes": s.output_bytes},
+            policy_context=ctx, ledger=ledger, max_tokens=s.max_tokens, temperature=s.temperature,
+            retries=s.retries)
+
+    def _cut_off(self, slot: RunSlot, ctx: dict, tier: str, why: str | None) -> None:
+        """A run cut off mid-way: settle its reservations as unknown, seal it aborted,
+        journal it as it stands."""
+        why = why or self.interrupted or "cancelled"
+        slot.ledger.settle_open(why)
+        run_id = seal_cut_off(self.store, slot.writer, why)
+        if run_id is None:
+            return
+        _, end = _first_last(self.store, run_id)
+        self._record_run(_run_body(ctx, run_id, tier, end, bool(end.get("calls") or slot.ledger.reserved)))
+
+    def _record_run(self, body: dict) -> None:
+        self.journal.append("run", body)
+        self.history.add(body)
+        self.result_runs.append(body)
+        self._check_stopping(body)
+
+    # -- stopping rules ----------------------------------------------------------------
+    def _stop(self, rule: str, detail: str) -> None:
+        if self.stopping is None:
+            self.stopping = (rule, detail)
+
+    def _check_stopping(self, body: dict) -> None:
+        if body["status"] == "budget_stop":
+            self._stop("budget", f"the ledger refused a call (run {body['run_id'][:12]})")
+        self.provider_error_streak = self.provider_error_streak + 1 if body["status"] == "provider_error" else 0
+        st = self.ledger.cached_state
+        for rule in self.spec.stopping:
+            p = rule.params
+            if rule.rule == "spend" and st.spent_usd >= p["usd"]:
+                self._stop("spend", f"worst-case spend ${fmt_usd(st.spent_usd)} reached ${fmt_usd(p['usd'])}")
+            elif rule.rule == "tokens" and st.spent_tokens >= p["tokens"]:
+                self._stop("tokens", f"worst-case tokens {st.spent_tokens} reached {p['tokens']}")
+            elif rule.rule == "provider_errors" and self.provider_error_streak >= p["consecutive"]:
+                self._stop("provider_errors", f"{self.provider_error_streak} consecutive provider_error runs")
+
+    # -- 8. the end --------------------------------------------------------------------
+    def _finish(self, todo: list[Unit]) -> GridResult:
+        left = [u for u in todo if not self.history.unit_done(u, self.rerun)]
+        cells_left = sorted({u.cell.id for u in left})
+        if self.interrupted:
+            status, stop = "interrupted", ("interrupted", self.interrupted)
+        elif self.stopping:
+            status, stop = "stopped", self.stopping
+        elif left:
+            status, stop = "stopped", ("incomplete", f"{len(left)} unit(s) made no model call")
+        else:
+            status, stop = "complete", None
+        self.ledger.settle_open(f"grid {status}")
+        if stop:
+            self.journal.append("stop", {"invocation": self.invocation, "rule": stop[0], "detail": stop[1],
+                                         "cells_left": cells_left})
+        self.journal.append("grid.end", {"invocation": self.invocation, "status": status,
+                                         "runs": len(self.result_runs)})
+        self.ledger.close(status)
+        if self.errors:
+            raise self.errors[0]
+        return GridResult(self.spec.id, self.invocation, self.ledger.id, status, len(todo),
+                          len(self.units) - len(todo) if not self.rerun else 0, self.result_runs,
+                          self.result_trials, stop[0] if stop else None, stop[1] if stop else None,
+                          cells_left, self.ledger.state().spent_usd)
+
+
+# ------------------------------------------------------------------------------ helpers
+
+def _run_body(pol: dict, run_id: str, tier: str | None, end: dict, called: bool) -> dict:
+    """The journal ``run`` record (FORMAT.md §8) from the policy context and the run's end."""
+    cost = end.get("cost") or {}
+    return {"invocation": pol.get("invocation"), "run_id": run_id, "cell": pol.get("cell"), "tier": tier,
+            "policy": pol.get("policy"), "trial": pol.get("trial"), "step": pol.get("step", 0),
+            "batch": pol.get("batch", 0), "status": end.get("status", "aborted"), "called_model": called,
+            "rerun": bool(pol.get("rerun")), "replaces": pol.get("replaces"),
+            "gate_passed": bool(end.get("gate_passed")), "passed": bool(end.get("passed")),
+            "cost": {"known": bool(cost.get("known", False)), "low": cost.get("low", "0"),
+                     "high": cost.get("high", "0")},
+            "elapsed_ms": end.get("elapsed_ms") or 0, "attempt": pol.get("attempt"),
+            "memory_start": pol.get("memory_start")}
+
+
+def _written_end(slot: RunSlot) -> dict | None:
+    """The ``run.end`` body the agent wrote, when the runner saw its writer."""
+    w = slot.writer
+    if w is not None and w.records and w.records[-1].kind == "run.end":
+        return w.records[-1].body
+    return None
+
+
+def _result_end(result) -> dict:
+    """An AgentResult in the shape of a ``run.end`` body (the parts the journal keeps)."""
+    low, high = fmt_usd(result.cost_low), fmt_usd(result.cost_high)
+    return {"status": result.status, "gate_passed": result.gate_passed, "passed": result.passed,
+            "cost": {"known": low == high, "low": low, "high": high}, "elapsed_ms": result.elapsed_ms,
+            "calls": getattr(result, "calls", 0)}
+
+
+def _first_last(store: Store, run_id: str) -> tuple[dict, dict]:
+    """``run.start`` and ``run.end`` bodies of a sealed run (only its first and last lines)."""
+    path = store.run_path(run_id)
+    lines = path.read_bytes().split(b"\n")
+    lines = [ln for ln in lines if ln]
+    first = parse_line(lines[0], f"{path}:1")
+    last = parse_line(lines[-1], f"{path}:{len(lines)}")
+    return (first.body if first.kind == "run.start" else {}), (last.body if last.kind == "run.end" else {})

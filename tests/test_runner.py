@@ -1,0 +1,335 @@
+"""The grid runner on a scripted agent: journal records, resume, interrupts, stopping rules,
+concurrency caps, and live policies agreeing with their offline replay."""
+
+import asyncio
+import sys
+from dataclasses import dataclass
+from decimal import Decimal as D
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from benchclaw._grid import attempt_from_run
+from benchclaw._runner_io import Backends
+from benchclaw.errors import BudgetError
+from benchclaw.experiments import deviate, prereg
+from benchclaw.ledger import read_ledger
+from benchclaw.policies import replay
+from benchclaw.runner import run_experiment
+from benchclaw.store import Store
+
+TIERS = ("lightning", "super", "ultra")
+COST = {"lightning": D("0.001"), "super": D("0.003"), "ultra": D("0.008")}
+
+SPEC = '''v = 1
+id = "R1"
+title = "runner test"
+[grid]
+tasks = ["alpha-*", "beta-*", "gamma-*"]
+profiles = ["direct", "checker"]
+seeds = [1, 2, 3]
+tiers = ["lightning", "super", "ultra"]
+catalog = "sim"
+all_tiers = {all_tiers}
+[settings]
+concurrency = 4
+{settings}
+[budget]
+usd = "{usd}"
+per_call_usd = "0.05"
+[policies]
+live = {live}
+{stopping}
+'''
+
+
+def script(task: str, tier: str, profile: str, seed: int) -> tuple[bool, bool]:
+    """(gate_passed, passed) per cell and tier: a fixed, varied pattern."""
+    if task.startswith("alpha"):
+        return (True, True) if tier != "lightning" or seed % 2 else (False, False)
+    if task.startswith("beta"):
+        ok = tier == "ultra" or (tier == "super" and profile == "checker")
+        return ok, ok
+    if tier == "super":
+        return True, False          # gate passes, a held-out check fails
+    return (tier == "ultra" and seed != 3,) * 2
+
+
+class Ledgered:
+    pass
+
+
+@dataclass
+class FakeAgent:
+    """Writes a minimal sealed run through the store and the ledger, like run_agent."""
+
+    latency: float = 0.0
+    on_cancel: str = "seal"          # "seal" like the real agent, or "leave" the file open
+    status_override: str | None = None
+    after_run: object = None
+    in_flight: int = 0
+    max_in_flight: int = 0
+    tier_max: dict = None
+    calls: int = 0
+
+    def __post_init__(self):
+        self.tier_max, self.tier_now = {}, {}
+
+    async def __call__(self, *, store, task, tier, catalog, profile, seed, provider, limits, policy_context,
+                       ledger, max_tokens, temperature, retries):
+        w = store.open_run()
+        w.append("run.start", {"task": {"id": task.id, "version": task.version}, "tier": tier.name,
+                               "profile": {"name": profile.name}, "seed": seed, "policy": policy_context,
+                               "ledger": ledger.id})
+        self._enter(tier.name)
+        try:
+            try:
+                res = ledger.reserve(run=w.path.stem, key="0.0", tokens=1000, usd=COST[tier.name] * 2)
+            except BudgetError as e:
+                return self._end(w, "budget_stop", str(e), False, False, D(0), 0)
+            self.calls += 1
+            await asyncio.sleep(self.latency)
+            ledger.settle(res, tokens=500, usd=COST[tier.name])
+            w.append("call", {"turn": 0, "cost": {"known": True, "low": str(COST[tier.name]),
+                                                  "high": str(COST[tier.name])}})
+            gate, passed = script(task.id, tier.name, profile.name, seed)
+            status = self.status_override or ("passed" if passed else "failed")
+            return self._end(w, status, "scripted", gate, passed, COST[tier.name], 1)
+        except asyncio.CancelledError:
+            if self.on_cancel == "seal":
+                self._end(w, "aborted", "cancelled", False, False, D(0), 0)
+            raise
+        finally:
+            self._leave(tier.name)
+
+    def _enter(self, tier):
+        self.in_flight += 1
+        self.tier_now[tier] = self.tier_now.get(tier, 0) + 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self.tier_max[tier] = max(self.tier_max.get(tier, 0), self.tier_now[tier])
+
+    def _leave(self, tier):
+        self.in_flight -= 1
+        self.tier_now[tier] -= 1
+
+    def _end(self, w, status, reason, gate, passed, cost, calls):
+        c = str(cost)
+        w.append("run.end", {"status": status, "reason": reason, "gate_passed": gate, "passed": passed,
+                             "calls": calls, "cost": {"known": True, "low": c, "high": c}, "elapsed_ms": 10})
+        run_id = w.seal()
+        if self.after_run:
+            self.after_run(run_id)
+        return SimpleNamespace(run_id=run_id, status=status, gate_passed=gate, passed=passed, cost_low=cost,
+                               cost_high=cost, elapsed_ms=10, turns=1, calls=calls)
+
+
+def fake_backends(agent):
+    tasks = [SimpleNamespace(id=i, version=1) for i in ("alpha-one", "beta-two", "gamma-three")]
+    tiers = {t: SimpleNamespace(name=t) for t in TIERS}
+    catalog = SimpleNamespace(tier=lambda n: tiers[n], require_prices=lambda ts: None)
+    return Backends(tasks=lambda: tasks, catalog=lambda ref: catalog, profile=lambda n: SimpleNamespace(name=n),
+                    provider=lambda tier: None, run_agent=agent)
+
+
+def setup(tmp_path, *, all_tiers=True, live='["ladder"]', usd="5", stopping="", settings=""):
+    spec = tmp_path / "R1.toml"
+    spec.write_text(SPEC.format(all_tiers=str(all_tiers).lower(), live=live, usd=usd, stopping=stopping,
+                                settings=settings))
+    store = Store(tmp_path / "runs", fsync=False)
+    prereg(store, spec)
+    return store, spec
+
+
+def run(store, agent, **kw):
+    return asyncio.run(run_experiment(store, "R1", backends=fake_backends(agent), handle_signals=False, **kw))
+
+
+def kinds(store):
+    return [e.kind for e in store.read_journal("R1")]
+
+
+def journal(store, kind):
+    return [e.body for e in store.read_journal("R1") if e.kind == kind]
+
+
+# ---------------------------------------------------------------------------------- tests
+
+def test_complete_grid_writes_every_journal_record_and_a_consistent_ledger(tmp_path):
+    store, _ = setup(tmp_path)
+    res = run(store, FakeAgent())
+    assert res.status == "complete"
+    k = kinds(store)
+    assert k[0] == "prereg" and k[1] == "grid.start" and k[-1] == "grid.end"
+    grid_runs = [r for r in journal(store, "run") if r["policy"] == "grid"]
+    assert len(grid_runs) == 18 * 3 and len(journal(store, "trial")) == 18
+    assert all(r["called_model"] and r["rerun"] is False for r in journal(store, "run"))
+    sealed = {r.run_id: r for r in store.iter_runs()}
+    assert {r["run_id"] for r in journal(store, "run")} == set(sealed)
+    start = sealed[grid_runs[0]["run_id"]].start["policy"]
+    assert start["experiment"] == "R1" and start["spec_digest"].startswith("sha256:")
+    st = read_ledger(store, res.ledger)
+    assert st.closed and not st.open and st.unknown_calls == 0
+    assert st.settled_usd == sum(COST[r["tier"]] for r in journal(store, "run"))
+    assert store.check().ok
+
+
+def test_second_invocation_skips_finished_cells(tmp_path):
+    store, _ = setup(tmp_path)
+    run(store, FakeAgent())
+    agent = FakeAgent()
+    res = run(store, agent)
+    assert res.status == "complete" and agent.calls == 0 and res.skipped == 18 * 4
+    assert kinds(store).count("grid.start") == 2
+
+
+def test_live_policies_agree_with_their_offline_replay(tmp_path):
+    store, _ = setup(tmp_path, live='["ladder", "speculative", "always:super"]')
+    run(store, FakeAgent())
+    runs = journal(store, "run")
+    grid = {}
+    for r in runs:
+        if r["policy"] == "grid":
+            grid.setdefault(r["cell"], {})[r["tier"]] = attempt_from_run(r)
+    trials = journal(store, "trial")
+    assert len(trials) == 18 * 3
+    for t in trials:
+        offline = replay(t["policy"], TIERS, grid[t["cell"]])
+        live_tiers = [next(r["tier"] for r in runs if r["run_id"] == rid) for rid in t["runs"]]
+        assert live_tiers == [a.tier for a in offline.attempts], t
+        assert t["passed"] == offline.passed and t["tier"] == offline.taken.tier
+        assert D(t["cost"]["low"]) == offline.cost_low
+
+
+def test_memory_starts_where_another_seed_last_passed(tmp_path):
+    store, _ = setup(tmp_path, live='["memory"]', settings="")
+    run(store, FakeAgent(), concurrency=1)
+    runs = journal(store, "run")
+    for t in journal(store, "trial"):
+        group = t["cell"].rsplit("/", 1)[0]
+        before = [r for r in runs if r["run_id"] in set(
+            r2["run_id"] for r2 in runs[:runs.index(next(x for x in runs if x["trial"] == t["trial"]))])]
+        passing = [r for r in before if r["passed"] and r["cell"] != t["cell"]
+                   and r["cell"].rsplit("/", 1)[0] == group]
+        assert t["memory_start"] == (passing[-1]["tier"] if passing else None)
+        first = next(r for r in runs if r["run_id"] == t["runs"][0])
+        assert first["tier"] == (t["memory_start"] or "lightning")
+
+
+def test_concurrency_and_per_tier_caps_are_respected(tmp_path):
+    store, _ = setup(tmp_path, live='["speculative"]', settings="[settings.tier_concurrency]\nultra = 1")
+    agent = FakeAgent(latency=0.01)
+    run(store, agent, concurrency=3)
+    assert agent.max_in_flight == 3 and agent.tier_max["ultra"] == 1
+
+
+def test_budget_refusal_stops_the_grid_and_says_so(tmp_path):
+    store, _ = setup(tmp_path, usd="0.02")
+    res = run(store, FakeAgent(), concurrency=1)
+    assert res.status == "stopped" and res.stop_rule == "budget"
+    stop = journal(store, "stop")[0]
+    assert stop["rule"] == "budget" and stop["cells_left"]
+    st = read_ledger(store, res.ledger)
+    assert st.spent_usd <= D("0.02") and st.refused >= 1
+    assert journal(store, "grid.end")[-1]["status"] == "stopped"
+
+
+@pytest.mark.parametrize("stopping, rule, override", [
+    ('[[stopping]]\nrule = "spend"\nusd = "0.01"', "spend", None),
+    ('[[stopping]]\nrule = "provider_errors"\nconsecutive = 3', "provider_errors", "provider_error"),
+])
+def test_stopping_rules_fire_and_are_recorded(tmp_path, stopping, rule, override):
+    store, _ = setup(tmp_path, stopping=stopping)
+    res = run(store, FakeAgent(status_override=override), concurrency=1)
+    assert res.stop_rule == rule and journal(store, "stop")[0]["rule"] == rule
+    assert len(res.runs) < 18 * 3
+
+
+@pytest.mark.parametrize("on_cancel", ["seal", "leave"])
+def test_interrupt_seals_open_runs_and_resume_never_redoes_a_called_run(tmp_path, on_cancel):
+    store, _ = setup(tmp_path)
+    holder = {}
+    done = []
+
+    def after(run_id):
+        done.append(run_id)
+        if len(done) == 10:
+            holder["grid"].interrupt("interrupted by test")
+
+    agent = FakeAgent(latency=0.005, on_cancel=on_cancel, after_run=after)
+    import benchclaw.runner as runner_mod
+    orig = runner_mod._Grid.run
+
+    async def capture(self, **kw):
+        holder["grid"] = self
+        return await orig(self, **kw)
+
+    runner_mod._Grid.run = capture
+    try:
+        res = run(store, agent)
+    finally:
+        runner_mod._Grid.run = orig
+    assert res.status == "interrupted"
+    assert not store.open_run_paths()
+    aborted = [r for r in journal(store, "run") if r["status"] == "aborted"]
+    assert aborted and all(r["called_model"] for r in aborted)  # cut off mid-call: reserved
+    st = read_ledger(store, res.ledger)
+    assert not st.open and st.unknown_calls == len(aborted) and st.closed
+    assert journal(store, "stop")[0]["rule"] == "interrupted"
+    before = {p.name: p.read_bytes() for p in (store.root / "runs").glob("*/*.jsonl")}
+    res2 = run(store, FakeAgent())
+    assert res2.status == "complete"
+    after_files = {p.name: p.read_bytes() for p in (store.root / "runs").glob("*/*.jsonl")}
+    assert all(after_files[n] == b for n, b in before.items())  # every earlier sealed run intact
+    grid = [r for r in journal(store, "run") if r["policy"] == "grid"]
+    keys = [(r["cell"], r["tier"]) for r in grid if r["called_model"]]
+    assert len(keys) == len(set(keys)) == 54  # no grid unit run twice
+    carried = read_ledger(store, res2.ledger)
+    assert carried.carried_usd == st.spent_usd
+
+
+def test_run_that_never_called_the_model_runs_again_and_names_what_it_replaces(tmp_path):
+    store, _ = setup(tmp_path, all_tiers=True, live="[]", usd="0.0105")
+    res = run(store, FakeAgent(), concurrency=1)
+    assert res.stop_rule == "budget"
+    refused = [r for r in journal(store, "run") if not r["called_model"]]
+    assert refused and refused[0]["status"] == "budget_stop"
+    spec = tmp_path / "R1.toml"
+    spec.write_text(spec.read_text().replace('usd = "0.0105"', 'usd = "5"'))
+    deviate(store, "R1", "raise the budget")
+    res2 = run(store, FakeAgent())
+    assert res2.status == "complete"
+    redo = [r for r in res2.runs if r["replaces"] == refused[0]["run_id"]]
+    assert len(redo) == 1 and redo[0]["called_model"]
+
+
+def test_deviation_is_ordered_before_the_runs_it_affects(tmp_path):
+    store, spec = setup(tmp_path, all_tiers=False, live='["always:ultra"]')
+    run(store, FakeAgent())
+    spec.write_text(spec.read_text().replace('live = ["always:ultra"]', 'live = ["always:ultra", "ladder"]'))
+    reg = deviate(store, "R1", "add the ladder")
+    run(store, FakeAgent())
+    dev = [e for e in store.read_journal("R1") if e.kind == "deviation"][0]
+    new_runs = [r for r in store.iter_runs() if r.start["policy"]["policy"] == "ladder"]
+    assert new_runs and all(r.records[0].at > dev.record.at for r in new_runs)
+    assert all(r.start["policy"]["spec_digest"] == reg.spec_digest for r in new_runs)
+
+
+def test_rerun_labels_new_runs_and_keeps_the_primary(tmp_path):
+    store, _ = setup(tmp_path, live="[]")
+    run(store, FakeAgent(status_override="provider_error"), concurrency=2)
+    primary = {r["run_id"] for r in journal(store, "run")}
+    res = run(store, FakeAgent(), rerun=True)
+    assert res.status == "complete" and len(res.runs) == 54
+    assert all(r["rerun"] and r["replaces"] in primary for r in res.runs)
+    assert primary <= {r["run_id"] for r in journal(store, "run")}
+
+
+def test_progress_prints_lines_when_not_a_tty(tmp_path):
+    import io
+
+    store, _ = setup(tmp_path, live="[]")
+    buf = io.StringIO()
+    run(store, FakeAgent(), stream=buf, progress_every=18)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 3 and lines[-1].startswith("R1 [54/54 100%] passes") and "spend $" in lines[-1]
