@@ -37,13 +37,15 @@ def test_serve_answers_over_http():
         with urllib.request.urlopen(base + "/models", timeout=5) as r:
             assert r.headers["x-request-id"] and {m["id"] for m in json.load(r)["data"]} >= {"sim/ultra"}
         pytest.importorskip("benchclaw.sim.solvers", reason="the shipped solvers have not landed yet")
-        body = json.dumps({"model": "sim/ultra", "max_tokens": 100,
+        body = json.dumps({"model": "sim/ultra", "max_tokens": 4096, "seed": 1,
                            "messages": [{"role": "user", "content": "hello"}]}).encode()
         req = urllib.request.Request(base + "/chat/completions", data=body, headers={"content-type": "application/json"})
         with urllib.request.urlopen(req, timeout=10) as r:
             reply = json.load(r)
             assert r.headers["x-request-id"].startswith("req-sim-")
-        assert reply["choices"][0]["message"]["content"] and reply["usage"]["prompt_tokens"] > 0
+        action = json.loads(reply["choices"][0]["message"]["content"])
+        assert action["action"] == "finish"  # no task, no workspace: it can only give up
+        assert reply["usage"]["prompt_tokens"] > 0
     finally:
         proc.terminate()
         proc.wait(timeout=10)
