@@ -1,0 +1,141 @@
+"""Gather the files of one experiment's bundle from a runs directory.
+
+Everything is read through the store's verifying readers (run ids re-hashed, chains
+re-checked, blobs re-hashed), so an export never packs evidence that is already broken:
+it stops with an error naming the damaged file instead. Task versions, catalogs and
+experiment specs are rebuilt from the blobs the runs reference (FORMAT.md §3), not from
+whatever the working tree holds today, so the bundle shows exactly what the runs used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import InputError, IntegrityError
+from ..records import blob_refs
+from ..store import VERSION_TEXT, SealedRun, Store, safe_name
+from ..verify.layout import (catalog_entry, ledger_ids, parse_listing, spec_entry,
+                             task_entry)
+from ..verify.manifest import object_path, run_path
+
+__all__ = ["collect"]
+
+
+def collect(store: Store, experiment: str, include_site: Path | None = None) -> dict[str, bytes]:
+    """Every file of the bundle except the manifest and ``summary.json``: path -> bytes.
+
+    Raises InputError when the experiment has no journal or a named run or blob is
+    missing, IntegrityError when a run, journal or blob is damaged.
+    """
+    safe_name(experiment, "experiment id")
+    files: dict[str, bytes] = {"VERSION": VERSION_TEXT}
+    journal_bodies = _journals(store, experiment, files)
+    runs = _runs(store, experiment, journal_bodies)
+    bodies = list(journal_bodies)
+    for run in runs:
+        files[run_path(run.run_id)] = run.path.read_bytes()
+        bodies.extend(r.body for r in run.records)
+    bodies.extend(_ledgers(store, runs, journal_bodies, files))
+    _objects(store, bodies, files)
+    _tasks(store, runs, files)
+    _catalogs(store, runs, files)
+    _spec(store, experiment, journal_bodies, files)
+    if include_site is not None:
+        _site(Path(include_site), files)
+    return files
+
+
+def _journals(store: Store, experiment: str, files: dict[str, bytes]) -> list[tuple[str, dict]]:
+    paths = store.journal_paths(experiment)
+    if not paths:
+        raise InputError(f"{store.root}/journals/{experiment}: experiment {experiment!r} has no "
+                         "journal (register it with `benchclaw prereg` and run it first)")
+    out = []
+    for entry in store.read_journal(experiment):  # verifies every writer's chain
+        out.append((entry.kind, entry.body))
+    for path in paths:
+        files[f"journals/{experiment}/{path.name}"] = path.read_bytes()
+    return out
+
+
+def _runs(store: Store, experiment: str, journal: list[tuple[str, dict]]) -> list[SealedRun]:
+    named = {b.get("run_id") for k, b in journal if k == "run"}
+    named.discard(None)
+    have = set(store.run_ids())
+    missing = sorted(r for r in named if r not in have)
+    if missing:
+        raise InputError(f"{store.root}: the journal of {experiment} names run {missing[0]} "
+                         f"which is not in runs/ ({len(missing)} missing)")
+    runs = []
+    for run_id in sorted(have):
+        run = store.read_run(run_id)
+        policy = run.start.get("policy") or {}
+        if run_id in named or (isinstance(policy, dict) and policy.get("experiment") == experiment):
+            runs.append(run)
+    return runs
+
+
+def _ledgers(store: Store, runs: list[SealedRun], journal: list[tuple[str, dict]],
+             files: dict[str, bytes]) -> list[dict]:
+    from ..store import ChainFile
+
+    bodies = []
+    for lid in ledger_ids([r.start for r in runs], [b for _, b in journal]):
+        path = store.root / "ledgers" / f"{lid}.jsonl"
+        if not path.is_file():
+            raise InputError(f"{path}: ledger {lid} named by the runs is missing")
+        bodies.extend(r.body for r in ChainFile(path).read())
+        files[f"ledgers/{lid}.jsonl"] = path.read_bytes()
+    return bodies
+
+
+def _objects(store: Store, bodies: list[dict], files: dict[str, bytes]) -> None:
+    for body in bodies:
+        for digest in blob_refs(body):
+            name = object_path(digest)
+            if name not in files:
+                files[name] = store.get_blob(digest)
+
+
+def _tasks(store: Store, runs: list[SealedRun], files: dict[str, bytes]) -> None:
+    done: set[str] = set()
+    for run in runs:
+        task = run.start.get("task") or {}
+        prefix = task_entry(task)
+        if prefix is None or prefix in done:
+            continue
+        done.add(prefix)
+        listing = store.get_blob(task["digest"])
+        try:
+            rows = parse_listing(listing)
+        except ValueError as e:
+            raise IntegrityError(f"{store.blob_path(task['digest'])}: task listing: {e}") from None
+        for path, digest in rows:
+            files[f"{prefix}/{path}"] = store.get_blob(digest)
+
+
+def _catalogs(store: Store, runs: list[SealedRun], files: dict[str, bytes]) -> None:
+    for run in runs:
+        for path, digest in catalog_entry(run.start.get("catalog")):
+            if path not in files:
+                files[path] = store.get_blob(digest)
+
+
+def _spec(store: Store, experiment: str, journal: list[tuple[str, dict]], files: dict[str, bytes]) -> None:
+    digest = None
+    for kind, body in journal:
+        if kind in ("prereg", "deviation") and isinstance(body.get("spec_digest"), str):
+            digest = body["spec_digest"]
+    if digest is None:
+        raise InputError(f"experiment {experiment}: the journal holds no registration (prereg)")
+    files[spec_entry(experiment)] = store.get_blob(digest)
+
+
+def _site(site: Path, files: dict[str, bytes]) -> None:
+    if not site.is_dir():
+        raise InputError(f"{site}: no such site folder (build it with `benchclaw build`)")
+    for p in sorted(site.rglob("*")):
+        if p.is_symlink():
+            raise InputError(f"{p}: a site file is a symbolic link; a bundle holds regular files only")
+        if p.is_file():
+            files["site/" + p.relative_to(site).as_posix()] = p.read_bytes()

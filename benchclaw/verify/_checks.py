@@ -1,0 +1,147 @@
+"""Step 3, the checks: every recorded check result is re-run from the stored artifact.
+
+For each run that passed step 2: the task version is rebuilt from the bundle's
+``tasks/<id>/v<N>/`` files (``Task.from_files``, the loader the runtime uses); the
+workspace is replayed from the run's permitted ``write`` actions over the task inputs and
+must equal the recorded ``artifact`` records (so an artifact cannot be swapped without
+the action that wrote it); then ``benchclaw.tasks.check_artifacts`` (pure) re-runs every
+check, held-out ones included, and each result must equal its ``check`` record field for
+field. ``run.end`` ``passed``, ``gate_passed`` and the status must follow from them.
+
+A run with no check records must be ``aborted`` (the runtime records checks on every
+other ending) and may claim no pass.
+"""
+
+from __future__ import annotations
+
+from ..records import DIGEST_RE
+from ..tasks import Task, check_artifacts
+from ._context import Bundle, RunData
+from ._errors import VerificationError
+from ._report import Section
+from ._runs import task_files
+from .layout import task_entry
+from .manifest import object_path
+
+__all__ = ["verify_checks", "load_task"]
+
+_LITERAL = "literal:"
+_FIELDS = ("id", "type", "gate", "heldout", "passed", "detail")
+
+
+def verify_checks(b: Bundle, sec: Section) -> None:
+    for run in b.runs.values():
+        sec.attempt(_check_run, b, run, sec)
+    sec.count("runs", len(b.runs))
+
+
+def load_task(b: Bundle, prefix: str) -> Task:
+    """The task version under ``prefix`` (cached). Raises VerificationError naming it."""
+    cache = b.tasks
+    if prefix not in cache:
+        try:
+            cache[prefix] = Task.from_files(task_files(b, prefix), prefix)
+        except Exception as e:  # FormatError, or anything a crafted task file trips
+            cache[prefix] = VerificationError(prefix, f"not a loadable task version: {e}")
+    if isinstance(cache[prefix], VerificationError):
+        raise cache[prefix]
+    return cache[prefix]
+
+
+def _lit(detail: str) -> str:
+    """As the runtime records untrusted strings: a digest-shaped one is marked literal."""
+    return _LITERAL + detail if DIGEST_RE.match(detail) else detail
+
+
+def _blob(b: Bundle, run: RunData, digest, line: int) -> bytes:
+    if not isinstance(digest, str) or not DIGEST_RE.match(digest):
+        raise VerificationError(run.path, f"{digest!r} is not a blob digest", line)
+    return b.read(object_path(digest), run.path, line)
+
+
+def _artifacts(b: Bundle, run: RunData) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for line, rec in run.of_kind("artifact"):
+        path, size = rec.body.get("path"), rec.body.get("size")
+        if not isinstance(path, str) or path in out:
+            raise VerificationError(run.path, f"artifact path {path!r} is not a new path", line)
+        data = _blob(b, run, rec.body.get("digest"), line)
+        if size != len(data):
+            raise VerificationError(run.path, f"artifact {path}: size says {size!r}, the blob has "
+                                    f"{len(data)} bytes", line)
+        out[path] = data
+    return out
+
+
+def _replay_writes(b: Bundle, run: RunData, task: Task, artifacts: dict[str, bytes]) -> None:
+    ws = dict(task.inputs)
+    written: dict[str, int] = {}
+    for line, rec in run.of_kind("action"):
+        body = rec.body
+        if body.get("name") != "write" or body.get("permitted") is not True:
+            continue
+        args = body.get("args") if isinstance(body.get("args"), dict) else {}
+        path = args.get("resolved", args.get("path"))
+        ws[path] = _blob(b, run, args.get("content"), line)
+        written[path] = line
+    for path, line in written.items():
+        if path not in artifacts:
+            raise VerificationError(run.path, f"{path} was written but is not a recorded artifact", line)
+    for path, data in artifacts.items():
+        if ws.get(path) != data:
+            raise VerificationError(run.path, f"artifact {path} differs from what the run's "
+                                    "write actions left in the workspace")
+
+
+def _check_run(b: Bundle, run: RunData, sec: Section) -> None:
+    prefix = task_entry(run.start.get("task"))
+    task = load_task(b, prefix)
+    artifacts = _artifacts(b, run)
+    _replay_writes(b, run, task, artifacts)
+    recorded = run.of_kind("check")
+    if not recorded:
+        _no_checks(run)
+        return
+    results = check_artifacts(task, artifacts, include_heldout=True)
+    if len(recorded) != len(results):
+        raise VerificationError(run.path, f"{len(recorded)} check records, the task has "
+                                f"{len(results)} checks", recorded[0][0])
+    for (line, rec), res in zip(recorded, results):
+        _same_result(run, line, rec.body, {**res.to_dict(), "detail": _lit(res.detail)})
+    sec.count("results", len(results))
+    passed = all(r.passed for r in results)
+    gate = all(r.passed for r in results if r.gate)
+    _end_claims(run, passed, gate)
+
+
+def _same_result(run: RunData, line: int, got: dict, want: dict) -> None:
+    if got == want:
+        return
+    label = f"check {want['id']}"
+    for key in _FIELDS:
+        if got.get(key) != want[key]:
+            raise VerificationError(run.path, f"{label}: recorded {key}={got.get(key)!r}, "
+                                    f"recomputed {key}={want[key]!r}", line)
+    extra = sorted(set(got) - set(want))
+    raise VerificationError(run.path, f"{label}: unexpected field(s) {extra}", line)
+
+
+def _end_claims(run: RunData, passed: bool, gate: bool) -> None:
+    end, last = run.end, len(run.records)
+    for key, want in (("passed", passed), ("gate_passed", gate)):
+        if end.get(key) is not want:
+            raise VerificationError(run.path, f"run.end {key}={end.get(key)!r}, the recomputed "
+                                    f"checks give {want}", last)
+    status = end.get("status")
+    if status in ("passed", "failed") and status != ("passed" if passed else "failed"):
+        raise VerificationError(run.path, f"run.end status {status!r}, the recomputed checks "
+                                f"give {'passed' if passed else 'failed'}", last)
+
+
+def _no_checks(run: RunData) -> None:
+    end, last = run.end, len(run.records)
+    if end.get("status") != "aborted":
+        raise VerificationError(run.path, f"run ended {end.get('status')!r} but holds no check "
+                                "results (only an aborted run may lack them)", last)
+    if end.get("passed") or end.get("gate_passed"):
+        raise VerificationError(run.path, "an aborted run without check results claims a pass", last)

@@ -1,0 +1,82 @@
+"""What the steps share: the validated zip, the manifest, and what earlier steps established.
+
+Step 1 inflates and hashes every entry once and keeps the bytes in memory (bounded by
+``Limits.total_bytes``); later steps read through ``Bundle.read``, which never touches
+the disk. Later steps only build on what earlier ones accepted: a run whose chain is
+broken is reported by step 2 and left out of steps 3-6, so one fault is reported where
+it is, not five times downstream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import jsonio
+from ..records import Record
+from ._errors import VerificationError
+from ._zip import Limits, ZipView
+from .manifest import Manifest
+
+__all__ = ["Bundle", "RunData"]
+
+
+@dataclass
+class RunData:
+    """A run that passed step 2: its id, bundle path and verified records."""
+
+    run_id: str
+    path: str
+    records: list[Record]
+
+    @property
+    def start(self) -> dict:
+        return self.records[0].body
+
+    @property
+    def end(self) -> dict:
+        return self.records[-1].body
+
+    def of_kind(self, kind: str) -> list[tuple[int, Record]]:
+        """(1-based line, record) of every record of ``kind``."""
+        return [(i, r) for i, r in enumerate(self.records, 1) if r.kind == kind]
+
+
+@dataclass
+class Bundle:
+    view: ZipView
+    limits: Limits
+    manifest: Manifest | None = None
+    digests: dict[str, str] = field(default_factory=dict)   # entry -> actual sha256:<hex>
+    content: dict[str, bytes] = field(default_factory=dict)
+    runs: dict[str, RunData] = field(default_factory=dict)  # run id -> run (passed step 2)
+    bad_runs: set[str] = field(default_factory=set)         # run ids present but failed step 2
+    journal: list = field(default_factory=list)             # [(path, line, Record)] ordered
+    task_files: dict[str, dict[str, bytes]] = field(default_factory=dict)  # tasks/x/vN -> files
+    tasks: dict = field(default_factory=dict)               # tasks/x/vN -> Task or its error
+
+    def has(self, name: str) -> bool:
+        return name in self.view.entries
+
+    def read(self, name: str, where: str = "", record: int | str | None = None) -> bytes:
+        """The bytes of entry ``name``. Raises VerificationError (naming ``where`` and
+        ``record`` when given) if the bundle has no such entry or it could not be read."""
+        if name in self.content:
+            return self.content[name]
+        if name not in self.view.entries:
+            raise VerificationError(where or name, f"{name} is missing from the bundle", record)
+        data = self.view.read(name)
+        self.content[name] = data
+        return data
+
+    def read_json(self, name: str, where: str = "", record: int | str | None = None):
+        """Parse entry ``name`` as JSON, depth-bounded. Raises VerificationError."""
+        data = self.read(name, where, record)
+        try:
+            obj = jsonio.loads(data)
+            jsonio.check_depth(obj, self.limits.json_depth)
+        except ValueError as e:
+            raise VerificationError(name, f"not valid JSON ({e})") from None
+        return obj
+
+    def names_under(self, prefix: str) -> list[str]:
+        return [n for n in self.view.entries if n.startswith(prefix)]

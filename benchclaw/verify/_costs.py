@@ -1,0 +1,157 @@
+"""Step 4, the costs: every cost and bound recomputed from recorded usage and catalog prices.
+
+Per run: the ``prices`` copied into ``run.start`` must be the tier's prices in the
+catalog file the run names (read from its blob, following ``extends``). Per ``call``:
+the prompt estimate is recomputed from the request blob's messages; the normalised
+usage from the raw usage blob (``money.normalise_usage``); the cost, or the
+``[0, upper bound]`` of a call whose usage is unknown, from both (``money.cost_bounds``),
+bit for bit as decimal strings. ``run.end`` totals must be the sums over the calls.
+
+The catalog is read here with ``tomllib`` rather than ``providers.catalog`` so that the
+verifier imports nothing from ``benchclaw.providers``; only the ``tiers.<name>.prices``
+tables are needed and the field-by-field ``extends`` merge is FORMAT.md's.
+"""
+
+from __future__ import annotations
+
+import tomllib
+
+from .. import jsonio
+from ..errors import BenchClawError
+from ..money import (USAGE_FIELDS, CostBounds, Prices, Usage, cost_bounds,
+                     estimate_prompt_tokens, normalise_usage, sum_usage)
+from ..records import DIGEST_RE
+from ._context import Bundle, RunData
+from ._errors import VerificationError
+from ._report import Section
+from .manifest import object_path
+
+__all__ = ["verify_costs", "catalog_prices"]
+
+_MAX_EXTENDS = 8
+
+
+def verify_costs(b: Bundle, sec: Section) -> None:
+    for run in b.runs.values():
+        sec.attempt(_run_costs, b, run, sec)
+    sec.count("runs", len(b.runs))
+
+
+def _blob(b: Bundle, run: RunData, digest, line: int, what: str) -> bytes:
+    if not isinstance(digest, str) or not DIGEST_RE.match(digest):
+        raise VerificationError(run.path, f"{what} {digest!r} is not a blob digest", line)
+    return b.read(object_path(digest), run.path, line)
+
+
+def _tier_prices(b: Bundle, run: RunData, ref, tier: str, depth: int = 0) -> dict:
+    if not isinstance(ref, dict) or depth > _MAX_EXTENDS:
+        raise VerificationError(run.path, "run.start.catalog is not {name, digest}", 1)
+    data = _blob(b, run, ref.get("digest"), 1, "catalog")
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise VerificationError(object_path(ref["digest"]), f"catalog is not TOML ({e})") from None
+    prices = _tier_prices(b, run, ref["extends"], tier, depth + 1) if "extends" in ref else {}
+    spec = (doc.get("tiers") or {}).get(tier) if isinstance(doc.get("tiers"), dict) else None
+    if isinstance(spec, dict) and isinstance(spec.get("prices"), dict):
+        prices = {**prices, **spec["prices"]}
+    return prices
+
+
+def catalog_prices(b: Bundle, run: RunData) -> Prices:
+    """The prices of the run's tier in the catalog it names; must equal ``run.start.prices``.
+    Raises VerificationError."""
+    tier = run.start.get("tier")
+    raw = _tier_prices(b, run, run.start.get("catalog"), tier if isinstance(tier, str) else "")
+    try:
+        prices = Prices.from_dict(raw, f"catalog tier {tier}")
+        recorded = Prices.from_dict(run.start.get("prices"), "run.start.prices")
+    except (BenchClawError, ValueError) as e:
+        raise VerificationError(run.path, str(e), 1) from None
+    if recorded.to_dict() != prices.to_dict() or run.start.get("prices") != prices.to_dict():
+        raise VerificationError(run.path, f"run.start.prices {run.start.get('prices')} differ from "
+                                f"tier {tier!r} of the catalog: {prices.to_dict()}", 1)
+    return prices
+
+
+def _run_costs(b: Bundle, run: RunData, sec: Section) -> None:
+    prices = catalog_prices(b, run)
+    usages, total = [], CostBounds.zero()
+    calls = run.of_kind("call")
+    for line, rec in calls:
+        usage, cost = _call(b, run, line, rec.body, prices)
+        usages.append(usage)
+        total = total + cost
+    sec.count("calls", len(calls))
+    _totals(run, len(calls), [u for u in usages if u is not None], total)
+
+
+def _call(b: Bundle, run: RunData, line: int, body: dict, prices: Prices) -> tuple[Usage | None, CostBounds]:
+    params = body.get("params") if isinstance(body.get("params"), dict) else {}
+    max_tokens, estimate = params.get("max_tokens"), body.get("prompt_estimate")
+    if type(max_tokens) is not int or type(estimate) is not int or max_tokens < 0 or estimate < 0:
+        raise VerificationError(run.path, "call: params.max_tokens or prompt_estimate is not a count", line)
+    _check_estimate(b, run, line, body, estimate, max_tokens)
+    usage = _check_usage(b, run, line, body)
+    try:
+        want = cost_bounds(usage, estimate, max_tokens, prices)
+    except (BenchClawError, ArithmeticError, ValueError) as e:
+        raise VerificationError(run.path, f"call: cannot recompute the cost ({e})", line) from None
+    if body.get("cost") != want.to_dict():
+        raise VerificationError(run.path, f"call cost {body.get('cost')} differs from the "
+                                f"recomputed {want.to_dict()}", line)
+    return usage, want
+
+
+def _check_estimate(b: Bundle, run: RunData, line: int, body: dict, estimate: int, max_tokens: int) -> None:
+    request = _json_blob(b, run, line, body.get("request"), "request")
+    messages = request.get("messages") if isinstance(request, dict) else None
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise VerificationError(run.path, "call: the request blob holds no message list", line)
+    if request.get("max_tokens") != max_tokens:
+        raise VerificationError(run.path, f"call: request max_tokens {request.get('max_tokens')!r} "
+                                f"!= params.max_tokens {max_tokens}", line)
+    got = estimate_prompt_tokens(messages)
+    if got != estimate:
+        raise VerificationError(run.path, f"call: prompt_estimate {estimate}, recomputed from the "
+                                f"request {got}", line)
+
+
+def _json_blob(b: Bundle, run: RunData, line: int, digest, what: str):
+    data = _blob(b, run, digest, line, what)
+    try:
+        obj = jsonio.loads(data)
+        jsonio.check_depth(obj, b.limits.json_depth)
+    except ValueError as e:
+        raise VerificationError(object_path(digest), f"{what} blob is not JSON ({e})") from None
+    return obj
+
+
+def _check_usage(b: Bundle, run: RunData, line: int, body: dict) -> Usage | None:
+    recorded = body.get("usage")
+    want = None
+    if body.get("usage_raw") is not None:
+        data = _blob(b, run, body["usage_raw"], line, "usage_raw")
+        try:
+            want = normalise_usage(jsonio.loads(data))
+        except (BenchClawError, ValueError, TypeError):
+            want = None  # kept raw, costed as unknown (FORMAT.md "Catalogs", usage shapes)
+    if (want.to_dict() if want else None) != recorded:
+        raise VerificationError(run.path, f"call usage {recorded} differs from the raw usage "
+                                f"normalised: {want.to_dict() if want else None}", line)
+    return want
+
+
+def _totals(run: RunData, calls: int, usages: list[Usage], total: CostBounds) -> None:
+    end, last = run.end, len(run.records)
+    usage = sum_usage(usages).to_dict()
+    if end.get("calls") != calls:
+        raise VerificationError(run.path, f"run.end calls={end.get('calls')!r}, the run holds {calls}", last)
+    if end.get("usage") != usage:
+        got = end.get("usage")
+        diff = [k for k in USAGE_FIELDS if not isinstance(got, dict) or got.get(k) != usage[k]]
+        raise VerificationError(run.path, f"run.end usage {got} differs from the sum over calls "
+                                f"{usage} ({', '.join(diff) or 'fields'})", last)
+    if end.get("cost") != total.to_dict():
+        raise VerificationError(run.path, f"run.end cost {end.get('cost')} differs from the sum "
+                                f"over calls {total.to_dict()}", last)

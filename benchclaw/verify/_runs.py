@@ -1,0 +1,135 @@
+"""Step 2, the runs: each sealed run log is what its name says, unbroken, and complete.
+
+For every ``runs/<aa>/<id>.jsonl``: its SHA-256 is its run id; its hash chain holds (no
+record changed, inserted, removed or reordered; ``records.verify_chain`` on the exact
+bytes); it starts with ``run.start`` and ends with ``run.end``; every ``sha256:`` string
+in a body names an object present in the bundle whose bytes hash to it; and the task
+files under ``tasks/<id>/v<N>/`` hash to the task digest the run recorded. Objects are
+checked against their names too, referenced or not.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .. import jsonio
+from ..checks.digest import task_digest
+from ..errors import BenchClawError
+from ..records import blob_refs, split_lines, verify_chain
+from ._context import Bundle, RunData
+from ._errors import VerificationError
+from ._report import Section
+from .layout import task_entry
+from .manifest import OBJECT_PATH, RUN_PATH, object_path
+
+__all__ = ["verify_runs", "from_error"]
+
+_WHERE = re.compile(r"^(?P<path>[^:]*):(?P<line>\d+): (?P<msg>.*)$", re.S)
+
+
+def from_error(err: BenchClawError, path: str) -> VerificationError:
+    """A record/store error ("path:line: message") as a VerificationError with fields."""
+    m = _WHERE.match(str(err))
+    if m and m.group("path") == path:
+        return VerificationError(path, m.group("msg"), int(m.group("line")))
+    return VerificationError(path, str(err).removeprefix(f"{path}: "))
+
+
+def verify_runs(b: Bundle, sec: Section) -> None:
+    for name in b.view.names:
+        if name.startswith("objects/"):
+            sec.attempt(_check_object, b, name)
+    names = [n for n in b.view.names if n.startswith("runs/")]
+    for name in names:
+        sec.attempt(_check_run, b, name, sec)
+    sec.count("runs", len(b.runs))
+    if not names:
+        sec.fail(VerificationError("runs/", "the bundle holds no runs: nothing to verify"))
+
+
+def _check_object(b: Bundle, name: str) -> None:
+    m = OBJECT_PATH.match(name)
+    if not m or m.group(1) != m.group(2)[:2]:
+        raise VerificationError(name, "not an object name (objects/<aa>/<64 hex>)")
+    if name in b.digests and b.digests[name] != "sha256:" + m.group(2):
+        raise VerificationError(name, f"object bytes hash to {b.digests[name]}, not to its name")
+
+
+def _check_run(b: Bundle, name: str, sec: Section) -> None:
+    m = RUN_PATH.match(name)
+    if not m or m.group(1) != m.group(2)[:2]:
+        raise VerificationError(name, "not a run log name (runs/<aa>/<64 hex>.jsonl)")
+    run_id = m.group(2)
+    b.bad_runs.add(run_id)
+    data = b.read(name)
+    if b.digests.get(name) != "sha256:" + run_id:
+        raise VerificationError(name, "file bytes do not hash to the run id (the file was altered)")
+    records = _chain(b, name, data)
+    if not records or records[0].kind != "run.start":
+        raise VerificationError(name, "a run must start with run.start", 1)
+    if records[-1].kind != "run.end":
+        raise VerificationError(name, "a sealed run must end with run.end", len(records))
+    for i, rec in enumerate(records, 1):
+        _check_refs(b, name, i, rec.body)
+        if rec.kind not in _KNOWN:
+            sec.count(f"unknown kind {rec.kind}"[:80])
+    _check_task(b, name, records[0].body.get("task"))
+    b.bad_runs.discard(run_id)
+    b.runs[run_id] = RunData(run_id, name, records)
+    sec.count("records", len(records))
+
+
+_KNOWN = frozenset({"run.start", "call", "action", "check", "artifact", "run.end"})
+
+
+def _chain(b: Bundle, name: str, data: bytes) -> list:
+    lines, torn = split_lines(data)
+    if torn:
+        raise VerificationError(name, "torn last line (no newline) in a sealed run", len(lines) + 1)
+    for i, line in enumerate(lines, 1):
+        if len(line) > b.limits.line_bytes:
+            raise VerificationError(name, f"line longer than {b.limits.line_bytes} bytes", i)
+    try:
+        records = verify_chain(lines, name)
+    except BenchClawError as e:
+        raise from_error(e, name) from None
+    for i, rec in enumerate(records, 1):
+        try:
+            jsonio.check_depth(rec.body, b.limits.json_depth)
+        except ValueError as e:
+            raise VerificationError(name, str(e), i) from None
+    return records
+
+
+def _check_refs(b: Bundle, name: str, line: int, body: dict) -> None:
+    for digest in blob_refs(body):
+        obj = object_path(digest)
+        if obj not in b.view.entries:
+            raise VerificationError(name, f"references object {digest}, which the bundle lacks", line)
+        if b.digests.get(obj) != digest:
+            raise VerificationError(name, f"object {digest} does not hash to its digest", line)
+
+
+def task_files(b: Bundle, prefix: str) -> dict[str, bytes]:
+    """The files of one task version in the bundle, by path relative to ``prefix``."""
+    if prefix not in b.task_files:
+        start = prefix + "/"
+        b.task_files[prefix] = {n[len(start):]: b.read(n) for n in b.names_under(start)}
+    return b.task_files[prefix]
+
+
+def _check_task(b: Bundle, name: str, task) -> None:
+    prefix = task_entry(task)
+    if prefix is None:
+        raise VerificationError(name, "run.start.task is not {id, version, digest}", 1)
+    files = task_files(b, prefix)
+    if not files:
+        raise VerificationError(name, f"task {task['id']} v{task['version']}: {prefix}/ is missing "
+                                "from the bundle", 1)
+    try:
+        got = task_digest(files)
+    except ValueError as e:
+        raise VerificationError(prefix, str(e)) from None
+    if got != task["digest"]:
+        raise VerificationError(name, f"the task files under {prefix}/ hash to {got}, "
+                                f"run.start says {task['digest']}", 1)

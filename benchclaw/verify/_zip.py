@@ -1,0 +1,299 @@
+"""A strict, bounded reader for the zip container of a bundle. It never writes to disk.
+
+Why not just ``zipfile``: it is built to be lenient (it tolerates prepended data, trusts
+the central directory, decompresses whatever size a header claims), and an auditor's
+bundle may be crafted. So this module parses the end record, the central directory and
+every local header itself with ``struct``, and refuses anything a bundle written by
+``benchclaw export`` never contains or that two readers could interpret differently:
+
+- truncated archives, multi-disk archives, prepended or trailing bytes;
+- entries whose local and central headers disagree, entries that overlap or leave
+  unlisted bytes between them (the entries must tile the archive exactly);
+- encrypted entries, streamed entries (data descriptors), methods other than stored and
+  deflate, symlinks and any other non-regular file, directory entries;
+- names that are not UTF-8, absolute, contain ``..``, ``.``, empty parts, backslashes or
+  control characters, and names that are equal after case folding and Unicode (NFKC)
+  normalisation;
+- more entries, bigger entries, a bigger total or a higher compression ratio than
+  ``Limits`` allow.
+
+Those are ``UnreadableBundle`` (exit 2). Member bytes are inflated here too, with
+``zlib`` and an output cap of the declared size + 1, so a member can never inflate past
+what its header promised; a CRC or size mismatch in one member is a ``VerificationError``
+for that entry only (exit 1), because the rest of the bundle is still readable. Memory is
+bounded by the limits: the archive bytes plus the inflated members.
+"""
+
+from __future__ import annotations
+
+import struct
+import unicodedata
+import zlib
+from dataclasses import dataclass
+
+from ._errors import UnreadableBundle, VerificationError
+
+__all__ = ["Limits", "Entry", "ZipView"]
+
+_EOCD = struct.Struct("<4s4H2LH")
+_Z64_LOC = struct.Struct("<4sLQL")
+_Z64_EOCD = struct.Struct("<4sQ2H2L4Q")
+_CENTRAL = struct.Struct("<4s2B5H3L5H2L")
+_LOCAL = struct.Struct("<4s5H3L2H")
+_SIG_EOCD, _SIG_Z64_LOC, _SIG_Z64 = b"PK\x05\x06", b"PK\x06\x07", b"PK\x06\x06"
+_SIG_CENTRAL, _SIG_LOCAL = b"PK\x01\x02", b"PK\x03\x04"
+_MAX_COMMENT = 0xFFFF
+_STORED, _DEFLATED = 0, 8
+_FLAG_ENCRYPTED, _FLAG_DESCRIPTOR, _FLAG_STRONG = 0x1, 0x8, 0x40
+_UNIX = 3
+_S_IFMT, _S_IFREG, _S_IFLNK = 0o170000, 0o100000, 0o120000
+_DOS_DIR = 0x10
+_FORBIDDEN_CHARS = frozenset(chr(c) for c in range(0x20)) | {"\x7f", "\\", ":"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the verifier agrees to read. Defaults are far above an honest bundle of tens of
+    thousands of runs and far below what would exhaust a laptop."""
+
+    archive_bytes: int = 2 << 30
+    entries: int = 2_000_000
+    entry_bytes: int = 256 << 20
+    total_bytes: int = 4 << 30
+    ratio: int = 200          # uncompressed / compressed, for entries above ratio_floor
+    ratio_floor: int = 1 << 20
+    name_bytes: int = 512
+    line_bytes: int = 1 << 20
+    json_depth: int = 64
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One member as the central directory describes it (validated against its local header)."""
+
+    name: str
+    method: int
+    crc: int
+    csize: int
+    usize: int
+    header_offset: int
+    data_offset: int = 0
+
+    @property
+    def end(self) -> int:
+        return self.data_offset + self.csize
+
+
+def _bad(message: str) -> UnreadableBundle:
+    return UnreadableBundle("", f"not a readable bundle: {message}")
+
+
+class ZipView:
+    """A validated view of zip bytes: ``names`` in archive order, ``read(name)``.
+
+    Construction raises ``UnreadableBundle`` for anything in the module docstring's list.
+    """
+
+    def __init__(self, data: bytes, limits: Limits = Limits()):
+        self.data = data
+        self.limits = limits
+        if len(data) > limits.archive_bytes:
+            raise _bad(f"the archive is {len(data)} bytes, above the limit of {limits.archive_bytes}")
+        cd_offset, cd_end, count = self._end_records()
+        self.entries: dict[str, Entry] = {}
+        self._parse_central(cd_offset, cd_end, count)
+        self._check_tiling(cd_offset)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.entries)
+
+    # -- end records ------------------------------------------------------------------
+    def _end_records(self) -> tuple[int, int, int]:
+        data = self.data
+        eocd = self._find_eocd()
+        _, disk, cd_disk, n_disk, n_total, cd_size, cd_offset, _ = _EOCD.unpack_from(data, eocd)
+        cd_end = eocd
+        loc = eocd - _Z64_LOC.size
+        if loc >= 0 and data[loc:loc + 4] == _SIG_Z64_LOC:
+            disk, cd_disk, n_disk, n_total, cd_size, cd_offset, cd_end = self._zip64(loc, (
+                disk, cd_disk, n_disk, n_total, cd_size, cd_offset))
+        if disk or cd_disk or n_disk != n_total:
+            raise _bad("multi-disk (split) archives are not supported")
+        if n_total > self.limits.entries:
+            raise _bad(f"{n_total} entries, above the limit of {self.limits.entries}")
+        if cd_offset + cd_size != cd_end:
+            raise _bad("the central directory does not end where its end record begins "
+                       "(truncated, or bytes were inserted)")
+        return cd_offset, cd_end, n_total
+
+    def _find_eocd(self) -> int:
+        data = self.data
+        if len(data) < _EOCD.size:
+            raise _bad("too short to be a zip archive (truncated?)")
+        floor = max(0, len(data) - _EOCD.size - _MAX_COMMENT)
+        pos = data.rfind(_SIG_EOCD, floor)
+        while pos >= 0:
+            if pos + _EOCD.size <= len(data):
+                comment_len = struct.unpack_from("<H", data, pos + 20)[0]
+                if pos + _EOCD.size + comment_len == len(data):
+                    return pos
+            pos = data.rfind(_SIG_EOCD, floor, pos)
+        raise _bad("no end-of-central-directory record: truncated, or not a zip archive")
+
+    def _zip64(self, loc: int, classic: tuple) -> tuple:
+        data = self.data
+        _, z_disk, z_offset, z_disks = _Z64_LOC.unpack_from(data, loc)
+        if z_disk != 0 or z_disks != 1:
+            raise _bad("multi-disk (split) archives are not supported")
+        if z_offset + _Z64_EOCD.size > loc or data[z_offset:z_offset + 4] != _SIG_Z64:
+            raise _bad("the zip64 end record is missing or misplaced")
+        fields = _Z64_EOCD.unpack_from(data, z_offset)
+        rec_size, disk, cd_disk, n_disk, n_total, cd_size, cd_offset = fields[1], *fields[4:]
+        if z_offset + 12 + rec_size != loc:
+            raise _bad("the zip64 end record does not end where its locator begins")
+        sentinels = (0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF)
+        for old, new, sentinel in zip(classic, (disk, cd_disk, n_disk, n_total, cd_size, cd_offset),
+                                      sentinels):
+            if old not in (new, sentinel):
+                raise _bad("the zip64 and classic end records disagree")
+        return disk, cd_disk, n_disk, n_total, cd_size, cd_offset, z_offset
+
+    # -- central directory ------------------------------------------------------------
+    def _parse_central(self, pos: int, cd_end: int, count: int) -> None:
+        seen: dict[str, str] = {}
+        total = 0
+        for _ in range(count):
+            if pos + _CENTRAL.size > cd_end:
+                raise _bad("the central directory is truncated")
+            f = _CENTRAL.unpack_from(self.data, pos)
+            (sig, _cver, system, _xver, flags, method, mtime, mdate, crc, csize, usize,
+             name_len, extra_len, comment_len, disk, _iattr, eattr, offset) = f
+            if sig != _SIG_CENTRAL:
+                raise _bad(f"bad central directory signature at byte {pos}")
+            end = pos + _CENTRAL.size + name_len + extra_len + comment_len
+            if end > cd_end:
+                raise _bad("the central directory is truncated")
+            raw_name = self.data[pos + _CENTRAL.size:pos + _CENTRAL.size + name_len]
+            name = self._check_name(raw_name, flags, seen)
+            self._check_kind(name, flags, method, system, eattr, disk, (csize, usize, offset))
+            self._check_size(name, method, csize, usize)
+            total += usize
+            if total > self.limits.total_bytes:
+                raise _bad(f"entries inflate to more than the limit of {self.limits.total_bytes} bytes")
+            entry = Entry(name, method, crc, csize, usize, offset)
+            self.entries[name] = self._check_local(entry, raw_name, (flags, method, mtime, mdate))
+            pos = end
+        if pos != cd_end:
+            raise _bad("the central directory holds more than its end record counts")
+
+    def _check_name(self, raw: bytes, flags: int, seen: dict[str, str]) -> str:
+        if len(raw) > self.limits.name_bytes or not raw:
+            raise _bad(f"an entry name is empty or longer than {self.limits.name_bytes} bytes")
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _bad(f"entry name {raw[:80]!r} is not UTF-8") from None
+        if not name.isascii() and not flags & 0x800:
+            raise _bad(f"entry {name!r}: non-ASCII name without the UTF-8 flag (ambiguous)")
+        if name.endswith("/"):
+            raise _bad(f"entry {name!r} is a directory entry (a bundle holds files only)")
+        parts = name.split("/")
+        if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise _bad(f"entry {name!r}: absolute path, '..', '.' or empty part (path traversal)")
+        if any(c in _FORBIDDEN_CHARS for c in name):
+            raise _bad(f"entry {name!r}: backslash, colon or control character in the name")
+        folded = unicodedata.normalize("NFKC", name).casefold()
+        if folded in seen:
+            same = "duplicate" if seen[folded] == name else "differs only by case or Unicode normalisation from"
+            raise _bad(f"entry {name!r}: {same} entry {seen[folded]!r}")
+        seen[folded] = name
+        return name
+
+    def _check_kind(self, name: str, flags: int, method: int, system: int, eattr: int,
+                    disk: int, fields: tuple[int, int, int]) -> None:
+        if flags & (_FLAG_ENCRYPTED | _FLAG_STRONG):
+            raise _bad(f"entry {name!r} is encrypted")
+        if flags & _FLAG_DESCRIPTOR:
+            raise _bad(f"entry {name!r} uses a data descriptor (streamed entries are not accepted)")
+        if method not in (_STORED, _DEFLATED):
+            raise _bad(f"entry {name!r}: compression method {method} (only stored and deflate)")
+        mode = eattr >> 16
+        if system == _UNIX and (mode & _S_IFMT) == _S_IFLNK:
+            raise _bad(f"entry {name!r} is a symbolic link")
+        if (system == _UNIX and (mode & _S_IFMT) not in (0, _S_IFREG)) or eattr & _DOS_DIR:
+            raise _bad(f"entry {name!r} is not a regular file")
+        if disk != 0:
+            raise _bad(f"entry {name!r} starts on another disk")
+        if 0xFFFFFFFF in fields:
+            raise _bad(f"entry {name!r}: zip64 entry fields (a bundle entry is below 4 GiB)")
+
+    def _check_size(self, name: str, method: int, csize: int, usize: int) -> None:
+        lim = self.limits
+        if usize > lim.entry_bytes:
+            raise _bad(f"entry {name!r} inflates to {usize} bytes, above the limit of {lim.entry_bytes}")
+        if method == _STORED and csize != usize:
+            raise _bad(f"entry {name!r}: stored entry with compressed size != size")
+        if usize > lim.ratio_floor and usize > csize * lim.ratio:
+            raise _bad(f"entry {name!r}: compression ratio above {lim.ratio}:1 (zip bomb?)")
+
+    def _check_local(self, entry: Entry, raw_name: bytes, central: tuple) -> Entry:
+        pos = entry.header_offset
+        if pos + _LOCAL.size > len(self.data):
+            raise _bad(f"entry {entry.name!r}: local header beyond the end of the archive")
+        (sig, _xver, flags, method, mtime, mdate, crc, csize, usize,
+         name_len, extra_len) = _LOCAL.unpack_from(self.data, pos)
+        start = pos + _LOCAL.size
+        if sig != _SIG_LOCAL:
+            raise _bad(f"entry {entry.name!r}: no local header at byte {pos}")
+        local = (flags, method, mtime, mdate, crc, csize, usize)
+        if local != (*central, entry.crc, entry.csize, entry.usize) or \
+                self.data[start:start + name_len] != raw_name:
+            raise _bad(f"entry {entry.name!r}: local and central headers disagree")
+        data_offset = start + name_len + extra_len
+        return Entry(entry.name, entry.method, entry.crc, entry.csize, entry.usize, pos, data_offset)
+
+    def _check_tiling(self, cd_offset: int) -> None:
+        pos = 0
+        for e in sorted(self.entries.values(), key=lambda e: e.header_offset):
+            if e.header_offset < pos:
+                raise _bad(f"entry {e.name!r} overlaps the entry before it")
+            if e.header_offset > pos:
+                raise _bad(f"{e.header_offset - pos} unlisted bytes before entry {e.name!r}")
+            pos = e.end
+        if pos > cd_offset:
+            raise _bad("the last entry overlaps the central directory (truncated?)")
+        if pos < cd_offset:
+            raise _bad(f"{cd_offset - pos} unlisted bytes before the central directory")
+
+    # -- members ----------------------------------------------------------------------
+    def read(self, name: str) -> bytes:
+        """The member's bytes, inflated with a cap and CRC-checked.
+
+        Raises KeyError for an unknown name, ``VerificationError`` (naming the entry) when
+        its data is corrupt: bad deflate stream, wrong size, wrong CRC.
+        """
+        e = self.entries[name]
+        raw = self.data[e.data_offset:e.end]
+        if e.method == _STORED:
+            out = raw
+        else:
+            out = self._inflate(e, raw)
+        if len(out) != e.usize:
+            raise VerificationError(name, f"inflates to {len(out)} bytes, the header says {e.usize}")
+        if zlib.crc32(out) != e.crc:
+            raise VerificationError(name, "CRC-32 does not match the header (corrupt entry)")
+        return out
+
+    @staticmethod
+    def _inflate(e: Entry, raw: bytes) -> bytes:
+        d = zlib.decompressobj(-15)
+        try:
+            out = d.decompress(raw, e.usize + 1)
+        except zlib.error as err:
+            raise VerificationError(e.name, f"corrupt deflate data ({err})") from None
+        if len(out) > e.usize:
+            raise VerificationError(e.name, f"inflates beyond the {e.usize} bytes its header declares")
+        if not d.eof or d.unused_data:
+            raise VerificationError(e.name, "deflate stream truncated or followed by extra bytes")
+        return out
