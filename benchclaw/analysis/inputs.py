@@ -23,7 +23,7 @@ from ..errors import FormatError
 from ..records import Record
 
 __all__ = ["ExperimentData", "RunView", "CallView", "view_run", "lured_tasks", "parse_cell",
-           "task_key", "usd"]
+           "task_key", "usd", "spec_from_bytes", "registered_digest"]
 
 _USD_RE = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
 _EXACT = decimal.Context(prec=60, traps=[decimal.Inexact, decimal.InvalidOperation])
@@ -180,6 +180,24 @@ def view_run(run_id: str, records: tuple[Record, ...] | list[Record]) -> RunView
         turns=_get(end, "turns", int, 0, where), calls=tuple(calls),
         injection_attempts=attempts, denials=denials,
         simulated=bool(start.get("simulated")))
+
+
+def spec_from_bytes(data: bytes, where: str) -> dict:
+    """The registered spec's bytes as a plain dict (validation is the experiments part's
+    job; the analysis reads only grid, policies and hypotheses). Raises FormatError."""
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise FormatError(f"{where}: registered spec is not valid TOML: {e}") from None
+
+
+def registered_digest(journal: list[Record] | tuple[Record, ...]) -> str | None:
+    """The spec digest in force: that of the last ``prereg`` or ``deviation`` record."""
+    digest = None
+    for rec in journal:
+        if rec.kind in ("prereg", "deviation") and isinstance(rec.body.get("spec_digest"), str):
+            digest = rec.body["spec_digest"]
+    return digest
 
 
 def lured_tasks(starts: list[Mapping], get_blob: Callable[[str], bytes]) -> frozenset[str]:

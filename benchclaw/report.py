@@ -1,0 +1,75 @@
+"""Build an experiment's report from a runs directory (the non-pure half of the analysis).
+
+``benchclaw.analysis`` is pure over plain records so the offline verifier can run it on a
+bundle; this module is the one place that reads a ``Store`` to build the same
+``ExperimentData``: the journal (every writer, chains verified), the registered spec's
+bytes from its blob, every sealed run of the experiment, and the task lures from the task
+blobs those runs stored. Writing the outputs (summary.json, Markdown) is here too, so the
+CLI stays glue.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import jsonio
+from .analysis import ExperimentData, lured_tasks, render_markdown, summarise
+from .analysis.inputs import registered_digest, spec_from_bytes
+from .errors import InputError, RegistrationError
+from .store import Store
+
+__all__ = ["load_experiment", "build_summary", "write_summary", "write_markdown",
+           "summary_bytes"]
+
+
+def load_experiment(store: Store, experiment: str, *,
+                    tasks_with_lures: frozenset[str] | None = None) -> ExperimentData:
+    """Everything the analysis of ``experiment`` reads from ``store``.
+
+    Raises RegistrationError when the experiment has no journal or no registered spec,
+    IntegrityError/FormatError (naming the file and line) for damaged evidence, and
+    InputError when the registered spec's blob is missing."""
+    journal = tuple(e.record for e in store.read_journal(experiment))
+    if not journal:
+        raise RegistrationError(f"experiment {experiment}: no journal in {store.root}/journals "
+                                f"(register it first: benchclaw prereg experiments/{experiment}.toml)")
+    digest = registered_digest(journal)
+    if digest is None:
+        raise RegistrationError(f"experiment {experiment}: the journal has no prereg record")
+    spec = spec_from_bytes(store.get_blob(digest), f"{experiment} spec {digest}")
+    runs = {}
+    for run in store.iter_runs():
+        policy = run.start.get("policy")
+        if isinstance(policy, dict) and policy.get("experiment") == experiment:
+            runs[run.run_id] = tuple(run.records)
+    if tasks_with_lures is None:
+        tasks_with_lures = lured_tasks([recs[0].body for recs in runs.values()], store.get_blob)
+    return ExperimentData(experiment, spec, digest, journal, runs, tasks_with_lures)
+
+
+def build_summary(store: Store, experiment: str) -> dict:
+    """The summary.json object of ``experiment`` (raises as ``load_experiment``)."""
+    return summarise(load_experiment(store, experiment))
+
+
+def summary_bytes(summary: dict) -> bytes:
+    """summary.json's bytes: canonical JSON and a newline."""
+    return jsonio.dumps(summary) + b"\n"
+
+
+def _write(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write ({e.strerror})") from None
+
+
+def write_summary(summary: dict, path: Path) -> None:
+    """Write summary.json. Raises InputError naming the path when it cannot be written."""
+    _write(path, summary_bytes(summary))
+
+
+def write_markdown(summary: dict, path: Path) -> None:
+    """Write the Markdown tables. Raises InputError naming the path when it cannot."""
+    _write(path, render_markdown(summary).encode("utf-8"))
