@@ -74,3 +74,17 @@ def test_missing_catalog_lists_shipped_ones():
         load_catalog("nope")
     with pytest.raises(ProviderConfigError, match="tiers: lightning"):
         load_catalog("sim").tier("mega")
+
+
+def test_extends_resolves_relative_paths_and_refuses_cycles(tmp_path):
+    (tmp_path / "base.toml").write_text('v = 1\nname = "base"\n[tiers.a]\nprovider = "sim"\nmodel = "sim/ultra"\n'
+                                        'prices = { input = "1", output = "2" }\n')
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "top.toml").write_text('v = 1\nname = "top"\nextends = "../base.toml"\n'
+                                               '[tiers.a.prices]\noutput = "3"\n')
+    top = load_catalog(tmp_path / "sub" / "top.toml")
+    assert top.tier("a").prices.output == Decimal("3") and top.base.name == "base"
+    (tmp_path / "x.toml").write_text('v = 1\nname = "x"\nextends = "y.toml"\n')
+    (tmp_path / "y.toml").write_text('v = 1\nname = "y"\nextends = "x.toml"\n')
+    with pytest.raises(FormatError, match="cycle"):
+        load_catalog(tmp_path / "x.toml")

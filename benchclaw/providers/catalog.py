@@ -131,21 +131,37 @@ def shipped_catalogs() -> list[str]:
     return sorted(p.stem for p in catalogs_dir().glob("*.toml"))
 
 
-def load_catalog(name_or_path: str | Path) -> Catalog:
+MAX_EXTENDS = 8
+
+
+def _is_path(name_or_path: str | Path) -> bool:
+    return isinstance(name_or_path, Path) or str(name_or_path).endswith(".toml") or "/" in str(name_or_path)
+
+
+def load_catalog(name_or_path: str | Path, *, _chain: tuple[str, ...] = ()) -> Catalog:
     """Load a shipped catalog by name (``"sim"``, ``"nebius-nemotron"``) or a catalog file
     by path. Raises ``InputError`` when neither exists, ``FormatError`` naming the file and
-    field when it is invalid."""
+    field when it is invalid (or when ``extends`` goes round in a cycle)."""
     path = Path(name_or_path)
-    if not (isinstance(name_or_path, Path) or path.suffix == ".toml" or "/" in str(name_or_path)):
+    if not _is_path(name_or_path):
         path = catalogs_dir() / f"{name_or_path}.toml"
         if not path.is_file():
             raise InputError(f"no catalog named {name_or_path!r} (shipped: {', '.join(shipped_catalogs())}; "
                              "or give a path to a .toml file)")
+    key = str(path.resolve())
+    if key in _chain or len(_chain) >= MAX_EXTENDS:
+        raise FormatError(f"{path}: the extends chain {' -> '.join(_chain + (key,))} goes round in a cycle "
+                          f"or is longer than {MAX_EXTENDS}")
     try:
         data = path.read_bytes()
     except OSError as e:
         raise InputError(f"{path}: cannot read catalog ({e.strerror or e})") from None
-    return parse_catalog(data, str(path), path=path)
+
+    def resolve(base: str) -> Catalog:
+        target = path.parent / base if _is_path(base) and not Path(base).is_absolute() else base
+        return load_catalog(target, _chain=_chain + (key,))
+
+    return parse_catalog(data, str(path), path=path, resolve_base=resolve)
 
 
 def parse_catalog(data: bytes, where: str, *, path: Path | None = None,
