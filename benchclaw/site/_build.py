@@ -1,0 +1,177 @@
+"""``build_site``: the static replay site, built in ordered stages.
+
+1. inputs: the runs directory, templates, the renderer digest, the previous build's cache;
+2. run replay pages: only for runs the cache does not know (in worker processes);
+3. task pages: one per task version seen in runs or in the tasks folder;
+4. experiments: the analysis's summary (recomputed only when the experiment's runs or
+   journal changed), the experiment page with its charts, its cell pages;
+5. lists: index, paginated runs, evidence gallery, verify page;
+6. static files and the blobs pages link, copied into ``site/``;
+7. clean-up: pages and blobs the new build no longer has are removed; the cache is saved.
+
+Same inputs, same bytes: nothing reads a clock or the machine's paths into a page, every
+list is sorted, and pages are rewritten only when their bytes change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import jsonio
+from ..errors import InputError, UsageError
+from ..paths import site_templates_dir
+from ..store import Store
+from ._cache import BuildCache, PageWriter, write_atomic
+from ._render import Scrubber, make_env, object_url, renderer_digest, run_url
+from ._runpages import copy_object, render_runs
+
+__all__ = ["build_site", "BuildReport"]
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What a build did. ``seconds`` is wall time (a measurement, not money)."""
+
+    pages_written: int
+    pages_skipped: int
+    seconds: float
+    runs: int = 0
+    runs_rendered: int = 0
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass
+class Build:
+    """Everything the stages share."""
+
+    store: Store
+    out: Path
+    templates: Path
+    tasks_dir: Path | None
+    public: bool
+    bundle: Path | None
+    workers: int
+    cache: BuildCache
+    pages: PageWriter
+    scrub: Scrubber
+    runs: dict[str, dict] = field(default_factory=dict)
+    summaries: list[dict] = field(default_factory=list)
+    experiments: dict[str, dict] = field(default_factory=dict)
+    objects: set[str] = field(default_factory=set)
+    warnings: list[str] = field(default_factory=list)
+    rendered: int = 0
+
+
+def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundle_path=None,
+               workers: int | None = None) -> BuildReport:
+    """Render the static replay site of ``runs_dir`` into ``out_dir``.
+
+    Raises ``InputError`` when the runs directory, tasks folder or bundle is missing,
+    ``UsageError`` when ``out_dir`` is inside the runs directory, and ``IntegrityError`` /
+    ``FormatError`` (naming the file and line) for a damaged run log or journal.
+    """
+    t0 = time.perf_counter()
+    b = _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers)
+    _stage2_runs(b)
+    from ._pages import stage_lists, stage_tasks
+    from ._exppages import stage_experiments
+
+    stage_tasks(b)
+    stage_experiments(b)
+    stage_lists(b)
+    _stage6_static(b)
+    _stage7_cleanup(b)
+    return BuildReport(b.pages.written, b.pages.skipped, round(time.perf_counter() - t0, 3), len(b.runs),
+                       b.rendered, tuple(b.warnings))
+
+
+# ---------------------------------------------------------------------------- 1. inputs
+
+def _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers) -> Build:
+    store = Store.existing(runs_dir, fsync=False)
+    out = Path(out_dir)
+    if out.resolve() == store.root.resolve() or store.root.resolve() in out.resolve().parents:
+        raise UsageError(f"{out}: the site must not be written inside the runs directory {store.root}")
+    if tasks_dir is not None and not Path(tasks_dir).is_dir():
+        raise InputError(f"{tasks_dir}: no such tasks folder")
+    if bundle_path is not None and not Path(bundle_path).is_file():
+        raise InputError(f"{bundle_path}: no such bundle file")
+    templates = site_templates_dir()
+    if not (templates / "base.html").is_file():
+        raise InputError(f"{templates}: the site templates are missing (base.html)")
+    out.mkdir(parents=True, exist_ok=True)
+    renderer = renderer_digest(templates, public)
+    cache = BuildCache.load(out, renderer)
+    scrub = Scrubber([store.root, out, templates, tasks_dir, Path.cwd(),
+                      Path(bundle_path).parent if bundle_path else None])
+    env = make_env(templates)
+    pages = PageWriter(out, env, scrub, cache.pages, {"public": public})
+    n = workers if workers is not None else min(2, os.cpu_count() or 1)
+    return Build(store, out, templates, Path(tasks_dir) if tasks_dir else None, public,
+                 Path(bundle_path) if bundle_path else None, n, cache, pages, scrub)
+
+
+# ---------------------------------------------------------------------------- 2. run pages
+
+def _stage2_runs(b: Build) -> None:
+    ids = b.store.run_ids()
+    todo = []
+    for run_id in ids:
+        entry = b.cache.runs.get(run_id)
+        if entry is not None and (b.out / run_url(run_id)).is_file():
+            b.runs[run_id] = entry
+            b.pages.record(run_url(run_id), run_id, written=False)
+        else:
+            todo.append(run_id)
+    fresh = render_runs(todo, runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
+                        scrub=b.scrub, workers=b.workers)
+    for run_id in todo:
+        b.runs[run_id] = fresh[run_id]
+        b.pages.record(run_url(run_id), run_id, written=True)
+    b.rendered = len(todo)
+    b.summaries = sorted((e["s"] for e in b.runs.values()), key=lambda s: (s["at"], s["id"]))
+    for e in b.runs.values():
+        b.objects.update(e["l"])
+
+
+# ---------------------------------------------------------------------------- 6. static files and blobs
+
+def _stage6_static(b: Build) -> None:
+    static = b.templates / "static"
+    for path in sorted(p for p in static.rglob("*") if p.is_file()):
+        rel = "static/" + path.relative_to(static).as_posix()
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        if not b.pages.unchanged(rel, digest):
+            write_atomic(b.out / rel, data)
+            b.pages.record(rel, digest, written=True)
+    for digest in sorted(b.objects):
+        copy_object(b.store, b.out, digest)
+
+
+# ---------------------------------------------------------------------------- 7. clean-up
+
+def _stage7_cleanup(b: Build) -> None:
+    for rel in sorted(b.cache.previous_pages - set(b.pages.pages)):
+        _unlink(b.out / rel)
+    keep = sorted(b.objects)
+    for digest in sorted(set(b.cache.objects) - b.objects):
+        _unlink(b.out / object_url(digest))
+    experiments = {k: v for k, v in sorted(b.experiments.items())}
+    b.cache.save(dict(sorted(b.pages.pages.items())), dict(sorted(b.runs.items())), experiments, keep)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def digest_of(obj) -> str:
+    """A short stable key for page inputs (canonical JSON, SHA-256)."""
+    return hashlib.sha256(jsonio.dumps(obj)).hexdigest()

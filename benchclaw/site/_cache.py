@@ -1,0 +1,117 @@
+"""The build cache and the page writer: rewrite only what changed.
+
+The output folder keeps ``.benchclaw-build.json``: the renderer digest it was built with,
+each page's input key, and per sealed run the facts other pages need (summary, condensed
+records for the analysis, blobs it links). A run id names immutable bytes, so its cached
+entry never goes stale; a new renderer digest (templates, CSS, site or analysis code, the
+public flag) discards the whole cache.
+
+The cache is derived data: deleting it (or the whole ``site/``) only costs a full build.
+It is written atomically, in canonical JSON, so the same inputs give the same bytes here
+too. A page is written through a temporary file and a rename, and only when its bytes
+change, so a static host or a browser never sees half a page.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from .. import jsonio
+
+__all__ = ["BuildCache", "PageWriter", "write_atomic", "CACHE_NAME"]
+
+CACHE_NAME = ".benchclaw-build.json"
+CACHE_VERSION = 1
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class BuildCache:
+    """What the previous build of this output folder left behind."""
+
+    def __init__(self, out: Path, renderer: str):
+        self.path = out / CACHE_NAME
+        self.renderer = renderer
+        self.pages: dict[str, str] = {}
+        self.runs: dict[str, dict] = {}
+        self.experiments: dict[str, dict] = {}
+        self.objects: list[str] = []
+        self.previous_pages: set[str] = set()  # every page of the previous build (to prune)
+
+    @classmethod
+    def load(cls, out: Path, renderer: str) -> "BuildCache":
+        """The cache if it was written by the same renderer; else an empty one."""
+        cache = cls(out, renderer)
+        try:
+            data = jsonio.loads(cache.path.read_bytes())
+        except (OSError, ValueError):
+            return cache
+        if not isinstance(data, dict) or data.get("v") != CACHE_VERSION:
+            return cache
+        cache.previous_pages = set(data.get("pages") or {})
+        cache.objects = data.get("objects") or []
+        if data.get("renderer") != renderer:
+            return cache
+        cache.pages = data.get("pages") or {}
+        cache.runs = data.get("runs") or {}
+        cache.experiments = data.get("experiments") or {}
+        return cache
+
+    def save(self, pages: dict[str, str], runs: dict[str, dict], experiments: dict[str, dict],
+             objects: list[str]) -> None:
+        write_atomic(self.path, jsonio.dumps({"v": CACHE_VERSION, "renderer": self.renderer, "pages": pages,
+                                              "runs": runs, "experiments": experiments, "objects": objects}))
+
+
+class PageWriter:
+    """Renders templates into the output folder, skipping pages whose inputs did not change."""
+
+    def __init__(self, out: Path, env, scrub, old_pages: dict[str, str], common: dict):
+        self.out, self.env, self.scrub = out, env, scrub
+        self.old = old_pages
+        self.pages: dict[str, str] = {}
+        self.common = common
+        self.written = self.skipped = 0
+
+    def unchanged(self, rel: str, key: str) -> bool:
+        """True (and the page kept) when ``rel`` was built from the same ``key`` and exists."""
+        if self.old.get(rel) == key and (self.out / rel).is_file():
+            self.pages[rel] = key
+            self.skipped += 1
+            return True
+        return False
+
+    def keep(self, rel: str) -> None:
+        """Keep a page of the previous build as it is (its inputs are known unchanged)."""
+        if rel in self.old and (self.out / rel).is_file():
+            self.pages[rel] = self.old[rel]
+            self.skipped += 1
+
+    def render(self, rel: str, template: str, key: str | None = None, **context) -> None:
+        """Render ``template`` to ``rel``. With ``key``, skip when the inputs are unchanged;
+        without, the key is the digest of the output and an identical page is not rewritten."""
+        if key is not None and self.unchanged(rel, key):
+            return
+        html = self.env.get_template(template).render(root="../" * rel.count("/"), **self.common, **context)
+        data = self.scrub(html).encode("utf-8")
+        digest = key or hashlib.sha256(data).hexdigest()
+        if key is None and self.unchanged(rel, digest):
+            return
+        write_atomic(self.out / rel, data)
+        self.pages[rel] = digest
+        self.written += 1
+
+    def record(self, rel: str, key: str, written: bool) -> None:
+        """Account for a page written elsewhere (a worker process)."""
+        self.pages[rel] = key
+        if written:
+            self.written += 1
+        else:
+            self.skipped += 1

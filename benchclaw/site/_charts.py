@@ -1,0 +1,203 @@
+"""Charts as inline SVG, drawn at build time from the analysis's summary.
+
+Why SVG strings built here rather than a charting library or JavaScript: the site must
+work opened from disk with no script and no network, and a page must be byte-identical
+for the same inputs. Coordinates are computed in ``Decimal`` (money is never a float) and
+written with one decimal place, so output is stable across platforms. Every label that
+comes from data (policy and tier names) is escaped; styling comes from classes in
+``style.css`` so the charts follow the page's typography and colours.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+__all__ = ["pass_vs_cost", "tokens_per_tier", "time_per_policy"]
+
+_W, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 760, 64, 170, 20, 46
+_ZERO = Decimal(0)
+
+
+def _esc(text) -> str:
+    from markupsafe import escape
+
+    return str(escape(str(text)))
+
+
+def _n(d: Decimal) -> str:
+    return format(d.quantize(Decimal("0.1")), "f")
+
+
+def _dec(text) -> Decimal | None:
+    try:
+        return None if text is None else Decimal(str(text))
+    except InvalidOperation:
+        return None
+
+
+def _svg(height: int, title: str, body: list[str]) -> str:
+    from markupsafe import Markup
+
+    return Markup(f'<svg class="chart" viewBox="0 0 {_W} {height}" role="img" aria-label="{_esc(title)}" '
+                  f'xmlns="http://www.w3.org/2000/svg"><title>{_esc(title)}</title>{"".join(body)}</svg>')
+
+
+# ---------------------------------------------------------------------------- pass rate vs cost
+
+def _points(policies: list[dict]) -> list[dict]:
+    pts = []
+    for p in policies:
+        rate = _dec((p.get("pass_rate") or {}).get("value"))
+        per = (p.get("cost") or {}).get("per_task") or {}
+        low, high = _dec(per.get("low")), _dec(per.get("high"))
+        if rate is None or low is None or high is None:
+            continue
+        w = (p.get("pass_rate") or {}).get("wilson95") or [None, None]
+        pts.append({"name": p.get("policy"), "mode": p.get("mode"), "rate": rate, "low": low, "high": high,
+                    "w_lo": _dec(w[0]), "w_hi": _dec(w[1])})
+    return pts
+
+
+def frontier(points: list[dict]) -> list[dict]:
+    """The cheapest point at each pass rate: sorted by worst-case cost per task, a point is
+    on the frontier when it passes more than every point at least as cheap."""
+    best, out = Decimal(-1), []
+    for p in sorted(points, key=lambda p: (p["high"], -p["rate"], str(p["name"]), str(p["mode"]))):
+        if p["rate"] > best:
+            out.append(p)
+            best = p["rate"]
+    return out
+
+
+def pass_vs_cost(policies: list[dict]) -> str:
+    """Pass rate (y) against cost per task (x): cost bounds as horizontal error bars, the
+    95% pass-rate interval as vertical ones, the frontier as a step line."""
+    pts = _points(policies)
+    h = 360
+    plot_w, plot_h = Decimal(_W - _PAD_L - _PAD_R), Decimal(h - _PAD_T - _PAD_B)
+    xmax = max((p["high"] for p in pts), default=Decimal(1)) * Decimal("1.08") or Decimal(1)
+    x = lambda c: Decimal(_PAD_L) + c / xmax * plot_w  # noqa: E731
+    y = lambda r: Decimal(_PAD_T) + (1 - r) * plot_h  # noqa: E731
+    body = _axes_pass(x, y, xmax, h)
+    front = frontier(pts)
+    if len(front) > 1:
+        steps = []
+        for a, b in zip(front, front[1:]):
+            steps.append(f"{_n(x(a['high']))},{_n(y(a['rate']))} {_n(x(b['high']))},{_n(y(a['rate']))} "
+                         f"{_n(x(b['high']))},{_n(y(b['rate']))}")
+        body.append(f'<polyline class="frontier" points="{" ".join(steps)}"/>')
+    on_front = {(p["name"], p["mode"]) for p in front}
+    placed: list[Decimal] = []
+    for p in sorted(pts, key=lambda p: (-p["rate"], p["high"], str(p["name"]))):
+        px, py = x(p["high"]), y(p["rate"])
+        cls = "pt front" if (p["name"], p["mode"]) in on_front else "pt"
+        body.append(f'<line class="err" x1="{_n(x(p["low"]))}" y1="{_n(py)}" x2="{_n(px)}" y2="{_n(py)}"/>')
+        if p["w_lo"] is not None and p["w_hi"] is not None:
+            body.append(f'<line class="err ci" x1="{_n(px)}" y1="{_n(y(p["w_lo"]))}" x2="{_n(px)}" y2="{_n(y(p["w_hi"]))}"/>')
+        if p["mode"] == "live":
+            body.append(f'<rect class="{cls} live" x="{_n(px - 5)}" y="{_n(py - 5)}" width="10" height="10" '
+                        f'transform="rotate(45 {_n(px)} {_n(py)})"/>')
+        else:
+            body.append(f'<circle class="{cls}" cx="{_n(px)}" cy="{_n(py)}" r="5"/>')
+        ly = py + 4
+        while any(abs(ly - q) < 13 for q in placed):
+            ly += 13
+        placed.append(ly)
+        label = f'{p["name"]}{" (live)" if p["mode"] == "live" else ""}'
+        body.append(f'<text class="plbl" x="{_n(px + 9)}" y="{_n(ly)}">{_esc(label)}</text>')
+    if not pts:
+        body.append(f'<text class="plbl" x="{_PAD_L + 10}" y="{_PAD_T + 30}">no complete trials yet</text>')
+    return _svg(h, "Pass rate against cost per task", body)
+
+
+def _axes_pass(x, y, xmax: Decimal, h: int) -> list[str]:
+    body = [f'<line class="axis" x1="{_PAD_L}" y1="{h - _PAD_B}" x2="{_W - _PAD_R}" y2="{h - _PAD_B}"/>',
+            f'<line class="axis" x1="{_PAD_L}" y1="{_PAD_T}" x2="{_PAD_L}" y2="{h - _PAD_B}"/>']
+    for i in range(0, 11, 2):
+        r = Decimal(i) / 10
+        body.append(f'<line class="gridline" x1="{_PAD_L}" y1="{_n(y(r))}" x2="{_W - _PAD_R}" y2="{_n(y(r))}"/>')
+        body.append(f'<text class="tick" x="{_PAD_L - 8}" y="{_n(y(r) + 4)}" text-anchor="end">{i * 10}%</text>')
+    for i in range(0, 5):
+        c = xmax * i / 4
+        body.append(f'<text class="tick" x="{_n(x(c))}" y="{h - _PAD_B + 16}" text-anchor="middle">{_money_tick(c)}</text>')
+    body.append(f'<text class="axis-title" x="{(_W - _PAD_R + _PAD_L) // 2}" y="{h - 8}" text-anchor="middle">'
+                'cost per task (USD; bar = known-to-worst-case bounds)</text>')
+    body.append(f'<text class="axis-title" x="14" y="{_PAD_T + 120}" transform="rotate(-90 14 {_PAD_T + 120})" '
+                'text-anchor="middle">pass rate</text>')
+    return body
+
+
+def _money_tick(c: Decimal) -> str:
+    if c == 0:
+        return "$0"
+    digits = max(2, -c.adjusted() + 1)
+    return "$" + format(c.quantize(Decimal(1).scaleb(-digits)), "f")
+
+
+# ---------------------------------------------------------------------------- tokens per tier
+
+_TOKEN_PARTS = (("prompt", "uncached prompt"), ("cached", "cached prompt"), ("completion", "completion"),
+                ("reasoning", "reasoning"))
+
+
+def _token_split(t: dict) -> dict[str, int]:
+    prompt, cached = int(t.get("prompt", 0)), int(t.get("cached_read", 0)) + int(t.get("cache_write", 0))
+    completion, reasoning = int(t.get("completion", 0)), int(t.get("reasoning", 0))
+    return {"prompt": max(0, prompt - cached), "cached": cached, "completion": max(0, completion - reasoning),
+            "reasoning": reasoning}
+
+
+def tokens_per_tier(tiers: list[dict]) -> str:
+    """Mean tokens per run of each tier, split into uncached prompt, cached prompt,
+    completion and reasoning (stacked bars)."""
+    rows = []
+    for t in tiers:
+        tok = (t.get("tokens") or {}).get(t.get("tier")) or {}
+        n = int(t.get("samples") or 0)
+        if n:
+            rows.append((t.get("tier"), {k: Decimal(v) / n for k, v in _token_split(tok).items()}))
+    h = _PAD_T + 34 * max(1, len(rows)) + 56
+    total_max = max((sum(parts.values()) for _, parts in rows), default=Decimal(1)) or Decimal(1)
+    plot_w = Decimal(_W - _PAD_L - 40 - _PAD_R + 60)
+    body = []
+    for i, (tier, parts) in enumerate(rows):
+        y0, xcur = _PAD_T + 34 * i, Decimal(_PAD_L + 40)
+        body.append(f'<text class="tick" x="{_PAD_L + 32}" y="{y0 + 17}" text-anchor="end">{_esc(tier)}</text>')
+        for key, _label in _TOKEN_PARTS:
+            w = parts[key] / total_max * plot_w
+            if w > 0:
+                body.append(f'<rect class="tk tk-{key}" x="{_n(xcur)}" y="{y0 + 4}" width="{_n(w)}" height="20">'
+                            f'<title>{_esc(tier)} {key}: {int(parts[key]):,} tokens per run</title></rect>')
+            xcur += w
+        body.append(f'<text class="plbl" x="{_n(xcur + 6)}" y="{y0 + 18}">{int(sum(parts.values())):,} / run</text>')
+    ly = _PAD_T + 34 * max(1, len(rows)) + 16
+    for j, (key, label) in enumerate(_TOKEN_PARTS):
+        lx = _PAD_L + 40 + j * 150
+        body.append(f'<rect class="tk tk-{key}" x="{lx}" y="{ly}" width="12" height="12"/>'
+                    f'<text class="tick" x="{lx + 17}" y="{ly + 11}">{label}</text>')
+    if not rows:
+        body.append(f'<text class="plbl" x="{_PAD_L + 10}" y="{_PAD_T + 20}">no runs with usage yet</text>')
+    return _svg(h, "Tokens per run by tier", body)
+
+
+# ---------------------------------------------------------------------------- time per policy
+
+def time_per_policy(policies: list[dict]) -> str:
+    """Mean wall time per task (seconds) of each policy, live and replayed."""
+    rows = [(f'{p.get("policy")}{" (live)" if p.get("mode") == "live" else ""}', _dec((p.get("time_s") or {}).get("mean")),
+             p.get("mode")) for p in policies]
+    rows = [r for r in rows if r[1] is not None]
+    h = _PAD_T + 26 * max(1, len(rows)) + 30
+    tmax = max((r[1] for r in rows), default=Decimal(1)) or Decimal(1)
+    x0, plot_w = Decimal(_PAD_L + 110), Decimal(_W - _PAD_L - 110 - _PAD_R + 80)
+    body = []
+    for i, (label, secs, mode) in enumerate(rows):
+        y0 = _PAD_T + 26 * i
+        w = secs / tmax * plot_w
+        body.append(f'<text class="tick" x="{_n(x0 - 8)}" y="{y0 + 15}" text-anchor="end">{_esc(label)}</text>')
+        body.append(f'<rect class="bar {"bar-live" if mode == "live" else ""}" x="{_n(x0)}" y="{y0 + 3}" '
+                    f'width="{_n(w)}" height="17"/>')
+        body.append(f'<text class="plbl" x="{_n(x0 + w + 6)}" y="{y0 + 16}">{secs.quantize(Decimal("0.01"))} s</text>')
+    if not rows:
+        body.append(f'<text class="plbl" x="{_PAD_L + 10}" y="{_PAD_T + 20}">no timed trials yet</text>')
+    return _svg(h, "Mean time per task by policy", body)

@@ -1,0 +1,123 @@
+"""Experiments on the site: the analysis's summary, plus what each policy did per cell.
+
+The site never computes a metric of its own. The policy table, cost bounds and decisions
+are ``benchclaw.analysis.summarise`` verbatim (the same object the report and the
+verifier produce); the per-cell view ("what each policy did with these runs") comes from
+the analysis's own trial functions over the same selection, so a cell page cannot
+disagree with the experiment's table.
+
+Speed: ``summarise`` reads run records. Re-reading 10,000 run logs for every rebuild
+would cost seconds, so the builder keeps for each run a *condensed* copy of its records
+(``condense``): only the fields the analysis reads (a test checks that a summary from
+condensed records equals one from the full logs). A sealed run never changes, so the
+condensed copy is cached by run id.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from decimal import Decimal
+
+from ..records import GENESIS, Record
+from ..store import SealedRun, Store
+
+__all__ = ["condense", "expand", "analyse", "load_spec", "journal_facts"]
+
+_START_KEYS = ("task", "tier", "policy", "simulated")
+_CALL_KEYS = ("outcome", "cost", "usage")
+_END_KEYS = ("status", "passed", "gate_passed", "elapsed_ms", "turns")
+
+
+def condense(run: SealedRun) -> list:
+    """``[[seq, at, kind, body], …]`` holding only what ``analysis.view_run`` reads."""
+    out = []
+    for rec in run.records:
+        b = rec.body
+        if rec.kind == "run.start":
+            body = {k: b[k] for k in _START_KEYS if k in b}
+        elif rec.kind == "call":
+            body = {k: b[k] for k in _CALL_KEYS if k in b}
+            if isinstance(b.get("error"), dict):
+                body["error"] = {"kind": b["error"].get("kind")}
+            elif "error" in b:
+                body["error"] = b["error"]
+        elif rec.kind == "action":
+            body = {k: b[k] for k in ("permitted", "injection") if k in b}
+        elif rec.kind == "run.end":
+            body = {k: b[k] for k in _END_KEYS if k in b}
+        else:
+            continue
+        out.append([rec.seq, rec.at, rec.kind, body])
+    return out
+
+
+def expand(condensed: list) -> tuple[Record, ...]:
+    return tuple(Record(seq, GENESIS, at, kind, body) for seq, at, kind, body in condensed)
+
+
+def journal_facts(store: Store, exp: str) -> dict:
+    """Registration, deviations, stops and live trials from the experiment's journal.
+    Raises IntegrityError/FormatError (naming the file) when a journal chain is broken."""
+    entries = store.read_journal(exp)
+    regs = [e for e in entries if e.kind in ("prereg", "deviation")]
+    prereg = next((e for e in entries if e.kind == "prereg"), None)
+    latest = regs[-1].body.get("spec_digest") if regs else None
+    return {
+        "records": tuple(e.record for e in entries),
+        "prereg": None if prereg is None else {"at": prereg.record.at, "digest": prereg.body.get("spec_digest"),
+                                               "path": str(prereg.body.get("spec_path", ""))},
+        "spec_digest": latest if isinstance(latest, str) else None,
+        "invocations": [{"at": e.record.at, "kind": e.kind, **{k: e.body.get(k) for k in ("status", "runs", "rule", "detail")}}
+                        for e in entries if e.kind in ("grid.start", "grid.end", "stop")],
+    }
+
+
+def load_spec(store: Store, digest: str | None) -> tuple[dict, str | None]:
+    """The registered spec parsed from its blob, and an error text when it cannot be read."""
+    if not digest:
+        return {}, "no registered spec in the journal"
+    try:
+        return tomllib.loads(store.get_blob(digest).decode("utf-8")), None
+    except Exception as e:  # noqa: BLE001 - a bad spec is shown on the page, not fatal
+        return {}, f"spec {digest}: {e}"
+
+
+def analyse(exp: str, spec: dict, spec_digest: str | None, journal: tuple, runs: dict[str, tuple],
+            lures) -> dict:
+    """``{"summary": summary.json object, "cells": {cell: [policy trial, …]}}`` (JSON-able)."""
+    from ..analysis import ExperimentData, summarise
+    from ..analysis.cells import select
+    from ..analysis.summary import _declared_cells, _live_names, _views, spec_tiers
+    from ..analysis.trials import ORACLE, live_trials, replayed_trials
+    from .. import policies
+
+    data = ExperimentData(exp, spec, spec_digest, journal, runs, lures)
+    summary = summarise(data)
+    views, _ = _views(data)
+    tiers = spec_tiers(spec, views)
+    sel = select(views, _declared_cells(data), with_reruns=False)
+    cells: dict[str, list] = {}
+    names = policies.policy_names(tiers) + [ORACLE]
+    for mode, table in (("live", live_trials(sel, tiers, _live_names(spec, sel))),
+                        ("replayed", replayed_trials(sel, tiers, names))):
+        for name, by_cell in table.items():
+            for cell, trial in by_cell.items():
+                cells.setdefault(cell, []).append(_trial_obj(name, mode, trial))
+    grid = {cell: {t: r.run_id for t, r in slot.items()} for cell, slot in sel.grid.items()}
+    return {"summary": summary, "cells": cells, "grid": grid, "cell_order": list(sel.cells)}
+
+
+def _trial_obj(name: str, mode: str, trial) -> dict:
+    out = trial.outcome
+    return {"policy": name, "mode": mode, "complete": trial.complete, "passed": out.passed,
+            "attempts": [{"tier": a.tier, "run": a.run_id, "batch": a.batch, "gate": a.gate_passed,
+                          "passed": a.passed} for a in out.attempts],
+            "taken": out.taken.run_id if out.taken else None,
+            "taken_tier": out.taken.tier if out.taken else None,
+            "cost_low": _usd(out.cost_low), "cost_high": _usd(out.cost_high), "elapsed_ms": out.elapsed_ms}
+
+
+def _usd(d: Decimal) -> str:
+    from ..money import fmt_usd
+
+    return fmt_usd(d)

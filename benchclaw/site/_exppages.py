@@ -1,0 +1,108 @@
+"""Stage 4 of the build: experiment pages, their cell lists and cell pages.
+
+An experiment's analysis is recomputed only when its inputs change: the key is the list of
+its run ids and the hashes of its journal records (both immutable once written). When the
+key matches the previous build, the cached summary renders the experiment page and every
+cell page of the previous build is kept as it is.
+"""
+
+from __future__ import annotations
+
+from ..analysis import lured_tasks
+from ._build import Build, digest_of
+from ._charts import pass_vs_cost, time_per_policy, tokens_per_tier
+from ._experiment import analyse, expand, journal_facts, load_spec
+from ._render import cell_url, cells_list_url, exp_dir, exp_url
+
+__all__ = ["stage_experiments", "CELLS_PER_PAGE", "experiment_ids"]
+
+CELLS_PER_PAGE = 100
+
+
+def experiment_ids(b: Build) -> list[str]:
+    seen = {s["policy"]["experiment"] for s in b.summaries if isinstance(s["policy"].get("experiment"), str)}
+    return sorted(seen | set(b.store.experiments()))
+
+
+def stage_experiments(b: Build) -> None:
+    for exp in experiment_ids(b):
+        _experiment(b, exp)
+
+
+def _experiment(b: Build, exp: str) -> None:
+    runs = [s for s in b.summaries if s["policy"].get("experiment") == exp]
+    facts = journal_facts(b.store, exp)
+    key = digest_of({"runs": [s["id"] for s in runs], "journal": [r.hash for r in facts["records"]]})
+    cached = b.cache.experiments.get(exp)
+    prefix = exp_dir(exp)
+    spec, spec_error = load_spec(b.store, facts["spec_digest"])
+    if cached and cached.get("key") == key:
+        summary = cached["summary"]
+        for rel in sorted(r for r in b.cache.pages if r.startswith(prefix)):
+            b.pages.keep(rel)
+    else:
+        starts = [expand(b.runs[s["id"]]["a"])[0].body for s in runs if b.runs[s["id"]]["a"]]
+        lures = lured_tasks(starts, b.store.get_blob)
+        records = {s["id"]: expand(b.runs[s["id"]]["a"]) for s in runs}
+        result = analyse(exp, spec, facts["spec_digest"], facts["records"], records, lures)
+        summary = result["summary"]
+        _cell_pages(b, exp, result, runs, summary)
+    b.experiments[exp] = {"key": key, "summary": summary}
+    for digest in (facts["spec_digest"], (facts["prereg"] or {}).get("digest")):
+        if isinstance(digest, str) and b.store.has_blob(digest):
+            b.objects.add(digest)
+    view = experiment_view(exp, summary, spec, spec_error, facts, runs)
+    b.pages.render(exp_url(exp), "experiment.html", title=view["title"], simulated=view["simulated"], exp=view)
+
+
+def experiment_view(exp: str, summary: dict, spec: dict, spec_error, facts: dict, runs: list[dict]) -> dict:
+    """The experiment page's data: the summary as the analysis wrote it, plus the charts."""
+    primary = summary.get("primary") or {}
+    policies = primary.get("policies") or []
+    title = summary.get("title") or (spec.get("title") if isinstance(spec.get("title"), str) else exp)
+    return {
+        "id": exp, "title": title, "notes": spec.get("notes") if isinstance(spec.get("notes"), str) else "",
+        "simulated": bool(summary.get("simulated")) or any(s["simulated"] for s in runs),
+        "prereg": facts["prereg"], "spec_digest": facts["spec_digest"], "spec_error": spec_error,
+        "invocations": facts["invocations"], "summary": summary, "primary": primary,
+        "secondary": summary.get("secondary"), "policies": policies, "tiers": primary.get("tiers") or [],
+        "decisions": primary.get("decisions") or [], "runs": len(runs),
+        "cells": primary.get("cells", 0), "cell_pages": max(1, -(-int(primary.get("cells") or 0) // CELLS_PER_PAGE)),
+        "chart_pass": pass_vs_cost(policies), "chart_tokens": tokens_per_tier(primary.get("tiers") or []),
+        "chart_time": time_per_policy(policies),
+    }
+
+
+def headline(summary: dict) -> list[dict]:
+    """The index page's short policy table: every policy row of the primary analysis."""
+    return (summary.get("primary") or {}).get("policies") or []
+
+
+# ---------------------------------------------------------------------------- cells
+
+def _cell_pages(b: Build, exp: str, result: dict, runs: list[dict], summary: dict) -> None:
+    by_id = {s["id"]: s for s in runs}
+    tiers = summary.get("tiers") or []
+    live_runs: dict[str, list[dict]] = {}
+    for s in runs:
+        if s["policy"].get("policy") != "grid":
+            live_runs.setdefault(str(s["policy"].get("cell")), []).append(s)
+    order = {f"{p}/{m}": i for i, (p, m) in enumerate(
+        (r["policy"], r["mode"]) for r in ((summary.get("primary") or {}).get("policies") or []))}
+    rows = []
+    for cell in result["cell_order"]:
+        grid = {t: by_id.get(rid) for t, rid in (result["grid"].get(cell) or {}).items()}
+        trials = sorted(result["cells"].get(cell, []),
+                        key=lambda t: (order.get(f"{t['policy']}/{t['mode']}", 999), t["policy"], t["mode"]))
+        ctx = {"exp": exp, "cell": cell, "tiers": tiers, "grid": grid, "trials": trials,
+               "live": live_runs.get(cell, []), "simulated": any(s and s["simulated"] for s in grid.values())}
+        b.pages.render(cell_url(exp, cell), "cell.html", key=digest_of(ctx), title=f"Cell {cell}", **ctx)
+        rows.append({"cell": cell, "grid": {t: (g["status"] if g else None) for t, g in grid.items()},
+                     "ladder": next((t for t in trials if t["policy"] == "ladder" and t["mode"] == "replayed"), None)})
+    pages = max(1, -(-len(rows) // CELLS_PER_PAGE))
+    for i in range(pages):
+        chunk = rows[i * CELLS_PER_PAGE:(i + 1) * CELLS_PER_PAGE]
+        rel = cells_list_url(exp, i + 1)
+        b.pages.render(rel, "cells.html", key=digest_of({"rows": chunk, "pages": pages, "tiers": tiers}),
+                       title=f"{exp}: cells", exp_id=exp, rows=chunk, page=i + 1, pages=pages, tiers=tiers,
+                       simulated=False)

@@ -1,0 +1,89 @@
+"""The evidence gallery: the runs worth seeing first, picked by rules over run summaries.
+
+Each section is one registry entry (a predicate over a cached run summary and the words
+that say why the run is interesting), so adding a kind of evidence is one line. The
+"smaller tier passed where a bigger one failed" section compares grid runs of one cell,
+in the experiment's tier order. Picks are deterministic (run order, one per task first)
+and capped, so the page stays short however many runs exist.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["gallery", "SECTIONS", "PER_SECTION"]
+
+PER_SECTION = 6
+_ROW_MISSING = re.compile(r"\brow\b.*\bmissing\b|\bmissing\b.*\brow\b", re.I)
+
+
+def _failed(s: dict, pred) -> dict | None:
+    return next((c for c in s["failed_checks"] if pred(c)), None)
+
+
+def _dropped_row(s: dict) -> str | None:
+    c = _failed(s, lambda c: bool(_ROW_MISSING.search(c["detail"])))
+    return f"{c['id']}: {c['detail']}" if c else None
+
+
+def _boundary_miss(s: dict) -> str | None:
+    if s["task"].get("family") != "pricing":
+        return None
+    c = _failed(s, lambda c: c["heldout"] or "boundar" in c["detail"].lower())
+    return f"{c['id']}: {c['detail']}" if c else None
+
+
+SECTIONS = (
+    ("length", "Ran out of tokens",
+     "A reply was cut off at max_tokens (or spent it all on reasoning): the run shows what the model managed.",
+     lambda s: "finish reason length: the reply was cut off" if s["length"] else None),
+    ("injection", "Denied injection attempts",
+     "The model followed a planted instruction; the runtime, not the prompt, refused the action.",
+     lambda s: f"{s['injections']} injection attempt(s), {s['denials']} denial(s)" if s["injections"] else None),
+    ("dropped-row", "A dropped row", "A CSV artifact lost a row the source had.", _dropped_row),
+    ("boundary", "A boundary miss", "Pricing rules that failed the held-out boundary cases.", _boundary_miss),
+    ("errors", "Provider errors", "Calls that failed (429, 5xx, timeouts) and what the run did next.",
+     lambda s: f"{s['errors']} failed call(s)" if s["errors"] else None),
+)
+
+
+def _pick(cands: list[tuple[dict, str]]) -> list[dict]:
+    """Up to PER_SECTION picks, one per task first so the section shows variety."""
+    first, rest, seen = [], [], set()
+    for s, why in cands:
+        key = (s["task"].get("id"), s["tier"])
+        (rest if key in seen else first).append({"run": s, "why": why})
+        seen.add(key)
+    return (first + rest)[:PER_SECTION]
+
+
+def _smaller_passed(b) -> list[tuple[dict, str]]:
+    out = []
+    cells: dict[tuple[str, str], dict[str, dict]] = {}
+    for s in b.summaries:
+        p = s["policy"]
+        if p.get("policy") == "grid" and p.get("experiment") and p.get("cell") and not p.get("rerun"):
+            cells.setdefault((p["experiment"], p["cell"]), {}).setdefault(s["tier"], s)
+    for (exp, _cell), by_tier in sorted(cells.items()):
+        tiers = (b.experiments.get(exp, {}).get("summary") or {}).get("tiers") or sorted(by_tier)
+        ordered = [by_tier[t] for t in tiers if t in by_tier]
+        for i, small in enumerate(ordered):
+            big = next((r for r in ordered[i + 1:] if small["passed"] and not r["passed"]), None)
+            if big is not None:
+                out.append((small, f"{small['tier']} passed; {big['tier']} failed on the same cell", big))
+                break
+    return out
+
+
+def gallery(b) -> list[dict]:
+    """Sections of the gallery page: ``{id, title, why, total, picks: [{run, why, other}]}``."""
+    sections = []
+    for sid, title, why, pred in SECTIONS:
+        cands = [(s, w) for s in b.summaries for w in [pred(s)] if w]
+        sections.append({"id": sid, "title": title, "why": why, "total": len(cands), "picks": _pick(cands)})
+    pairs = _smaller_passed(b)
+    picks = [{"run": s, "why": w, "other": big} for s, w, big in pairs[:PER_SECTION]]
+    sections.insert(4, {"id": "smaller-tier", "title": "A smaller tier passed where a bigger one failed",
+                        "why": "Same task, profile and seed: the cheaper tier's run passed every check, a bigger tier's did not.",
+                        "total": len(pairs), "picks": picks})
+    return sections

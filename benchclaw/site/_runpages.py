@@ -1,0 +1,76 @@
+"""Run replay pages, rendered in worker processes when there are many.
+
+A run page depends only on its run id and the renderer (FORMAT.md run ids name immutable
+bytes), so pages are independent and render in parallel. Each worker compiles the
+templates once (``_init``), reads a run (verifying its hash and chain), writes its page,
+copies the blobs the page links into ``site/objects/`` and returns only small facts
+(summary, condensed records, linked digests) to the parent. Below ``POOL_MIN`` runs the
+work is done in-process: starting processes would cost more than it saves.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from ..store import Store
+from ._cache import write_atomic
+from ._experiment import condense
+from ._render import Scrubber, make_env, object_url, run_url
+from ._runview import Blobs, run_view, summarise_run
+
+__all__ = ["render_runs", "copy_object", "POOL_MIN"]
+
+POOL_MIN = 200
+_W: dict = {}
+
+
+def _init(runs_dir: str, templates: str, out: str, public: bool, scrub: Scrubber) -> None:
+    _W.update(store=Store(runs_dir, fsync=False), env=make_env(Path(templates)), out=Path(out),
+              public=public, scrub=scrub)
+    _W["template"] = _W["env"].get_template("run.html")
+
+
+def copy_object(store: Store, out: Path, digest: str) -> None:
+    """Copy one blob to ``site/objects/<aa>/<hex>.txt`` unless it is there already."""
+    dest = out / object_url(digest)
+    if dest.exists():
+        return
+    src = store.blob_path(digest)
+    if not src.is_file():
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dest)
+
+
+def _one(run_id: str) -> tuple:
+    store, out = _W["store"], _W["out"]
+    run = store.read_run(run_id)
+    blobs = Blobs(store, public=_W["public"])
+    summary = summarise_run(run)
+    rel = run_url(run_id)
+    html = _W["template"].render(root="../../", public=_W["public"], simulated=summary["simulated"],
+                                 title=f"Run {run_id[:12]}", summary=summary, view=run_view(run, blobs))
+    write_atomic(out / rel, _W["scrub"](html).encode("utf-8"))
+    linked = sorted(blobs.linked)
+    for digest in linked:
+        copy_object(store, out, digest)
+    return run_id, {"s": summary, "a": condense(run), "l": linked}
+
+
+def render_runs(run_ids: list[str], *, runs_dir: Path, templates: Path, out: Path, public: bool,
+                scrub: Scrubber, workers: int) -> dict[str, dict]:
+    """Render the replay page of every run in ``run_ids``; returns run id -> cache entry.
+    Raises IntegrityError/FormatError (naming the file) for a damaged run log."""
+    args = (str(runs_dir), str(templates), str(out), public, scrub)
+    if workers <= 1 or len(run_ids) < POOL_MIN:
+        _init(*args)
+        return dict(map(_one, run_ids))
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+    with ctx.Pool(workers, initializer=_init, initargs=args) as pool:
+        return dict(pool.imap_unordered(_one, run_ids, chunksize=32))
