@@ -53,6 +53,7 @@ class Bundle:
     journal: list = field(default_factory=list)             # [(path, line, Record)] ordered
     task_files: dict[str, dict[str, bytes]] = field(default_factory=dict)  # tasks/x/vN -> files
     tasks: dict = field(default_factory=dict)               # tasks/x/vN -> Task or its error
+    ledgers: dict = field(default_factory=dict)             # ledger id -> replay (step 5)
 
     def has(self, name: str) -> bool:
         return name in self.view.entries

@@ -8,27 +8,29 @@ difference can only come from the bytes.
 - journal: every ``journals/<experiment>/<writer>.jsonl``, each chain verified, merged in
   reader order (``at``, writer, ``seq``; FORMAT.md §7);
 - spec: the blob of the last registered ``spec_digest`` (``prereg`` or ``deviation``),
-  parsed with ``tomllib`` (``benchclaw.experiments.spec`` imports the store, so the
-  verifier does not use it; the analysis reads the spec as a mapping);
+  read with ``analysis.inputs.spec_from_bytes`` as ``benchclaw.report`` does
+  (``benchclaw.experiments.spec`` imports the store, so the verifier cannot use it);
 - runs: every run log whose ``run.start.policy.experiment`` is the experiment;
 - tasks with lures: from the task blobs the runs reference (``analysis.lured_tasks``).
 """
 
 from __future__ import annotations
 
-import tomllib
 from typing import Mapping
 
 from ..analysis import ExperimentData, lured_tasks, summarise
+from ..analysis.inputs import registered_digest, spec_from_bytes
 from ..errors import BenchClawError
 from ..records import Record, split_lines, verify_chain
 from ._errors import VerificationError
 from .manifest import RUN_PATH, object_path
 
-__all__ = ["experiment_data_from_files", "summarise", "journal_records", "registrations"]
+__all__ = ["experiment_data_from_files", "summarise", "journal_records", "registrations",
+           "chain_records"]
 
 
-def _chain(files: Mapping[str, bytes], name: str) -> list[Record]:
+def chain_records(files: Mapping[str, bytes], name: str) -> list[Record]:
+    """Every record of a chained JSONL entry. Raises VerificationError naming the line."""
     lines, torn = split_lines(files[name])
     if torn:
         raise VerificationError(name, "torn last line (no newline)", len(lines) + 1)
@@ -40,21 +42,21 @@ def _chain(files: Mapping[str, bytes], name: str) -> list[Record]:
         raise from_error(e, name) from None
 
 
-def journal_records(files: Mapping[str, bytes], experiment: str) -> list[tuple[str, Record]]:
-    """(entry name, record) of every journal record, merged in reader order.
+def journal_records(files: Mapping[str, bytes], experiment: str) -> list[tuple[str, int, Record]]:
+    """(entry name, 1-based line, record) of every journal record, merged in reader order.
     Raises VerificationError for a torn or broken journal."""
     prefix = f"journals/{experiment}/"
     out = []
     for name in sorted(n for n in files if n.startswith(prefix) and n.endswith(".jsonl")):
         writer = name[len(prefix):-len(".jsonl")]
-        out.extend((name, writer, rec) for rec in _chain(files, name))
-    out.sort(key=lambda t: (t[2].at, t[1], t[2].seq))
-    return [(name, rec) for name, _, rec in out]
+        out.extend((name, writer, i, rec) for i, rec in enumerate(chain_records(files, name), 1))
+    out.sort(key=lambda t: (t[3].at, t[1], t[3].seq))
+    return [(name, line, rec) for name, _, line, rec in out]
 
 
-def registrations(journal: list[tuple[str, Record]]) -> list[tuple[str, str]]:
+def registrations(journal: list[tuple[str, int, Record]]) -> list[tuple[str, str]]:
     """(at, spec_digest) of every prereg and deviation, in journal order."""
-    return [(rec.at, rec.body.get("spec_digest")) for _, rec in journal
+    return [(rec.at, rec.body.get("spec_digest")) for _, _, rec in journal
             if rec.kind in ("prereg", "deviation") and isinstance(rec.body.get("spec_digest"), str)]
 
 
@@ -65,9 +67,9 @@ def _spec(files: Mapping[str, bytes], digest: str | None) -> dict:
     if name not in files:
         raise VerificationError(name, f"the registered spec {digest} is missing from the bundle")
     try:
-        return tomllib.loads(files[name].decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise VerificationError(name, f"the registered spec is not TOML ({e})") from None
+        return spec_from_bytes(files[name], name)
+    except BenchClawError as e:
+        raise VerificationError(name, str(e).removeprefix(f"{name}: ")) from None
 
 
 def _runs(files: Mapping[str, bytes], experiment: str) -> dict[str, tuple[Record, ...]]:
@@ -76,7 +78,7 @@ def _runs(files: Mapping[str, bytes], experiment: str) -> dict[str, tuple[Record
         m = RUN_PATH.match(name)
         if not m:
             continue
-        records = _chain(files, name)
+        records = chain_records(files, name)
         policy = records[0].body.get("policy") if records else None
         if isinstance(policy, dict) and policy.get("experiment") == experiment:
             runs[m.group(2)] = tuple(records)
@@ -87,8 +89,7 @@ def experiment_data_from_files(files: Mapping[str, bytes], experiment: str) -> E
     """The analysis input of ``experiment`` from bundle files (path -> bytes).
     Raises VerificationError naming the entry when a journal, run or spec cannot be read."""
     journal = journal_records(files, experiment)
-    regs = registrations(journal)
-    digest = regs[-1][1] if regs else None
+    digest = registered_digest([rec for _, _, rec in journal])
     runs = _runs(files, experiment)
 
     def get_blob(d: str) -> bytes:
@@ -96,5 +97,5 @@ def experiment_data_from_files(files: Mapping[str, bytes], experiment: str) -> E
 
     starts = [recs[0].body for recs in runs.values()]
     return ExperimentData(experiment=experiment, spec=_spec(files, digest), spec_digest=digest,
-                          journal=tuple(rec for _, rec in journal), runs=runs,
+                          journal=tuple(rec for _, _, rec in journal), runs=runs,
                           tasks_with_lures=lured_tasks(starts, get_blob))

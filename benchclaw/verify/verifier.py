@@ -28,16 +28,12 @@ from ._zip import Limits, ZipView
 __all__ = ["verify_bundle", "STEPS"]
 
 
-def _pending(part: str) -> Callable[[Bundle, Section], None]:
-    def step(b: Bundle, sec: Section) -> None:
-        raise VerificationError("", f"cannot recompute: {part} is not available in this build")
-    return step
-
-
 def _steps() -> tuple[tuple[str, Callable[[Bundle, Section], None]], ...]:
     from ._checks import verify_checks
     from ._costs import verify_costs
-    from ._experiment import verify_completeness, verify_ledgers, verify_prereg, verify_summary
+    from ._journal import verify_completeness, verify_prereg
+    from ._ledgers import verify_ledgers
+    from ._summary import verify_summary
 
     return (
         ("container", verify_container),   # 1. every entry listed, sizes and SHA-256 match

@@ -1,0 +1,241 @@
+"""Steps 7 and 8, from the experiment journal: pre-registration, and nothing dropped.
+
+7. Pre-registration (FORMAT.md §8): the experiment was registered (``prereg``) before
+   anything else; every registered spec's bytes are in the bundle and ``experiments/<id>.toml``
+   is the last one; each deviation names the digest it replaces; the first registration
+   precedes every run (so every call); every run's ``spec_digest`` and every ``grid.start``'s
+   was registered before it started. Times must be well formed and never go backwards
+   inside one chained file, so a moved timestamp cannot hide behind a re-chained file.
+8. Completeness: every journal ``run`` record names a run the bundle holds, with the same
+   cell, tier, policy, status, pass claims and cost; every sealed run of the experiment is
+   named by the journal; every ``trial`` is recomputed with ``benchclaw.policies.outcome``
+   over its runs; and every planned unit of every ``grid.start`` (each cell x tier when
+   every tier runs, each cell x live policy) has a run or trial, or a later ``stop`` that
+   lists its cell as left.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+from ..policies import Attempt, PolicyError, outcome
+from ..records import Record
+from ._context import Bundle, RunData
+from ._errors import VerificationError
+from ._report import Section
+from .experiment import journal_records
+from .layout import spec_entry
+from .manifest import object_path
+
+__all__ = ["verify_prereg", "verify_completeness"]
+
+_AT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+
+
+def _runs_of(b: Bundle, exp: str) -> list[RunData]:
+    return [r for r in b.runs.values() if (r.start.get("policy") or {}).get("experiment") == exp]
+
+
+# ----------------------------------------------------------------------- 7. pre-registration
+
+def verify_prereg(b: Bundle, sec: Section) -> None:
+    for exp in b.manifest.experiments:
+        journal = journal_records(b.content, exp)
+        sec.attempt(_times, journal)
+        for run in _runs_of(b, exp):
+            sec.attempt(_run_times, run)
+        regs = sec.attempt(_registrations, b, exp, journal) and _regs(journal)
+        if not regs:
+            continue
+        for run in _runs_of(b, exp):
+            if sec.attempt(_run_registered, run, regs):
+                sec.count("runs after registration")
+        for name, line, rec in journal:
+            if rec.kind == "grid.start":
+                sec.attempt(_grid_registered, name, line, rec, regs)
+        sec.count("registrations", len(regs))
+
+
+def _check_at(at, name: str, line: int) -> None:
+    if not isinstance(at, str) or not _AT.match(at):
+        raise VerificationError(name, f"time {at!r} is not RFC 3339 UTC with microseconds", line)
+
+
+def _times(journal: list) -> None:
+    last: dict[str, str] = {}
+    for name, line, rec in journal:
+        _check_at(rec.at, name, line)
+        if rec.at < last.get(name, ""):
+            raise VerificationError(name, f"time goes backwards ({rec.at} after {last[name]})", line)
+        last[name] = rec.at
+
+
+def _run_times(run: RunData) -> None:
+    prev = ""
+    for i, rec in enumerate(run.records, 1):
+        _check_at(rec.at, run.path, i)
+        if rec.at < prev:
+            raise VerificationError(run.path, f"time goes backwards ({rec.at} after {prev})", i)
+        prev = rec.at
+
+
+def _regs(journal: list) -> list[tuple[str, str, str, int]]:
+    """(at, digest, entry, line) of prereg and deviation records, in journal order."""
+    return [(rec.at, rec.body.get("spec_digest"), name, line) for name, line, rec in journal
+            if rec.kind in ("prereg", "deviation")]
+
+
+def _registrations(b: Bundle, exp: str, journal: list) -> None:
+    regs = [(name, line, rec) for name, line, rec in journal if rec.kind in ("prereg", "deviation")]
+    if not regs or regs[0][2].kind != "prereg":
+        raise VerificationError(f"journals/{exp}/", "the experiment was never registered (no prereg "
+                                "record before its first deviation)")
+    first = next((t for t in journal if t[2].kind not in ("prereg",)), None)
+    if first is not None and first[2].at < regs[0][2].at:
+        raise VerificationError(first[0], f"{first[2].kind} at {first[2].at} precedes the registration "
+                                f"at {regs[0][2].at}", first[1])
+    in_force = None
+    for name, line, rec in regs:
+        digest = rec.body.get("spec_digest")
+        if rec.body.get("experiment") != exp:
+            raise VerificationError(name, f"{rec.kind} names experiment {rec.body.get('experiment')!r}", line)
+        if b.digests.get(object_path(digest) if isinstance(digest, str) else "") != digest:
+            raise VerificationError(name, f"registered spec {digest} is not in the bundle", line)
+        if rec.kind == "deviation" and rec.body.get("previous_digest") != in_force:
+            raise VerificationError(name, f"deviation replaces {rec.body.get('previous_digest')}, but "
+                                    f"{in_force} was in force", line)
+        in_force = digest
+    spec = spec_entry(exp)
+    if b.digests.get(spec) != in_force:
+        raise VerificationError(spec, f"hashes to {b.digests.get(spec)}, the last registered spec is {in_force}")
+
+
+def _run_registered(run: RunData, regs: list) -> None:
+    start_at = run.records[0].at
+    if start_at <= regs[0][0]:
+        raise VerificationError(run.path, f"run started at {start_at}, before the experiment was "
+                                f"registered at {regs[0][0]}", 1)
+    digest = (run.start.get("policy") or {}).get("spec_digest")
+    if not any(d == digest and at < start_at for at, d, _, _ in regs):
+        raise VerificationError(run.path, f"spec digest {digest} was not registered before the run "
+                                f"started at {start_at}", 1)
+
+
+def _grid_registered(name: str, line: int, rec: Record, regs: list) -> None:
+    digest = rec.body.get("spec_digest")
+    if not any(d == digest and at <= rec.at for at, d, _, _ in regs):
+        raise VerificationError(name, f"grid.start under spec {digest}, not registered before it", line)
+
+
+# ----------------------------------------------------------------------- 8. completeness
+
+_SAME = (("cell", lambda r: (r.start.get("policy") or {}).get("cell")),
+         ("tier", lambda r: r.start.get("tier")),
+         ("policy", lambda r: (r.start.get("policy") or {}).get("policy")),
+         ("trial", lambda r: (r.start.get("policy") or {}).get("trial")),
+         ("status", lambda r: r.end.get("status")))
+_CLAIMS = (("passed", lambda r: bool(r.end.get("passed"))),
+           ("gate_passed", lambda r: bool(r.end.get("gate_passed"))),
+           ("cost", lambda r: _run_cost(r)))
+
+
+def _run_cost(run: RunData) -> dict:
+    c = run.end.get("cost") or {}
+    return {"known": bool(c.get("known", False)), "low": c.get("low", "0"), "high": c.get("high", "0")}
+
+
+def verify_completeness(b: Bundle, sec: Section) -> None:
+    for exp in b.manifest.experiments:
+        journal = journal_records(b.content, exp)
+        named: dict[str, dict] = {}
+        for name, line, rec in journal:
+            if rec.kind == "run":
+                sec.attempt(_named_run, b, name, line, rec.body, named)
+        for run in _runs_of(b, exp):
+            if run.run_id not in named:
+                sec.fail(VerificationError(run.path, f"a sealed run of {exp} that the journal does not name"))
+        for name, line, rec in journal:
+            if rec.kind == "trial":
+                sec.attempt(_trial, b, name, line, rec.body, _tiers_of(journal, rec.body))
+        sec.attempt(_planned, journal)
+        sec.count("runs named", len(named))
+
+
+def _named_run(b: Bundle, name: str, line: int, body: dict, named: dict) -> None:
+    run_id = body.get("run_id")
+    if not isinstance(run_id, str) or (run_id not in b.runs and run_id not in b.bad_runs):
+        raise VerificationError(name, f"names run {run_id}, which the bundle lacks", line)
+    named[run_id] = body
+    run = b.runs.get(run_id)
+    if run is None:
+        return  # present but broken: step 2 reported it
+    checks = _SAME + (_CLAIMS if "passed" in body else ())
+    for key, get in checks:
+        if key in body and body.get(key) != get(run):
+            raise VerificationError(name, f"run {run_id[:12]}: the journal says {key}={body.get(key)!r}, "
+                                    f"the run says {get(run)!r}", line)
+
+
+def _tiers_of(journal: list, trial: dict) -> list:
+    for _, _, rec in journal:
+        if rec.kind == "grid.start" and rec.body.get("invocation") == trial.get("invocation"):
+            return list(rec.body.get("tiers") or [])
+    return []
+
+
+def _trial(b: Bundle, name: str, line: int, body: dict, tiers: list) -> None:
+    attempts = []
+    for run_id in body.get("runs") or []:
+        run = b.runs.get(run_id)
+        if run is None:
+            raise VerificationError(name, f"trial {body.get('trial')} names run {run_id}, which the "
+                                    "bundle lacks (or which failed step 2)", line)
+        cost = _run_cost(run)
+        attempts.append(Attempt(run.start.get("tier"), bool(run.end.get("gate_passed")),
+                                bool(run.end.get("passed")), Decimal(cost["low"]), Decimal(cost["high"]),
+                                int(run.end.get("elapsed_ms") or 0), run_id,
+                                int((run.start.get("policy") or {}).get("batch") or 0)))
+    try:
+        out = outcome(str(body.get("policy")), tiers, attempts)
+    except PolicyError as e:
+        raise VerificationError(name, f"trial {body.get('trial')}: {e}", line) from None
+    want = {"passed": out.passed, "tier": out.taken.tier if out.taken else None}
+    if "cost" in body:
+        want["cost"] = {"low": _fmt(out.cost_low), "high": _fmt(out.cost_high)}
+    if "elapsed_ms" in body:
+        want["elapsed_ms"] = out.elapsed_ms
+    for key, value in want.items():
+        if body.get(key) != value:
+            raise VerificationError(name, f"trial {body.get('trial')}: recorded {key}={body.get(key)!r}, "
+                                    f"recomputed from its runs {value!r}", line)
+
+
+def _fmt(d: Decimal) -> str:
+    from ..money import fmt_usd
+
+    return fmt_usd(d)
+
+
+def _planned(journal: list) -> None:
+    done_grid = {(r.body.get("cell"), r.body.get("tier")) for _, _, r in journal
+                 if r.kind == "run" and r.body.get("policy") == "grid"}
+    done_live = {(r.body.get("cell"), r.body.get("policy")) for _, _, r in journal if r.kind == "trial"}
+    for name, line, rec in journal:
+        if rec.kind != "grid.start":
+            continue
+        left = {c for _, _, s in journal if s.kind == "stop" and s.at >= rec.at
+                for c in (s.body.get("cells_left") or [])}
+        body = rec.body
+        for cell in body.get("cells") or []:
+            if cell in left:
+                continue
+            if body.get("all_tiers", True):
+                for tier in body.get("tiers") or []:
+                    if (cell, tier) not in done_grid:
+                        raise VerificationError(name, f"planned cell {cell} tier {tier} has no run and no "
+                                                "recorded stop", line)
+            for pol in body.get("policies") or []:
+                if (cell, pol) not in done_live:
+                    raise VerificationError(name, f"planned cell {cell} policy {pol} has no trial and no "
+                                            "recorded stop", line)

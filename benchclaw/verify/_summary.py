@@ -1,0 +1,72 @@
+"""Step 6, the summary: every table and decision of ``summary.json``, recomputed.
+
+``benchclaw.analysis.summarise`` runs over ``ExperimentData`` built from the bundle's own
+bytes (``experiment.experiment_data_from_files``, the function export used to write the
+claim), and the result must equal the claimed ``summary.json`` value for value. Each
+difference is reported with its JSON path (``primary.policies[2].pass_rate``), the claimed
+and the recomputed value, up to a handful per bundle.
+"""
+
+from __future__ import annotations
+
+from .. import jsonio
+from ._context import Bundle
+from ._errors import VerificationError
+from ._report import Section
+from .experiment import experiment_data_from_files, summarise
+
+__all__ = ["verify_summary", "differences", "SUMMARY"]
+
+SUMMARY = "summary.json"
+_MAX_DIFFS = 20
+
+
+def differences(claimed, recomputed, path: str = "", out: list | None = None) -> list[tuple[str, object, object]]:
+    """(JSON path, claimed, recomputed) of every leaf that differs, in document order."""
+    out = [] if out is None else out
+    if len(out) >= _MAX_DIFFS:
+        return out
+    if isinstance(claimed, dict) and isinstance(recomputed, dict):
+        for key in sorted(set(claimed) | set(recomputed)):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in claimed or key not in recomputed:
+                out.append((sub, claimed.get(key, "<absent>"), recomputed.get(key, "<absent>")))
+            else:
+                differences(claimed[key], recomputed[key], sub, out)
+    elif isinstance(claimed, list) and isinstance(recomputed, list) and len(claimed) == len(recomputed):
+        for i, (a, b) in enumerate(zip(claimed, recomputed)):
+            differences(a, b, f"{path}[{i}]", out)
+    elif claimed != recomputed or type(claimed) is not type(recomputed):
+        out.append((path or "<root>", claimed, recomputed))
+    return out
+
+
+def _short(v) -> str:
+    text = jsonio.dumps(v).decode("utf-8") if not isinstance(v, str) or v == "<absent>" else repr(v)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _count(obj, sec: Section) -> None:
+    for label in ("primary", "secondary"):
+        part = obj.get(label) if isinstance(obj, dict) else None
+        if isinstance(part, dict):
+            sec.count("decisions", len(part.get("decisions") or []))
+            sec.count("tables", sum(1 for v in part.values() if isinstance(v, (list, dict))))
+
+
+def verify_summary(b: Bundle, sec: Section) -> None:
+    if not b.has(SUMMARY):
+        raise VerificationError(SUMMARY, "missing: the bundle claims no summary to verify")
+    claimed = b.read_json(SUMMARY)
+    experiments = b.manifest.experiments
+    for exp in experiments:
+        mine = claimed if len(experiments) == 1 else (claimed.get(exp) if isinstance(claimed, dict) else None)
+        sec.attempt(_compare, b, exp, mine, sec)
+
+
+def _compare(b: Bundle, exp: str, claimed, sec: Section) -> None:
+    data = experiment_data_from_files(b.content, exp)
+    recomputed = jsonio.loads(jsonio.dumps(summarise(data)))  # the JSON value, as written
+    _count(recomputed, sec)
+    for path, got, want in differences(claimed, recomputed):
+        sec.fail(VerificationError(SUMMARY, f"{path}: claimed {_short(got)}, recomputed {_short(want)}"))
