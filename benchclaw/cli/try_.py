@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import EXIT_FAILED
+from ..errors import CheckFailed
 from ._common import echo_err, emit_json, runs_option
 
 
@@ -53,4 +53,4 @@ def try_cmd(task_id, tier, profile, provider, catalog, seed, max_tokens, tasks_r
         click.echo(f"evidence: {res.path}")
         echo_err(f"see it: benchclaw runs show {res.run_id[:12]} --runs {runs_dir}")
     if res.status != "passed":
-        raise click.exceptions.Exit(EXIT_FAILED)
+        raise CheckFailed(f"the run did not pass: {res.status} ({res.reason}); its evidence is kept")
