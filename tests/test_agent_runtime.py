@@ -372,3 +372,24 @@ def test_a_live_key_in_a_provider_error_never_reaches_the_records(tmp_path):
     raw = run.path.read_bytes()
     assert key.encode() not in raw and b"0123456789abcdef" not in raw
     assert "[REDACTED]" in run.of_kind("call")[0].body["error"]["message"] and key not in res.reason
+
+
+def test_cancelling_a_run_mid_call_seals_it_aborted_and_settles_the_call_at_its_bound(tmp_path):
+    from benchclaw.agent import MonotonicClock
+
+    led = FakeLedger(refuse_at=99)
+    store = Store(tmp_path / "runs", fsync=False)
+
+    async def main():
+        task = asyncio.ensure_future(run_agent(
+            store=store, task=make_task(), tier="lightning", catalog=CATALOG, profile=load_profile("direct"),
+            seed=1, provider=ScriptedProvider([READ_A, Hang(30)]), ledger=led, clock=MonotonicClock()))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    (run,) = list(store.iter_runs())
+    assert run.end["status"] == "aborted" and run.end["reason"] == "cancelled" and run.end["calls"] == 1
+    assert led.settled[-1] == (2, None, None) and len(led.reserved) == 2

@@ -269,7 +269,12 @@ class _Run:
                 reservation = self._reserve(turn, attempt, estimate)
             except BudgetError as e:
                 return _End("budget_stop", str(e))
-            resp = await self._complete(req, remaining)
+            try:
+                resp = await self._complete(req, remaining)
+            except BaseException:  # cancelled mid-call: the call may have cost; keep it at its bound
+                if reservation is not None:
+                    self.ledger.settle(reservation, tokens=None, usd=None)
+                raise
             self._record_call(turn, attempt, req, estimate, resp, reservation)
             if self._remaining() <= 0:
                 return self._out_of_time(f"turn {turn}, attempt {attempt}")
