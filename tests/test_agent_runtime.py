@@ -12,7 +12,7 @@ import pytest
 from benchclaw import jsonio
 from benchclaw.agent import Limits, load_profile, run_agent
 from benchclaw.agent.testing import (GOOD_ANSWER, Delayed, FakeClock, Hang, ScriptedProvider, act, error, length,
-                                     make_task, no_usage, reasoning_only, reply)
+                                     make_task, no_usage, reasoning_only)
 from benchclaw.errors import BudgetError, UsageError
 from benchclaw.providers.catalog import load_catalog
 from benchclaw.records import blob_refs
@@ -313,7 +313,7 @@ def test_every_attempt_reserves_first_and_a_refusal_ends_the_run_budget_stop(tmp
 
 
 def test_with_the_real_ledger_settled_spend_equals_the_recorded_cost(tmp_path):
-    from benchclaw.ledger import Ledger, Limits as BudgetLimits, read_ledger
+    from benchclaw.ledger import Ledger, Limits as BudgetLimits
 
     store = Store(tmp_path / "runs", fsync=False)
     led = Ledger.create(store, "L1", BudgetLimits(usd=Decimal("1")))
@@ -366,12 +366,13 @@ def test_a_live_key_in_a_provider_error_never_reaches_the_records(tmp_path):
     from benchclaw.providers.vault import Secret
 
     key = "sk-live-0123456789abcdefXYZ"
-    secret = Secret(key)  # noqa: F841  (held live for the run)
+    live = [Secret(key)]  # held live for the run, so the vault redacts it
     res, run, _, store = go(tmp_path, [error("auth", f"Incorrect API key provided: {key}", status=401)])
     assert res.status == "provider_error"
     raw = run.path.read_bytes()
     assert key.encode() not in raw and b"0123456789abcdef" not in raw
     assert "[REDACTED]" in run.of_kind("call")[0].body["error"]["message"] and key not in res.reason
+    assert live  # keep the secret alive until here
 
 
 def test_cancelling_a_run_mid_call_seals_it_aborted_and_settles_the_call_at_its_bound(tmp_path):

@@ -27,7 +27,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any
 
 from .. import jsonio
 from ..checks import run_checks
@@ -42,6 +42,7 @@ from ..tasks import match_lure, path_allowed, render_workspace_section
 from . import evidence
 from .paths import decide
 from .protocol import Action, Invalid, parse_reply
+from .values import AgentResult, Limits, MonotonicClock, tightest
 from .workspace import Workspace
 
 __all__ = ["run_agent", "Limits", "AgentResult", "MonotonicClock", "STATUSES", "RETRY_KINDS"]
@@ -55,83 +56,11 @@ MAX_READ_CHARS = 64 * 1024
 
 
 @dataclass(frozen=True)
-class Limits:
-    """Bounds of one run; the defaults are the project's (12 turns, 180 s, 32 KiB)."""
-
-    turns: int = 12
-    seconds: int = 180
-    output_bytes: int = 32 * 1024
-
-    def __post_init__(self) -> None:
-        for name in ("turns", "seconds", "output_bytes"):
-            v = getattr(self, name)
-            if type(v) is not int or v <= 0:
-                raise UsageError(f"limits.{name} must be a positive integer, got {v!r}")
-
-    @classmethod
-    def coerce(cls, value: "Limits | Mapping | None") -> "Limits":
-        """``Limits`` from itself, a mapping of some of its fields, or ``None`` (defaults).
-        Raises ``UsageError`` naming an unknown or bad field."""
-        if value is None:
-            return cls()
-        if isinstance(value, Limits):
-            return value
-        unknown = sorted(set(value) - {"turns", "seconds", "output_bytes"})
-        if unknown:
-            raise UsageError(f"limits: unknown field '{unknown[0]}' (known: turns, seconds, output_bytes)")
-        return cls(**dict(value))
-
-    def to_dict(self) -> dict:
-        return {"turns": self.turns, "seconds": self.seconds, "output_bytes": self.output_bytes}
-
-
-@dataclass(frozen=True)
-class AgentResult:
-    """What a caller (CLI, runner, policy) needs of a finished run; the rest is in the run."""
-
-    run_id: str
-    status: str
-    gate_passed: bool
-    passed: bool
-    cost_low: Decimal
-    cost_high: Decimal
-    elapsed_ms: int
-    turns: int
-    reason: str = ""
-    calls: int = 0
-    denials: int = 0
-    injection_attempts: int = 0
-    path: str | None = None
-    simulated: bool = False
-
-
-class MonotonicClock:
-    """The real clock: ``time.monotonic`` and ``asyncio.sleep``."""
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-@dataclass(frozen=True)
 class _End:
     """Why the loop stopped: a status (or ``finished``) and a reason for people."""
 
     status: str
     reason: str
-
-
-def _tightest(limits: Limits, task_limits: Mapping, profile_turns: int) -> Limits:
-    """The bounds that hold for a run: the tightest of the caller's (the experiment's),
-    the task's ``[limits]`` and the profile's turn limit. Recorded in ``run.start``."""
-    def pick(name: str, *more: int) -> int:
-        values = [getattr(limits, name), *more]
-        if isinstance(task_limits.get(name), int):
-            values.append(task_limits[name])
-        return min(values)
-    return Limits(pick("turns", profile_turns), pick("seconds"), pick("output_bytes"))
 
 
 def _canon_temperature(t: Any) -> Decimal:
@@ -173,7 +102,7 @@ class _Run:
     def __init__(self, **kw: Any):
         self.__dict__.update(kw)
         p = self.profile
-        self.limits = _tightest(self.limits, getattr(self.task, "limits", None) or {}, p.max_turns)
+        self.limits = tightest(self.limits, getattr(self.task, "limits", None) or {}, p.max_turns)
         self.turn_limit = self.limits.turns
         self.ws = Workspace(self.task.inputs)
         self.messages: list[dict] = [{"role": "system", "content": p.system_prompt},

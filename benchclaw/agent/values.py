@@ -1,0 +1,90 @@
+"""The values a caller hands to and gets back from ``run_agent``: limits, result, clock.
+
+Kept apart from the loop so the runner, the CLI and tests can build and read them without
+pulling in the runtime, and so the rule for which bound holds (``tightest``) is one small
+function next to the defaults it starts from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Mapping
+
+from ..errors import UsageError
+
+__all__ = ["Limits", "AgentResult", "MonotonicClock", "tightest"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds of one run; the defaults are the project's (12 turns, 180 s, 32 KiB)."""
+
+    turns: int = 12
+    seconds: int = 180
+    output_bytes: int = 32 * 1024
+
+    def __post_init__(self) -> None:
+        for name in ("turns", "seconds", "output_bytes"):
+            v = getattr(self, name)
+            if type(v) is not int or v <= 0:
+                raise UsageError(f"limits.{name} must be a positive integer, got {v!r}")
+
+    @classmethod
+    def coerce(cls, value: "Limits | Mapping | None") -> "Limits":
+        """``Limits`` from itself, a mapping of some of its fields, or ``None`` (defaults).
+        Raises ``UsageError`` naming an unknown or bad field."""
+        if value is None:
+            return cls()
+        if isinstance(value, Limits):
+            return value
+        unknown = sorted(set(value) - {"turns", "seconds", "output_bytes"})
+        if unknown:
+            raise UsageError(f"limits: unknown field '{unknown[0]}' (known: turns, seconds, output_bytes)")
+        return cls(**dict(value))
+
+    def to_dict(self) -> dict:
+        return {"turns": self.turns, "seconds": self.seconds, "output_bytes": self.output_bytes}
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """What a caller (CLI, runner, policy) needs of a finished run; the rest is in the run."""
+
+    run_id: str
+    status: str
+    gate_passed: bool
+    passed: bool
+    cost_low: Decimal
+    cost_high: Decimal
+    elapsed_ms: int
+    turns: int
+    reason: str = ""
+    calls: int = 0
+    denials: int = 0
+    injection_attempts: int = 0
+    path: str | None = None
+    simulated: bool = False
+
+
+class MonotonicClock:
+    """The real clock: ``time.monotonic`` and ``asyncio.sleep``."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def tightest(limits: Limits, task_limits: Mapping, profile_turns: int) -> Limits:
+    """The bounds that hold for a run: the tightest of the caller's (the experiment's),
+    the task's ``[limits]`` and the profile's turn limit. Recorded in ``run.start``."""
+    def pick(name: str, *more: int) -> int:
+        values = [getattr(limits, name), *more]
+        if isinstance(task_limits.get(name), int):
+            values.append(task_limits[name])
+        return min(values)
+    return Limits(pick("turns", profile_turns), pick("seconds"), pick("output_bytes"))
