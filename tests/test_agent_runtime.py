@@ -347,7 +347,7 @@ def test_a_bug_or_cancellation_seals_the_run_aborted_and_propagates(tmp_path):
 @pytest.mark.parametrize("kw, says", [
     ({"max_tokens": 0}, "max_tokens"), ({"retries": -1}, "retries"),
     ({"limits": {"turns": 0}}, "limits.turns"), ({"limits": {"minutes": 3}}, "unknown field 'minutes'"),
-    ({"temperature": "3"}, "temperature"),
+    ({"temperature": "3"}, "temperature"), ({"temperature": "warm"}, "temperature"), ({"seed": "1"}, "seed"),
 ])
 def test_bad_arguments_are_refused_before_any_record(tmp_path, kw, says):
     store = Store(tmp_path / "runs", fsync=False)

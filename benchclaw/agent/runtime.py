@@ -24,6 +24,7 @@ saw exactly reconstructible from the ``request`` blobs.
 from __future__ import annotations
 
 import asyncio
+import decimal
 import time
 from dataclasses import dataclass
 from decimal import Decimal
@@ -64,7 +65,10 @@ class _End:
 
 
 def _canon_temperature(t: Any) -> Decimal:
-    d = t if isinstance(t, Decimal) else Decimal(repr(t) if isinstance(t, float) else str(t))
+    try:
+        d = t if isinstance(t, Decimal) else Decimal(repr(t) if isinstance(t, float) else str(t))
+    except decimal.InvalidOperation:
+        raise UsageError(f"temperature must be a number between 0 and 2, got {t!r}") from None
     if not d.is_finite() or d < 0 or d > 2:
         raise UsageError(f"temperature must be between 0 and 2, got {t!r}")
     return Decimal(fmt_usd(d))
@@ -87,6 +91,8 @@ async def run_agent(*, store, task, tier, catalog, profile, seed, provider, limi
     catalog.require_prices([tier.name])
     if type(max_tokens) is not int or max_tokens < 1:
         raise UsageError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    if seed is not None and type(seed) is not int:
+        raise UsageError(f"seed must be an integer, got {seed!r}")
     if type(retries) is not int or retries < 0:
         raise UsageError(f"retries must be a non-negative integer, got {retries!r}")
     run = _Run(store=store, task=task, tier=tier, catalog=catalog, profile=profile, seed=seed,
