@@ -89,3 +89,14 @@ def test_recover_seals_open_runs(tmp_path, capsys):
     code, out, _ = run_main(["runs", "recover", "--runs", str(tmp_path / "runs")], capsys)
     assert code == 0 and "sealed as aborted" in out
     assert len(store.run_ids()) == 1
+
+
+def test_ctx_exit_code_reaches_the_shell(capsys):
+    import click
+
+    @click.command()
+    @click.pass_context
+    def failing(ctx):
+        ctx.exit(1)
+
+    assert run_cli(failing, [], prog="x") == 1

@@ -76,8 +76,9 @@ def run_cli(group: click.Command, argv: list[str] | None = None, prog: str | Non
     argv = sys.argv[1:] if argv is None else argv
     verbose = "--verbose" in argv or "-v" in argv
     try:
-        group.main(args=argv, prog_name=prog, standalone_mode=False)
-        return 0
+        rv = group.main(args=argv, prog_name=prog, standalone_mode=False)
+        # With standalone_mode=False click returns ctx.exit(n)'s code instead of exiting.
+        return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
     except BenchClawError as err:
         if verbose:
             import traceback
