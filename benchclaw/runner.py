@@ -388,12 +388,14 @@ class _Grid:
         self.journal.append("grid.end", {"invocation": self.invocation, "status": status,
                                          "runs": len(self.result_runs)})
         self.ledger.close(status)
+        spent = self.ledger.state().spent_usd
+        self.ledger.release()
         if self.errors:
             raise self.errors[0]
         return GridResult(self.spec.id, self.invocation, self.ledger.id, status, len(todo),
                           len(self.units) - len(todo) if not self.rerun else 0, self.result_runs,
                           self.result_trials, stop[0] if stop else None, stop[1] if stop else None,
-                          cells_left, self.ledger.state().spent_usd)
+                          cells_left, spent)
 
 
 # ------------------------------------------------------------------------------ helpers

@@ -1,0 +1,186 @@
+"""Grid runner benchmarks: harness CPU per model call, and concurrency efficiency.
+
+Both run a real registered experiment through ``benchclaw.runner.run_experiment`` with the
+real agent, store (fsync on), ledger and the built-in simulator, in a temporary directory.
+
+    python bench/grid.py --calls 2000
+        Zero-latency simulator. Harness CPU per model call = (process CPU during the grid
+        - CPU spent inside the simulator) / calls. Target: under 2 ms per call.
+        Last line: grid_overhead ms_per_call=X
+
+    python bench/grid.py --latency 0.5 --concurrency 16
+        Every call takes exactly 0.5 s (simulator content, fixed wall latency). Ideal wall
+        time for N slots = max(sum of every run's serial call time / N, the longest run);
+        efficiency = ideal / measured. Target: >= 0.8.
+        Last line: grid_concurrency efficiency=X
+
+    --profile writes a cProfile of the grid to grid.prof and prints the top functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import math
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchclaw._runner_io import default_backends
+from benchclaw.experiments import prereg
+from benchclaw.runner import run_experiment
+from benchclaw.store import Store
+
+SPEC = """v = 1
+id = "BENCH"
+title = "grid benchmark"
+[grid]
+tasks = ["*"]
+profiles = ["direct", "checker"]
+seeds = {seeds}
+tiers = ["lightning", "super", "ultra"]
+catalog = "sim"
+all_tiers = true
+[settings]
+max_tokens = 4096
+concurrency = {concurrency}
+[budget]
+usd = "1000"
+"""
+CALLS_PER_RUN_GUESS = 5  # the shipped tasks on sim average ~5 calls a run
+CELLS_PER_SEED = 9 * 2 * 3
+TMPDIR: list[str | None] = [None]  # --tmpdir: where the runs directory lives (its file system matters)
+
+
+class CpuMeter:
+    """Wraps the simulator provider and adds up the CPU time spent inside it. With zero
+    latency the simulator never yields, so the delta is its own work alone."""
+
+    def __init__(self, inner, totals: dict):
+        self.inner, self.totals = inner, totals
+        self.simulated, self.name = inner.simulated, inner.name
+
+    async def complete(self, req):
+        t0 = time.process_time()
+        resp = await self.inner.complete(req)
+        self.totals["sim_cpu"] += time.process_time() - t0
+        self.totals["calls"] += 1
+        return resp
+
+    async def aclose(self):
+        await self.inner.aclose()
+
+
+class FixedLatency(CpuMeter):
+    """Every call takes exactly ``latency`` seconds of wall time; the content is the
+    simulator's (at zero latency)."""
+
+    def __init__(self, inner, totals: dict, latency: float, runs: dict):
+        super().__init__(inner, totals)
+        self.latency, self.runs = latency, runs
+
+    async def complete(self, req):
+        resp = await super().complete(req)
+        await asyncio.sleep(self.latency)
+        return resp
+
+
+def _prepare(root: Path, seeds: int, concurrency: int) -> Store:
+    spec = root / "BENCH.toml"
+    spec.write_text(SPEC.format(seeds=list(range(1, seeds + 1)), concurrency=concurrency))
+    store = Store(root / "runs")
+    prereg(store, spec)
+    return store
+
+
+def _backends(wrap):
+    b = default_backends({"latency_scale": 0})
+    inner = b.provider
+    b.provider = lambda tier: wrap(inner(tier))
+    return b
+
+
+def overhead(calls: int, concurrency: int, profile: bool) -> None:
+    seeds = max(1, math.ceil(calls / (CELLS_PER_SEED * CALLS_PER_RUN_GUESS)))
+    totals = {"sim_cpu": 0.0, "calls": 0}
+    with tempfile.TemporaryDirectory(dir=TMPDIR[0]) as tmp:
+        store = _prepare(Path(tmp), seeds, concurrency)
+        backends = _backends(lambda p: CpuMeter(p, totals))
+        prof = cProfile.Profile() if profile else None
+        t0, w0 = os.times(), time.perf_counter()
+        if prof:
+            prof.enable()
+        res = asyncio.run(run_experiment(store, "BENCH", backends=backends, handle_signals=False))
+        if prof:
+            prof.disable()
+        t1, wall = os.times(), time.perf_counter() - w0
+    user, system = t1.user - t0.user, t1.system - t0.system
+    cpu = user + system
+    n = totals["calls"]
+    harness = cpu - totals["sim_cpu"]
+    print(f"grid {res.status}: {len(res.runs)} runs, {n} model calls, concurrency {concurrency}, "
+          f"zero-latency sim, fsync on")
+    print(f"wall {wall:.2f} s; process CPU {cpu:.2f} s (user {user:.2f}, system {system:.2f}: file "
+          f"creation, fsync), of which inside the simulator {totals['sim_cpu']:.2f} s")
+    print(f"harness CPU per call {1000 * harness / n:.3f} ms (target < 2 ms); "
+          f"including the simulator {1000 * cpu / n:.3f} ms; wall per call {1000 * wall / n:.3f} ms")
+    if prof:
+        _report_profile(prof)
+    print(f"grid_overhead ms_per_call={1000 * harness / n:.3f}")
+
+
+def concurrency_efficiency(latency: float, concurrency: int, seeds: int) -> None:
+    totals = {"sim_cpu": 0.0, "calls": 0}
+    with tempfile.TemporaryDirectory(dir=TMPDIR[0]) as tmp:
+        store = _prepare(Path(tmp), seeds, concurrency)
+        backends = _backends(lambda p: FixedLatency(p, totals, latency, {}))
+        w0 = time.perf_counter()
+        res = asyncio.run(run_experiment(store, "BENCH", backends=backends, handle_signals=False))
+        wall = time.perf_counter() - w0
+        per_run = [_calls_of(store, r["run_id"]) for r in res.runs]
+    serial = [c * latency for c in per_run]
+    ideal = max(sum(serial) / concurrency, max(serial))
+    eff = ideal / wall
+    print(f"grid {res.status}: {len(res.runs)} runs, {totals['calls']} calls of {latency} s each, "
+          f"concurrency {concurrency}")
+    print(f"wall {wall:.2f} s; ideal {ideal:.2f} s (max of total call time / {concurrency} = "
+          f"{sum(serial) / concurrency:.2f} s and the longest run = {max(serial):.2f} s)")
+    print(f"efficiency {eff:.3f} (target >= 0.8)")
+    print(f"grid_concurrency efficiency={eff:.3f}")
+
+
+def _calls_of(store: Store, run_id: str) -> int:
+    return sum(1 for r in store.read_run(run_id, verify=False).records if r.kind == "call")
+
+
+def _report_profile(prof: cProfile.Profile) -> None:
+    prof.dump_stats("grid.prof")
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
+    print("\n".join(out.getvalue().splitlines()[:45]))
+    print("(full profile in grid.prof)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=None, help="overhead mode: at least this many model calls")
+    ap.add_argument("--latency", type=float, default=None, help="concurrency mode: seconds per call")
+    ap.add_argument("--concurrency", type=int, default=None)
+    ap.add_argument("--seeds", type=int, default=4, help="concurrency mode: seeds per cell (grid size)")
+    ap.add_argument("--profile", action="store_true", help="overhead mode: cProfile the grid")
+    ap.add_argument("--tmpdir", default=None, help="put the runs directory here (default: the system temp dir)")
+    args = ap.parse_args()
+    TMPDIR[0] = args.tmpdir
+    if args.latency is not None:
+        concurrency_efficiency(args.latency, args.concurrency or 16, args.seeds)
+    else:
+        overhead(args.calls or 2000, args.concurrency or 8, args.profile)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
