@@ -21,11 +21,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import jsonio
 from ..errors import InputError, UsageError
 from ..paths import site_templates_dir
 from ..store import Store
-from ._cache import BuildCache, PageWriter, write_atomic
+from ._cache import BuildCache, PageWriter, fast_dumps, write_atomic
 from ._render import Scrubber, make_env, object_url, renderer_digest, run_url
 from ._runpages import copy_object, render_runs
 
@@ -61,9 +60,15 @@ class Build:
     runs: dict[str, dict] = field(default_factory=dict)
     summaries: list[dict] = field(default_factory=list)
     experiments: dict[str, dict] = field(default_factory=dict)
+    new_records: dict[str, list] = field(default_factory=dict)
     objects: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
     rendered: int = 0
+
+    def records(self, run_id: str) -> list:
+        """The condensed records of a run (rendered now, or cached by an earlier build)."""
+        found = self.new_records.get(run_id)
+        return found if found is not None else self.cache.records().get(run_id, [])
 
 
 def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundle_path=None,
@@ -129,8 +134,9 @@ def _stage2_runs(b: Build) -> None:
             todo.append(run_id)
     fresh = render_runs(todo, runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
                         scrub=b.scrub, workers=b.workers)
-    for run_id in todo:
-        b.runs[run_id] = fresh[run_id]
+    for run_id, entry, condensed in sorted(fresh, key=lambda f: f[0]):
+        b.runs[run_id] = entry
+        b.new_records[run_id] = condensed
         b.pages.record(run_url(run_id), run_id, written=True)
     b.rendered = len(todo)
     b.summaries = sorted((e["s"] for e in b.runs.values()), key=lambda s: (s["at"], s["id"]))
@@ -149,7 +155,7 @@ def _stage6_static(b: Build) -> None:
         if not b.pages.unchanged(rel, digest):
             write_atomic(b.out / rel, data)
             b.pages.record(rel, digest, written=True)
-    for digest in sorted(b.objects):
+    for digest in sorted(b.objects - set(b.cache.objects)):  # earlier builds copied the rest
         copy_object(b.store, b.out, digest)
 
 
@@ -162,7 +168,8 @@ def _stage7_cleanup(b: Build) -> None:
     for digest in sorted(set(b.cache.objects) - b.objects):
         _unlink(b.out / object_url(digest))
     experiments = {k: v for k, v in sorted(b.experiments.items())}
-    b.cache.save(dict(sorted(b.pages.pages.items())), dict(sorted(b.runs.items())), experiments, keep)
+    b.cache.save(dict(sorted(b.pages.pages.items())), dict(sorted(b.runs.items())), experiments, keep,
+                 b.new_records)
 
 
 def _unlink(path: Path) -> None:
@@ -174,4 +181,4 @@ def _unlink(path: Path) -> None:
 
 def digest_of(obj) -> str:
     """A short stable key for page inputs (canonical JSON, SHA-256)."""
-    return hashlib.sha256(jsonio.dumps(obj)).hexdigest()
+    return hashlib.sha256(fast_dumps(obj)).hexdigest()

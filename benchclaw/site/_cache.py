@@ -20,37 +20,59 @@ from pathlib import Path
 
 from .. import jsonio
 
-__all__ = ["BuildCache", "PageWriter", "write_atomic", "CACHE_NAME"]
+__all__ = ["BuildCache", "PageWriter", "write_atomic", "fast_dumps", "CACHE_DIR"]
 
-CACHE_NAME = ".benchclaw-build.json"
-CACHE_VERSION = 1
+CACHE_DIR = ".benchclaw-build"
+CACHE_VERSION = 2
+
+
+def fast_dumps(obj) -> bytes:
+    """Sorted-key JSON bytes for derived data (the cache, page keys). Not evidence, so it
+    skips ``jsonio.dumps``'s float scan, which costs seconds on a 10,000-run cache."""
+    try:
+        import orjson
+
+        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except ImportError:  # pragma: no cover - orjson is a dependency
+        return jsonio.dumps(obj)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write through a temporary file and a rename (folders are made on first need)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
+    try:
+        tmp.write_bytes(data)
+    except FileNotFoundError:
+        os.makedirs(path.parent, exist_ok=True)
+        tmp.write_bytes(data)
     os.replace(tmp, path)
 
 
 class BuildCache:
-    """What the previous build of this output folder left behind."""
+    """What the previous build of this output folder left behind.
+
+    ``state.json`` holds pages, run summaries, experiments and copied blobs; the condensed
+    records the analysis reads are in ``records.jsonl`` (append-only, one run per line),
+    loaded only when an experiment must be analysed again.
+    """
 
     def __init__(self, out: Path, renderer: str):
-        self.path = out / CACHE_NAME
+        self.dir = out / CACHE_DIR
         self.renderer = renderer
         self.pages: dict[str, str] = {}
         self.runs: dict[str, dict] = {}
         self.experiments: dict[str, dict] = {}
         self.objects: list[str] = []
         self.previous_pages: set[str] = set()  # every page of the previous build (to prune)
+        self.valid = False
+        self._records: dict[str, list] | None = None
 
     @classmethod
     def load(cls, out: Path, renderer: str) -> "BuildCache":
         """The cache if it was written by the same renderer; else an empty one."""
         cache = cls(out, renderer)
         try:
-            data = jsonio.loads(cache.path.read_bytes())
+            data = jsonio.loads((cache.dir / "state.json").read_bytes())
         except (OSError, ValueError):
             return cache
         if not isinstance(data, dict) or data.get("v") != CACHE_VERSION:
@@ -62,12 +84,38 @@ class BuildCache:
         cache.pages = data.get("pages") or {}
         cache.runs = data.get("runs") or {}
         cache.experiments = data.get("experiments") or {}
+        cache.valid = True
         return cache
 
+    def records(self) -> dict[str, list]:
+        """Run id -> condensed records of every run a previous build saw."""
+        if self._records is None:
+            self._records = {}
+            if self.valid:
+                try:
+                    data = (self.dir / "records.jsonl").read_bytes()
+                except OSError:
+                    data = b""
+                for line in data.splitlines():
+                    try:
+                        run_id, recs = jsonio.loads(line)
+                    except (ValueError, TypeError):
+                        continue
+                    self._records[run_id] = recs
+        return self._records
+
     def save(self, pages: dict[str, str], runs: dict[str, dict], experiments: dict[str, dict],
-             objects: list[str]) -> None:
-        write_atomic(self.path, jsonio.dumps({"v": CACHE_VERSION, "renderer": self.renderer, "pages": pages,
-                                              "runs": runs, "experiments": experiments, "objects": objects}))
+             objects: list[str], new_records: dict[str, list]) -> None:
+        lines = b"".join(fast_dumps([k, new_records[k]]) + b"\n" for k in sorted(new_records))
+        path = self.dir / "records.jsonl"
+        if self.valid and path.is_file():
+            with open(path, "ab") as f:
+                f.write(lines)
+        else:
+            write_atomic(path, lines)
+        write_atomic(self.dir / "state.json", fast_dumps({"v": CACHE_VERSION, "renderer": self.renderer,
+                                                          "pages": pages, "runs": runs,
+                                                          "experiments": experiments, "objects": objects}))
 
 
 class PageWriter:

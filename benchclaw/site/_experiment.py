@@ -82,17 +82,49 @@ def load_spec(store: Store, digest: str | None) -> tuple[dict, str | None]:
         return {}, f"spec {digest}: {e}"
 
 
+_FORKED: dict = {}
+PARALLEL_MIN = 1000  # runs: below this, a second process costs more than it saves
+
+
+def _summarise_forked():
+    from ..analysis import summarise
+
+    return summarise(_FORKED["data"])
+
+
 def analyse(exp: str, spec: dict, spec_digest: str | None, journal: tuple, runs: dict[str, tuple],
-            lures) -> dict:
-    """``{"summary": summary.json object, "cells": {cell: [policy trial, …]}}`` (JSON-able)."""
+            lures, *, workers: int = 1) -> dict:
+    """``{"summary": summary.json object, "cells": {cell: [policy trial, …]}, "grid",
+    "cell_order"}`` (JSON-able). With ``workers`` > 1 and many runs, ``summarise`` runs in a
+    forked process while this one derives the per-cell trials (both read the same views)."""
+    import multiprocessing
+    import os
+
     from ..analysis import ExperimentData, summarise
+
+    data = ExperimentData(exp, spec, spec_digest, journal, runs, lures)
+    if workers > 1 and len(runs) >= PARALLEL_MIN and hasattr(os, "fork"):
+        _FORKED["data"] = data
+        try:
+            with multiprocessing.get_context("fork").Pool(1) as pool:
+                pending = pool.apply_async(_summarise_forked)
+                cells = _cell_trials(data, spec)
+                summary = pending.get()
+        finally:
+            _FORKED.clear()
+    else:
+        summary = summarise(data)
+        cells = _cell_trials(data, spec)
+    return {"summary": summary, **cells}
+
+
+def _cell_trials(data, spec: dict) -> dict:
+    """What each policy did in each cell, from the analysis's own selection and trials."""
     from ..analysis.cells import select
     from ..analysis.summary import _declared_cells, _live_names, _views, spec_tiers
     from ..analysis.trials import ORACLE, live_trials, replayed_trials
     from .. import policies
 
-    data = ExperimentData(exp, spec, spec_digest, journal, runs, lures)
-    summary = summarise(data)
     views, _ = _views(data)
     tiers = spec_tiers(spec, views)
     sel = select(views, _declared_cells(data), with_reruns=False)
@@ -104,7 +136,7 @@ def analyse(exp: str, spec: dict, spec_digest: str | None, journal: tuple, runs:
             for cell, trial in by_cell.items():
                 cells.setdefault(cell, []).append(_trial_obj(name, mode, trial))
     grid = {cell: {t: r.run_id for t, r in slot.items()} for cell, slot in sel.grid.items()}
-    return {"summary": summary, "cells": cells, "grid": grid, "cell_order": list(sel.cells)}
+    return {"cells": cells, "grid": grid, "cell_order": list(sel.cells)}
 
 
 def _trial_obj(name: str, mode: str, trial) -> dict:

@@ -1,17 +1,20 @@
 """Stage 4 of the build: experiment pages, their cell lists and cell pages.
 
 An experiment's analysis is recomputed only when its inputs change: the key is the list of
-its run ids and the hashes of its journal records (both immutable once written). When the
+its run ids and the digests of its journal files (runs are immutable; journals only grow). When the
 key matches the previous build, the cached summary renders the experiment page and every
 cell page of the previous build is kept as it is.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 from ..analysis import lured_tasks
 from ._build import Build, digest_of
 from ._charts import pass_vs_cost, time_per_policy, tokens_per_tier
 from ._experiment import analyse, expand, journal_facts, load_spec
+from ._runpages import render_pages
 from ._render import cell_url, cells_list_url, exp_dir, exp_url
 
 __all__ = ["stage_experiments", "CELLS_PER_PAGE", "experiment_ids"]
@@ -31,23 +34,24 @@ def stage_experiments(b: Build) -> None:
 
 def _experiment(b: Build, exp: str) -> None:
     runs = [s for s in b.summaries if s["policy"].get("experiment") == exp]
-    facts = journal_facts(b.store, exp)
-    key = digest_of({"runs": [s["id"] for s in runs], "journal": [r.hash for r in facts["records"]]})
+    journal = [hashlib.sha256(p.read_bytes()).hexdigest() for p in b.store.journal_paths(exp)]
+    key = digest_of({"runs": [s["id"] for s in runs], "journal": journal})
     cached = b.cache.experiments.get(exp)
-    prefix = exp_dir(exp)
-    spec, spec_error = load_spec(b.store, facts["spec_digest"])
     if cached and cached.get("key") == key:
-        summary = cached["summary"]
-        for rel in sorted(r for r in b.cache.pages if r.startswith(prefix)):
+        summary, facts = cached["summary"], cached["facts"]
+        spec, spec_error = load_spec(b.store, facts["spec_digest"])
+        for rel in sorted(r for r in b.cache.pages if r.startswith(exp_dir(exp))):
             b.pages.keep(rel)
     else:
-        starts = [expand(b.runs[s["id"]]["a"])[0].body for s in runs if b.runs[s["id"]]["a"]]
-        lures = lured_tasks(starts, b.store.get_blob)
-        records = {s["id"]: expand(b.runs[s["id"]]["a"]) for s in runs}
-        result = analyse(exp, spec, facts["spec_digest"], facts["records"], records, lures)
+        full = journal_facts(b.store, exp)
+        facts = {k: v for k, v in full.items() if k != "records"}
+        spec, spec_error = load_spec(b.store, facts["spec_digest"])
+        records = {s["id"]: expand(b.records(s["id"])) for s in runs}
+        lures = lured_tasks([recs[0].body for recs in records.values() if recs], b.store.get_blob)
+        result = analyse(exp, spec, facts["spec_digest"], full["records"], records, lures, workers=b.workers)
         summary = result["summary"]
         _cell_pages(b, exp, result, runs, summary)
-    b.experiments[exp] = {"key": key, "summary": summary}
+    b.experiments[exp] = {"key": key, "summary": summary, "facts": facts}
     for digest in (facts["spec_digest"], (facts["prereg"] or {}).get("digest")):
         if isinstance(digest, str) and b.store.has_blob(digest):
             b.objects.add(digest)
@@ -89,16 +93,21 @@ def _cell_pages(b: Build, exp: str, result: dict, runs: list[dict], summary: dic
             live_runs.setdefault(str(s["policy"].get("cell")), []).append(s)
     order = {f"{p}/{m}": i for i, (p, m) in enumerate(
         (r["policy"], r["mode"]) for r in ((summary.get("primary") or {}).get("policies") or []))}
-    rows = []
+    rows, jobs = [], []
     for cell in result["cell_order"]:
         grid = {t: by_id.get(rid) for t, rid in (result["grid"].get(cell) or {}).items()}
         trials = sorted(result["cells"].get(cell, []),
                         key=lambda t: (order.get(f"{t['policy']}/{t['mode']}", 999), t["policy"], t["mode"]))
         ctx = {"exp": exp, "cell": cell, "tiers": tiers, "grid": grid, "trials": trials,
                "live": live_runs.get(cell, []), "simulated": any(s and s["simulated"] for s in grid.values())}
-        b.pages.render(cell_url(exp, cell), "cell.html", key=digest_of(ctx), title=f"Cell {cell}", **ctx)
+        rel, key = cell_url(exp, cell), digest_of(ctx)
+        if not b.pages.unchanged(rel, key):
+            jobs.append((rel, "cell.html", {"title": f"Cell {cell}", **ctx}))
+            b.pages.record(rel, key, written=True)
         rows.append({"cell": cell, "grid": {t: (g["status"] if g else None) for t, g in grid.items()},
                      "ladder": next((t for t in trials if t["policy"] == "ladder" and t["mode"] == "replayed"), None)})
+    render_pages(jobs, runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
+                 scrub=b.scrub, workers=b.workers)
     pages = max(1, -(-len(rows) // CELLS_PER_PAGE))
     for i in range(pages):
         chunk = rows[i * CELLS_PER_PAGE:(i + 1) * CELLS_PER_PAGE]

@@ -46,7 +46,7 @@ def exp_url(exp_id: str) -> str:
 def cell_slug(cell: str) -> str:
     """A file-name-safe, unique slug of a cell id (``quotes-x@1/direct/2``)."""
     plain = cell.replace("/", "~")
-    if _safe(plain) == plain and "~~" not in plain:
+    if "~" not in cell and _safe(plain) == plain and not plain.startswith("_"):
         return plain
     return _safe(plain)[:80] + "-" + hashlib.sha256(cell.encode()).hexdigest()[:10]
 
@@ -161,18 +161,16 @@ def _md():
         md = MarkdownIt("commonmark", {"html": False, "linkify": False})
         md.disable(["image", "autolink", "html_inline", "html_block"])
 
-        def link_open(tokens, idx, options, env):
-            href = tokens[idx].attrGet("href") or ""
-            tokens[idx].meta["href"] = href
+        def link_open(renderer, tokens, idx, options, env):
             return '<span class="md-link">'
 
-        def link_close(tokens, idx, options, env):
+        def link_close(renderer, tokens, idx, options, env):
+            from markupsafe import escape
+
             j = idx - 1
             while j >= 0 and tokens[j].type != "link_open":
                 j -= 1
             href = tokens[j].attrGet("href") if j >= 0 else ""
-            from markupsafe import escape
-
             return f'</span> <code class="md-href">({escape(href)})</code>' if href else "</span>"
 
         md.add_render_rule("link_open", link_open)

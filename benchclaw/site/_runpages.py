@@ -20,7 +20,7 @@ from ._experiment import condense
 from ._render import Scrubber, make_env, object_url, run_url
 from ._runview import Blobs, run_view, summarise_run
 
-__all__ = ["render_runs", "copy_object", "POOL_MIN"]
+__all__ = ["render_runs", "render_pages", "copy_object", "POOL_MIN"]
 
 POOL_MIN = 200
 _W: dict = {}
@@ -58,19 +58,35 @@ def _one(run_id: str) -> tuple:
     linked = sorted(blobs.linked)
     for digest in linked:
         copy_object(store, out, digest)
-    return run_id, {"s": summary, "a": condense(run), "l": linked}
+    return run_id, {"s": summary, "l": linked}, condense(run)
 
 
-def render_runs(run_ids: list[str], *, runs_dir: Path, templates: Path, out: Path, public: bool,
-                scrub: Scrubber, workers: int) -> dict[str, dict]:
-    """Render the replay page of every run in ``run_ids``; returns run id -> cache entry.
-    Raises IntegrityError/FormatError (naming the file) for a damaged run log."""
-    args = (str(runs_dir), str(templates), str(out), public, scrub)
-    if workers <= 1 or len(run_ids) < POOL_MIN:
+def _page(job: tuple[str, str, dict]) -> None:
+    rel, template, ctx = job
+    html = _W["env"].get_template(template).render(root="../" * rel.count("/"), public=_W["public"], **ctx)
+    write_atomic(_W["out"] / rel, _W["scrub"](html).encode("utf-8"))
+
+
+def _map(fn, items: list, args: tuple, workers: int) -> list:
+    if workers <= 1 or len(items) < POOL_MIN:
         _init(*args)
-        return dict(map(_one, run_ids))
+        return list(map(fn, items))
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
     with ctx.Pool(workers, initializer=_init, initargs=args) as pool:
-        return dict(pool.imap_unordered(_one, run_ids, chunksize=32))
+        return list(pool.imap_unordered(fn, items, chunksize=32))
+
+
+def render_pages(jobs: list[tuple[str, str, dict]], *, runs_dir: Path, templates: Path, out: Path,
+                 public: bool, scrub: Scrubber, workers: int) -> None:
+    """Render many independent pages ``(rel, template, context)`` (cell pages) in parallel."""
+    _map(_page, jobs, (str(runs_dir), str(templates), str(out), public, scrub), workers)
+
+
+def render_runs(run_ids: list[str], *, runs_dir: Path, templates: Path, out: Path, public: bool,
+                scrub: Scrubber, workers: int) -> list[tuple[str, dict, list]]:
+    """Render the replay page of every run in ``run_ids``; returns (run id, cache entry,
+    condensed records) per run, in no particular order.
+    Raises IntegrityError/FormatError (naming the file) for a damaged run log."""
+    return _map(_one, run_ids, (str(runs_dir), str(templates), str(out), public, scrub), workers)

@@ -31,7 +31,7 @@ from ..records import GENESIS, Record, encode, line_hash
 from ..store import Store
 from ._synth_tasks import TASKS, XSS_PROBE, task_files
 
-__all__ = ["synth_runs", "SynthInfo", "XSS_PROBE", "TIERS"]
+__all__ = ["synth_runs", "add_run", "SynthInfo", "XSS_PROBE", "TIERS"]
 
 TIERS = ("lightning", "super", "ultra")
 _PRICES = {
@@ -43,6 +43,17 @@ _PASS_P = {"lightning": 0.45, "super": 0.7, "ultra": 0.88}
 _INJECT_P = {"lightning": 0.15, "super": 0.06, "ultra": 0.02}
 _LENGTH_P = {"lightning": 0.08, "super": 0.03, "ultra": 0.01}
 _LATENCY = {"lightning": 300, "super": 900, "ultra": 2200}
+# The first cells always hold one of each kind of run the gallery shows, so even a small
+# synthetic grid has them: (cell index, tier) -> scenario.
+_FORCED = {
+    (0, "lightning"): {"length": True},
+    (0, "super"): {"mistake": ""},
+    (1, "lightning"): {"inject": True, "mistake": "dropped-row"},
+    (2, "lightning"): {"mistake": ""},
+    (2, "ultra"): {"mistake": "boundary-miss"},
+    (3, "super"): {"retry": True, "mistake": ""},
+    (4, "lightning"): {"inject": True, "mistake": "paraphrase"},
+}
 _EPOCH = _dt.datetime(2026, 11, 30, 3, 0, 0, tzinfo=_dt.timezone.utc)
 _SYSTEM = "You are a careful agent. Answer with one JSON object naming one action."
 
@@ -284,15 +295,16 @@ def synth_runs(root: Path | str, n_runs: int, *, experiment: str = "E01", seed: 
     catalog = store.put_blob(b'v = 1\nname = "synth"\nsimulated = true\n')
     profiles = {p: store.put_blob(f"name = \"{p}\"\n".encode()) for p in ("direct", "checker")}
     cells = [(t, p, s) for s in range(1, n_runs // 3 // 6 + 2) for t in sorted(TASKS) for p in ("direct", "checker")]
-    cells = cells[: max(1, n_runs // 3)]
+    cells = cells[: -(-n_runs // 3)]
     journal.append(("grid.start", {"invocation": "synth-1", "spec_digest": spec_digest, "ledger": "synth-ledger",
                                    "cells": [f"{t}@1/{p}/{s}" for t, p, s in cells], "tiers": list(TIERS),
                                    "policies": [], "rerun": False}))
     run_ids, xss_run = [], ""
-    for t, p, s in cells:
+    for i, (t, p, s) in enumerate(cells):
         cell = f"{t}@1/{p}/{s}"
-        for tier in TIERS:
+        for tier in TIERS[: n_runs - len(run_ids)]:
             rng = _rng(seed, cell, tier)
+            scenario = _FORCED.get((i, tier)) or _scenario(rng, tier, t)
             start = {"task": tasks[t], "tier": tier, "model": f"sim/{tier}", "provider": "synth", "simulated": True,
                      "catalog": {"name": "synth", "digest": catalog}, "prices": _PRICES[tier],
                      "profile": {"name": p, "digest": profiles[p]}, "seed": s,
@@ -301,9 +313,9 @@ def synth_runs(root: Path | str, n_runs: int, *, experiment: str = "E01", seed: 
                      "policy": {"experiment": experiment, "cell": cell, "policy": "grid", "trial": None, "step": 0,
                                 "rerun": False, "replaces": None, "spec_digest": spec_digest},
                      "ledger": "synth-ledger"}
-            xss = not xss_run
-            run_id = _play(_Run(store, clock, start, rng, _scenario(rng, tier, t)), t, p, xss)
-            xss_run = xss_run or run_id
+            xss = (i, tier) == (0, "super")
+            run_id = _play(_Run(store, clock, start, rng, scenario), t, p, xss)
+            xss_run = run_id if xss else xss_run
             run_ids.append(run_id)
             end = store.read_run(run_id, verify=False).end
             journal.append(("run", {"invocation": "synth-1", "run_id": run_id, "cell": cell, "tier": tier,
@@ -312,6 +324,27 @@ def synth_runs(root: Path | str, n_runs: int, *, experiment: str = "E01", seed: 
     journal.append(("grid.end", {"invocation": "synth-1", "status": "complete", "runs": len(run_ids)}))
     _write_journal(store, experiment, _Clock(_EPOCH - _dt.timedelta(minutes=5)), journal)
     return SynthInfo(experiment, tuple(run_ids), xss_run)
+
+
+def add_run(root: Path | str, *, experiment: str | None = "E01", seed: int = 10**6, tier: str = "super") -> str:
+    """Write one more synthetic run (a new cell) into an existing runs directory; with
+    ``experiment=None`` it belongs to no experiment (like a ``benchclaw try`` run)."""
+    store = Store(root, fsync=False)
+    task = sorted(TASKS)[seed % len(TASKS)]
+    cell = f"{task}@1/direct/{seed}"
+    rng = _rng("add", seed, tier)
+    start = {"task": _put_task(store, task), "tier": tier, "model": f"sim/{tier}", "provider": "synth",
+             "simulated": True, "catalog": {"name": "synth", "digest": store.put_blob(b'v = 1\nname = "synth"\n')},
+             "prices": _PRICES[tier], "profile": {"name": "direct", "digest": store.put_blob(b'name = "direct"\n')},
+             "seed": seed, "limits": {"turns": 12, "seconds": 180, "output_bytes": 32768},
+             "settings": {"max_tokens": 8192, "temperature": "0"},
+             "policy": {"experiment": experiment, "cell": cell if experiment else None, "policy": "grid" if experiment else None,
+                        "trial": None, "step": 0, "rerun": False, "replaces": None}, "ledger": "synth-ledger"}
+    if experiment:
+        regs = [e.body["spec_digest"] for e in store.read_journal(experiment) if e.kind == "prereg"]
+        start["policy"]["spec_digest"] = regs[-1] if regs else None
+    clock = _Clock(_EPOCH + _dt.timedelta(days=1, seconds=seed % 86400))
+    return _play(_Run(store, clock, start, rng, _scenario(rng, tier, task)), task, "direct", False)
 
 
 def _spec_bytes(exp: str) -> bytes:

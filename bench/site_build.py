@@ -1,0 +1,105 @@
+"""Site build benchmark: N synthetic runs, a full build, then rebuilds after one new run.
+
+Targets (issue #8): 10,000 runs build in at most 20 s and 1 GB peak memory on 2 cores; a
+rebuild after one new run takes at most 2 s. The runs are written by
+``benchclaw.site._synth`` (the FORMAT.md run format, simulated content) into a temporary
+directory. Each build runs in a fresh child process; peak memory is the largest total
+RSS of that process and its workers, sampled every 20 ms.
+
+    python bench/site_build.py --runs 10000
+
+Prints the figures, then a last line
+``site_build runs=N seconds=S peak_mb=M rebuild_s=R rebuild_exp_s=E``: ``rebuild_s`` after
+one run outside any experiment, ``rebuild_exp_s`` after one run inside the 10,000-run
+experiment (its analysis is recomputed, so that figure includes ``summarise``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+_CHILD = "import sys; from benchclaw.site import build_site; build_site(sys.argv[1], sys.argv[2])"
+
+
+def _tree_rss_kb(pid: int) -> int:
+    """Total resident memory of ``pid`` and its descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        stack.extend(children.get(p, []))
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next((int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:")), 0)
+        except OSError:
+            pass
+    return total
+
+
+def timed_build(runs: Path, out: Path) -> tuple[float, float]:
+    """(seconds, peak MB) of one build in a child process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(runs), str(out)])
+    peak, done = 0, threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss_kb(proc.pid))
+            done.wait(0.02)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    rc = proc.wait()
+    seconds = time.perf_counter() - t0
+    done.set()
+    t.join()
+    if rc != 0:
+        raise SystemExit(f"build failed with exit code {rc}")
+    return seconds, peak / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10_000)
+    ap.add_argument("--keep", type=Path, default=None, help="Use this folder instead of a temporary one.")
+    args = ap.parse_args()
+    from benchclaw.site._synth import add_run, synth_runs
+
+    with tempfile.TemporaryDirectory(prefix="site-bench-") as tmp:
+        base = args.keep or Path(tmp)
+        runs, out = base / "runs", base / "site"
+        t0 = time.perf_counter()
+        synth_runs(runs, args.runs)
+        print(f"generated {args.runs} synthetic runs in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        seconds, peak = timed_build(runs, out)
+        print(f"full build: {seconds:.2f} s, peak {peak:.0f} MB (target: 20 s, 1024 MB)")
+        noop, _ = timed_build(runs, out)
+        print(f"rebuild, nothing new: {noop:.2f} s")
+        add_run(runs, experiment=None, seed=10**6)
+        rebuild, _ = timed_build(runs, out)
+        print(f"rebuild after one new run outside any experiment: {rebuild:.2f} s (target: 2 s)")
+        add_run(runs, experiment="E01", seed=10**6 + 1)
+        rebuild_exp, _ = timed_build(runs, out)
+        print(f"rebuild after one new run in the experiment (analysis recomputed): {rebuild_exp:.2f} s")
+        print(f"site_build runs={args.runs} seconds={seconds:.2f} peak_mb={peak:.0f} "
+              f"rebuild_s={rebuild:.2f} rebuild_exp_s={rebuild_exp:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Parts of the site builder: Markdown safety, charts, the analysis cache, the CLI, serve."""
+
+from __future__ import annotations
+
+import threading
+import tomllib
+import urllib.request
+from decimal import Decimal
+
+import pytest
+from click.testing import CliRunner
+
+from benchclaw.analysis import ExperimentData, lured_tasks, summarise
+from benchclaw.cli import cli
+from benchclaw.site import make_server
+from benchclaw.site._charts import frontier, pass_vs_cost
+from benchclaw.site._experiment import condense, expand
+from benchclaw.site._render import Scrubber, cell_slug, fmt_usd, markdown
+from benchclaw.site._synth import synth_runs
+from benchclaw.store import Store
+
+
+def test_markdown_shows_raw_html_as_text_and_never_links_out():
+    html = str(markdown('Hi <script>alert(1)</script> [x](https://evil.example/a) '
+                        '![img](https://evil.example/i.png) <https://evil.example> **bold**'))
+    assert "<script" not in html and "&lt;script&gt;" in html
+    assert "<a " not in html and "<img" not in html and "src=" not in html
+    assert "<strong>bold</strong>" in html
+    assert "https://evil.example/a" in html  # shown as text, so a reader still sees the target
+
+
+def test_frontier_is_the_cheapest_point_at_each_pass_rate():
+    def p(name, rate, high):
+        return {"name": name, "mode": "replayed", "rate": Decimal(rate), "low": Decimal(high), "high": Decimal(high)}
+    pts = [p("a", "0.5", "1"), p("b", "0.4", "2"), p("c", "0.9", "3"), p("d", "0.9", "4"), p("e", "1", "9")]
+    assert [q["name"] for q in frontier(pts)] == ["a", "c", "e"]
+
+
+def test_pass_chart_escapes_names_and_draws_bounds():
+    svg = str(pass_vs_cost([{"policy": "<b>x</b>", "mode": "replayed",
+                             "pass_rate": {"value": "0.5", "wilson95": ["0.3", "0.7"]},
+                             "cost": {"per_task": {"low": "0.001", "high": "0.002"}}}]))
+    assert "&lt;b&gt;x&lt;/b&gt;" in svg and "<b>" not in svg
+    assert svg.count('class="err') == 2 and "<circle" in svg
+
+
+def test_money_is_shown_without_float_artifacts():
+    assert fmt_usd("0.000177") == "$0.000177"
+    assert fmt_usd("0.0001234567") == "$0.000123"
+    assert fmt_usd("12.5") == "$12.50"
+    assert fmt_usd(("0", "0.1")) == "$0–$0.1"
+
+
+def test_cell_slugs_are_safe_and_distinct():
+    a, b = cell_slug("quotes-x@1/direct/2"), cell_slug("quotes-x@1/direct~2")
+    assert a == "quotes-x@1~direct~2" and a != b
+    assert "/" not in cell_slug("../../etc/passwd") and not cell_slug("..").startswith(".")
+
+
+def test_scrubber_removes_paths_and_keys():
+    scrub = Scrubber(["/home/alice/project/runs"], keys=["sk-live-1234567890"])
+    text = scrub("at /home/alice/project/runs/x with sk-live-1234567890 and /root")
+    assert text == "at …/x with [REDACTED] and /root"
+
+
+def test_condensed_records_give_the_same_summary(tmp_path):
+    info = synth_runs(tmp_path / "runs", 30)
+    store = Store(tmp_path / "runs")
+    journal = tuple(e.record for e in store.read_journal(info.experiment))
+    digest = journal[0].body["spec_digest"]
+    spec = tomllib.loads(store.get_blob(digest).decode())
+    full = {r.run_id: tuple(r.records) for r in store.iter_runs()}
+    small = {rid: expand(condense(store.read_run(rid))) for rid in full}
+    lures = lured_tasks([r[0].body for r in full.values()], store.get_blob)
+    make = lambda runs: ExperimentData(info.experiment, spec, digest, journal, runs, lures)  # noqa: E731
+    assert summarise(make(small)) == summarise(make(full))
+
+
+def test_cli_build_then_serve(tmp_path):
+    synth_runs(tmp_path / "runs", 6)
+    runner = CliRunner()
+    result = runner.invoke(cli, ["build", "--runs", str(tmp_path / "runs"), "-o", str(tmp_path / "site")])
+    assert result.exit_code == 0, result.output
+    assert "index.html" in result.output
+    server = make_server(tmp_path / "site", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        assert server.server_address[0] == "127.0.0.1"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/index.html") as resp:
+            assert b"Experiments" in resp.read()
+            assert resp.headers["X-Content-Type-Options"] == "nosniff"
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/runs/")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_cli_reports_a_missing_runs_dir(tmp_path):
+    from benchclaw.cli import run_cli
+
+    assert run_cli(cli, ["build", "--runs", str(tmp_path / "nope"), "-o", str(tmp_path / "s")]) == 2
+    assert run_cli(cli, ["serve", str(tmp_path / "nothing"), "--port", "0"]) == 2
+
+
+def test_commands_have_help_with_an_example():
+    for name in ("build", "serve"):
+        result = CliRunner().invoke(cli, [name, "--help"])
+        assert result.exit_code == 0 and "Example:" in result.output
