@@ -184,7 +184,7 @@ def test_second_invocation_skips_finished_cells(tmp_path):
 
 
 def test_live_policies_agree_with_their_offline_replay(tmp_path):
-    store, _ = setup(tmp_path, live='["ladder", "speculative", "always:super"]')
+    store, _ = setup(tmp_path, live='["ladder", "speculative", "memory", "always:super"]')
     run(store, FakeAgent())
     runs = journal(store, "run")
     grid = {}
@@ -192,9 +192,9 @@ def test_live_policies_agree_with_their_offline_replay(tmp_path):
         if r["policy"] == "grid":
             grid.setdefault(r["cell"], {})[r["tier"]] = attempt_from_run(r)
     trials = journal(store, "trial")
-    assert len(trials) == 18 * 3
+    assert len(trials) == 18 * 4
     for t in trials:
-        offline = replay(t["policy"], TIERS, grid[t["cell"]])
+        offline = replay(t["policy"], TIERS, grid[t["cell"]], memory_start=t["memory_start"])
         live_tiers = [next(r["tier"] for r in runs if r["run_id"] == rid) for rid in t["runs"]]
         assert live_tiers == [a.tier for a in offline.attempts], t
         assert t["passed"] == offline.passed and t["tier"] == offline.taken.tier
