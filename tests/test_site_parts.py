@@ -109,3 +109,14 @@ def test_commands_have_help_with_an_example():
     for name in ("build", "serve"):
         result = CliRunner().invoke(cli, [name, "--help"])
         assert result.exit_code == 0 and "Example:" in result.output
+
+
+def test_site_summary_is_the_reports_summary(tmp_path):
+    from benchclaw import jsonio
+    from benchclaw.report import build_summary
+    from benchclaw.site import build_site
+
+    synth_runs(tmp_path / "runs", 24)
+    build_site(tmp_path / "runs", tmp_path / "site")
+    state = jsonio.loads((tmp_path / "site" / ".benchclaw-build" / "state.json").read_bytes())
+    assert state["experiments"]["E01"]["summary"] == build_summary(Store(tmp_path / "runs"), "E01")

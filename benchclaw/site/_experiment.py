@@ -59,9 +59,10 @@ def journal_facts(store: Store, exp: str) -> dict:
     """Registration, deviations, stops and live trials from the experiment's journal.
     Raises IntegrityError/FormatError (naming the file) when a journal chain is broken."""
     entries = store.read_journal(exp)
-    regs = [e for e in entries if e.kind in ("prereg", "deviation")]
+    from ..analysis.inputs import registered_digest
+
     prereg = next((e for e in entries if e.kind == "prereg"), None)
-    latest = regs[-1].body.get("spec_digest") if regs else None
+    latest = registered_digest([e.record for e in entries])
     return {
         "records": tuple(e.record for e in entries),
         "prereg": None if prereg is None else {"at": prereg.record.at, "digest": prereg.body.get("spec_digest"),

@@ -54,23 +54,26 @@ class Blobs:
         return data if hashlib.sha256(data).hexdigest() == hexd else None
 
     def text(self, digest, limit: int = TEXT_LIMIT, *, pretty: bool = True) -> dict:
-        """``{"text", "size", "truncated", "digest", "url_ok", "missing", "binary"}`` for a template."""
+        """``{"text", "body", "size", "truncated", "digest", "missing", "binary"}`` for a
+        template. A JSON object with a multi-line ``content`` string (a file read or
+        written) shows that content as ``body``, as text, rather than one escaped line."""
         data = self.read(digest)
         if data is None:
-            return {"text": "", "size": 0, "truncated": False, "digest": digest, "missing": bool(digest),
-                    "binary": False}
+            return {"text": "", "body": None, "size": 0, "truncated": False, "digest": digest,
+                    "missing": bool(digest), "binary": False}
         try:
-            text = data.decode("utf-8")
-            binary = False
+            text, binary = data.decode("utf-8"), False
         except UnicodeDecodeError:
             text, binary = data.decode("utf-8", "replace"), True
+        body = None
         if pretty and len(data) <= 4 * limit:
-            text = _pretty_json(text)
-        truncated = len(text.encode()) > limit
+            text, body = _pretty_json(text)
+        truncated = len(data) > 4 * limit or len(text) + len(body or "") > limit
         if truncated:
-            text = text.encode()[:limit].decode("utf-8", "ignore")
+            text = text[:limit]
+            body = body[:max(0, limit - len(text))] if body else body
             self.linked.add(digest)
-        return {"text": text, "size": len(data), "truncated": truncated, "digest": digest,
+        return {"text": text, "body": body, "size": len(data), "truncated": truncated, "digest": digest,
                 "missing": False, "binary": binary}
 
     def link(self, digest) -> str | None:
@@ -91,14 +94,20 @@ class Blobs:
         return self.read(f"sha256:{hexd}") if hexd else None
 
 
-def _pretty_json(text: str) -> str:
+def _pretty_json(text: str) -> tuple[str, str | None]:
+    """(pretty JSON, a multi-line ``content`` string pulled out of it, or None)."""
     s = text.lstrip()
     if not s.startswith(("{", "[")):
-        return text
+        return text, None
     try:
-        return _dumps_pretty(jsonio.loads(text))
+        obj = jsonio.loads(text)
+        body = None
+        if isinstance(obj, dict) and isinstance(obj.get("content"), str) and "\n" in obj["content"]:
+            body = obj["content"]
+            obj = {**obj, "content": f"({len(body):,} characters, shown below)"}
+        return _dumps_pretty(obj), body
     except (ValueError, TypeError, RecursionError):
-        return text
+        return text, None
 
 
 def _dumps_pretty(obj) -> str:
