@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import jsonio
-from .analysis import ExperimentData, lured_tasks, render_markdown, summarise
-from .analysis.inputs import registered_digest, spec_from_bytes
+from .analysis import ExperimentData, render_markdown, summarise
+from .analysis.inputs import experiment_data
 from .errors import InputError, RegistrationError
 from .store import Store
 
@@ -29,22 +29,17 @@ def load_experiment(store: Store, experiment: str, *,
     Raises RegistrationError when the experiment has no journal or no registered spec,
     IntegrityError/FormatError (naming the file and line) for damaged evidence, and
     InputError when the registered spec's blob is missing."""
-    journal = tuple(e.record for e in store.read_journal(experiment))
-    if not journal:
-        raise RegistrationError(f"experiment {experiment}: no journal in {store.root}/journals "
+    entries = [(e.writer, e.record) for e in store.read_journal(experiment)]
+    if not any(rec.kind == "prereg" for _, rec in entries):
+        raise RegistrationError(f"experiment {experiment}: not registered in {store.root} "
                                 f"(register it first: benchclaw prereg experiments/{experiment}.toml)")
-    digest = registered_digest(journal)
-    if digest is None:
-        raise RegistrationError(f"experiment {experiment}: the journal has no prereg record")
-    spec = spec_from_bytes(store.get_blob(digest), f"{experiment} spec {digest}")
     runs = {}
     for run in store.iter_runs():
         policy = run.start.get("policy")
         if isinstance(policy, dict) and policy.get("experiment") == experiment:
-            runs[run.run_id] = tuple(run.records)
-    if tasks_with_lures is None:
-        tasks_with_lures = lured_tasks([recs[0].body for recs in runs.values()], store.get_blob)
-    return ExperimentData(experiment, spec, digest, journal, runs, tasks_with_lures)
+            runs[run.run_id] = run.records
+    return experiment_data(experiment, entries, runs, store.get_blob,
+                           tasks_with_lures=tasks_with_lures)
 
 
 def build_summary(store: Store, experiment: str) -> dict:

@@ -308,3 +308,24 @@ def _has_float(obj) -> bool:
     if isinstance(obj, list):
         return any(_has_float(v) for v in obj)
     return False
+
+
+# ---------------------------------------------------------------------------- building the input
+
+def test_experiment_data_merges_writers_in_reader_order_and_reads_the_spec_in_force():
+    from benchclaw.analysis import experiment_data
+    from benchclaw.errors import FormatError
+    from benchclaw.records import Record
+
+    old, new = b'v = 1\nid = "E01"\n[grid]\ntiers = ["a"]\n', b'v = 1\nid = "E01"\n[grid]\ntiers = ["b"]\n'
+    blobs = {"sha256:" + "1" * 64: old, "sha256:" + "2" * 64: new}
+    t = "2026-01-01T00:00:0{}.000000Z"
+    journal = [("zeta", Record(0, "0" * 64, t.format(1), "prereg", {"spec_digest": "sha256:" + "1" * 64})),
+               ("alpha", Record(0, "0" * 64, t.format(3), "deviation", {"spec_digest": "sha256:" + "2" * 64})),
+               ("zeta", Record(1, "0" * 64, t.format(2), "stop", {"rule": "spend"}))]
+    data = experiment_data("E01", journal, {}, blobs.__getitem__)
+    assert [r.kind for r in data.journal] == ["prereg", "stop", "deviation"]
+    assert data.spec["grid"]["tiers"] == ["b"] and data.spec_digest == "sha256:" + "2" * 64
+    assert data.tasks_with_lures == frozenset()
+    with pytest.raises(FormatError, match="no prereg"):
+        experiment_data("E01", journal[2:], {}, blobs.__getitem__)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from benchclaw import jsonio
 from benchclaw.analysis import summarise
+from benchclaw.checks.digest import task_listing
 from benchclaw.cli import cli, run_cli
 from benchclaw.report import build_summary, load_experiment
 from benchclaw.store import Store
@@ -115,8 +116,7 @@ def test_lures_come_from_the_task_blobs(tmp_path):
 
 
 def _task_blobs(store: Store, toml_text: str) -> str:
-    import hashlib
-    toml = toml_text.encode()
-    store.put_blob(toml)
-    listing = f"{hashlib.sha256(toml).hexdigest()}  task.toml\n".encode()
-    return store.put_blob(listing)
+    files = {"task.toml": toml_text.encode(), "inputs/doc.md": b"text"}
+    for data in files.values():
+        store.put_blob(data)
+    return store.put_blob(task_listing(files))

@@ -17,13 +17,14 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from ..errors import FormatError
 from ..records import Record
 
 __all__ = ["ExperimentData", "RunView", "CallView", "view_run", "lured_tasks", "parse_cell",
-           "task_key", "usd", "spec_from_bytes", "registered_digest"]
+           "task_key", "usd", "spec_from_bytes", "registered_digest", "merge_journal",
+           "experiment_data"]
 
 _USD_RE = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
 _EXACT = decimal.Context(prec=60, traps=[decimal.Inexact, decimal.InvalidOperation])
@@ -200,6 +201,33 @@ def registered_digest(journal: list[Record] | tuple[Record, ...]) -> str | None:
     return digest
 
 
+def merge_journal(entries: Iterable[tuple[str, Record]]) -> tuple[Record, ...]:
+    """Every writer's journal records in reader order: (``at``, writer, ``seq``) (§7)."""
+    ordered = sorted(entries, key=lambda e: (e[1].at, e[0], e[1].seq))
+    return tuple(rec for _, rec in ordered)
+
+
+def experiment_data(experiment: str, journal: Iterable[tuple[str, Record]],
+                    runs: Mapping[str, Iterable[Record]], get_blob: Callable[[str], bytes], *,
+                    tasks_with_lures: frozenset[str] | None = None) -> ExperimentData:
+    """Build ``ExperimentData`` the one way both the report and the verifier do.
+
+    ``journal``: (writer, record) pairs from every writer's file of the experiment;
+    ``runs``: run id -> records of sealed runs (runs of other experiments are ignored by
+    the analysis); ``get_blob(digest) -> bytes`` reads a blob (the registered spec, task
+    files). Raises FormatError when the journal has no registration or the spec is not
+    TOML, and whatever ``get_blob`` raises for a missing spec blob."""
+    records = merge_journal(journal)
+    digest = registered_digest(records)
+    if digest is None:
+        raise FormatError(f"experiment {experiment}: the journal has no prereg record")
+    spec = spec_from_bytes(get_blob(digest), f"{experiment} spec {digest}")
+    runs = {rid: tuple(recs) for rid, recs in runs.items()}
+    if tasks_with_lures is None:
+        tasks_with_lures = lured_tasks([recs[0].body for recs in runs.values() if recs], get_blob)
+    return ExperimentData(experiment, spec, digest, records, runs, tasks_with_lures)
+
+
 def lured_tasks(starts: list[Mapping], get_blob: Callable[[str], bytes]) -> frozenset[str]:
     """Keys of tasks whose ``task.toml`` declares lures, read from the stored task blobs.
 
@@ -225,10 +253,12 @@ def lured_tasks(starts: list[Mapping], get_blob: Callable[[str], bytes]) -> froz
 def _declares_lures(listing_digest: str, get_blob: Callable[[str], bytes]) -> bool:
     try:
         listing = get_blob(listing_digest).decode("utf-8")
-        for line in listing.splitlines():
-            hexd, _, path = line.partition("  ")
+        for line in listing.splitlines():  # "sha256:<hex>  <path>" (checks.digest)
+            digest, _, path = line.partition("  ")
             if path == "task.toml":
-                meta = tomllib.loads(get_blob("sha256:" + hexd).decode("utf-8"))
+                if not digest.startswith("sha256:"):
+                    digest = "sha256:" + digest
+                meta = tomllib.loads(get_blob(digest).decode("utf-8"))
                 return bool(meta.get("lures"))
     except Exception:  # noqa: BLE001 - a missing or odd task file means "no lures known"
         return False

@@ -197,8 +197,12 @@ def _trailer(s: dict, bullet: str) -> list[str]:
     return out
 
 
-def _render(s: dict, heading: Callable[[str], str], table: Callable, bullet: str) -> str:
-    out = _header(s) + [""]
+def _render(s: dict, heading: Callable[[str], str], table: Callable, bullet: str,
+            markdown: bool = False) -> str:
+    head = _header(s)
+    if markdown:  # one paragraph per line, the first as a heading
+        head = [f"## {head[0]}"] + [x for line in head[1:] for x in ("", line)]
+    out = head + [""]
     for key in ("primary", "secondary"):
         if s.get(key):
             out += _analysis_lines(s[key], heading, table)
@@ -215,4 +219,4 @@ def render_terminal(summary: dict) -> str:
 
 def render_markdown(summary: dict) -> str:
     """A Markdown (GFM tables) rendering of a summary.json object."""
-    return _render(summary, lambda t: f"### {t}\n", _md_table, "- ")
+    return _render(summary, lambda t: f"### {t}\n", _md_table, "- ", markdown=True)
