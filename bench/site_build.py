@@ -4,7 +4,7 @@ Targets (issue #8): 10,000 runs build in at most 20 s and 1 GB peak memory on 2 
 rebuild after one new run takes at most 2 s. The runs are written by
 ``benchclaw.site._synth`` (the FORMAT.md run format, simulated content) into a temporary
 directory. Each build runs in a fresh child process; peak memory is the largest total
-RSS of that process and its workers, sampled every 20 ms.
+PSS of that process and its workers (shared pages counted once), sampled every 20 ms.
 
     python bench/site_build.py --runs 10000
 
@@ -28,8 +28,20 @@ from pathlib import Path
 _CHILD = "import sys; from benchclaw.site import build_site; build_site(sys.argv[1], sys.argv[2])"
 
 
+def _pss_kb(pid: int) -> int:
+    """Proportional set size: shared pages (a forked worker's copy-on-write view of its
+    parent) count once across processes, so the sum over a tree is its real footprint."""
+    for name, key in (("smaps_rollup", "Pss:"), ("status", "VmRSS:")):
+        try:
+            with open(f"/proc/{pid}/{name}") as f:
+                return next((int(ln.split()[1]) for ln in f if ln.startswith(key)), 0)
+        except OSError:
+            continue
+    return 0
+
+
 def _tree_rss_kb(pid: int) -> int:
-    """Total resident memory of ``pid`` and its descendants (Linux /proc)."""
+    """Total memory (PSS) of ``pid`` and its descendants (Linux /proc)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -43,11 +55,7 @@ def _tree_rss_kb(pid: int) -> int:
     while stack:
         p = stack.pop()
         stack.extend(children.get(p, []))
-        try:
-            with open(f"/proc/{p}/status") as f:
-                total += next((int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:")), 0)
-        except OSError:
-            pass
+        total += _pss_kb(p)
     return total
 
 

@@ -179,7 +179,7 @@ def _md():
     return _MD
 
 
-def markdown(text) -> "Markup":
+def markdown(text):
     """Render Markdown to safe HTML: raw HTML shown as text, no images, links as text."""
     from markupsafe import Markup
 
