@@ -16,7 +16,8 @@ from . import jsonio
 from .analysis import ExperimentData, render_markdown, summarise
 from .analysis.inputs import experiment_data
 from .errors import InputError, RegistrationError
-from .store import Store
+from .records import Record
+from .store import ChainFile, Store, safe_name
 
 __all__ = ["load_experiment", "build_summary", "write_summary", "write_markdown",
            "summary_bytes"]
@@ -39,7 +40,20 @@ def load_experiment(store: Store, experiment: str, *,
         if isinstance(policy, dict) and policy.get("experiment") == experiment:
             runs[run.run_id] = run.records
     return experiment_data(experiment, entries, runs, store.get_blob,
+                           ledgers=_ledgers(store, entries, runs),
                            tasks_with_lures=tasks_with_lures)
+
+
+def _ledgers(store: Store, entries: list, runs: dict) -> list[list[Record]]:
+    """The records of every ledger the journal or the runs name (chains verified)."""
+    ids = {rec.body.get("ledger") for _, rec in entries if rec.kind == "grid.start"}
+    ids |= {recs[0].body.get("ledger") for recs in runs.values() if recs}
+    out = []
+    for lid in sorted(i for i in ids if isinstance(i, str)):
+        path = store.root / "ledgers" / f"{safe_name(lid, 'ledger id')}.jsonl"
+        if path.is_file():
+            out.append(ChainFile(path).read())
+    return out
 
 
 def build_summary(store: Store, experiment: str) -> dict:

@@ -23,13 +23,13 @@ SPEC_DIGEST = "sha256:" + "5" * 64
 
 def call(cost: str = "0.001", *, known: bool = True, high: str | None = None,
          outcome: str = "stop", error: str | None = None, prompt: int = 100,
-         completion: int = 50, reasoning: int = 10, cached: int = 0) -> dict:
+         completion: int = 50, reasoning: int = 10, cached: int = 0, turn: int = 0) -> dict:
     """A `call` record body; ``known=False`` has no usage and cost [0, high]."""
     usage = {"prompt": prompt, "cached_read": cached, "cache_write": 0,
              "completion": completion, "reasoning": reasoning} if known else None
     cost_obj = ({"known": True, "low": cost, "high": cost} if known else
                 {"known": False, "low": "0", "high": high or cost})
-    return {"turn": 0, "attempt": 0, "request": None, "params": {"max_tokens": 8192},
+    return {"turn": turn, "attempt": 0, "request": None, "params": {"max_tokens": 8192},
             "prompt_estimate": prompt, "outcome": outcome, "finish_reason": outcome,
             "reply": None, "usage": usage, "usage_raw": None, "latency_ms": 100,
             "cost": cost_obj,
@@ -55,6 +55,7 @@ class RunSpec:
     denials: int = 0
     turns: int = 2
     spec_digest: str = SPEC_DIGEST
+    attempt: str | None = None  # the runner's attempt id (ledger reservations name it)
 
     def bodies(self, experiment: str) -> list[tuple[str, dict]]:
         task, profile, seed = self.cell.rsplit("/", 2)
@@ -65,7 +66,8 @@ class RunSpec:
             "seed": int(seed), "profile": {"name": profile, "digest": None},
             "policy": {"experiment": experiment, "cell": self.cell, "policy": self.policy,
                        "trial": self.trial, "step": self.step, "rerun": self.rerun,
-                       "replaces": self.replaces, "spec_digest": self.spec_digest}})]
+                       "replaces": self.replaces, "spec_digest": self.spec_digest,
+                       "attempt": self.attempt}})]
         out += [("call", c) for c in self.calls]
         for i in range(self.injection_attempts):
             out.append(("action", {"turn": i, "name": "read", "args": {"path": "secret.txt"},

@@ -329,3 +329,30 @@ def test_experiment_data_merges_writers_in_reader_order_and_reads_the_spec_in_fo
     assert data.tasks_with_lures == frozenset()
     with pytest.raises(FormatError, match="no prereg"):
         experiment_data("E01", journal[2:], {}, blobs.__getitem__)
+
+
+def test_calls_cut_off_in_flight_count_at_their_ledger_bound():
+    from benchclaw.analysis import ledger_reservations
+    from benchclaw.records import Record
+
+    e = Exp()
+    e.add(f"{A}/1", "lightning", False, status="aborted", attempt="a1",
+          calls=[call("0.001", turn=0)])
+    e.add(f"{A}/1", "super", False, status="aborted", attempt="a2", calls=[])
+    e.add(f"{A}/1", "ultra", False, status="aborted", attempt="a3", calls=[])  # refused: no reserve
+    z = "0" * 64
+    ledger = [Record(0, z, "t", "reserve", {"id": "r1", "attempt": "a1", "key": "0.0", "usd": "0.002"}),
+              Record(1, z, "t", "settle", {"id": "r1", "known": True, "usd": "0.001"}),
+              Record(2, z, "t", "reserve", {"id": "r2", "attempt": "a1", "key": "1.0", "usd": "0.005"}),
+              Record(3, z, "t", "settle", {"id": "r2", "known": False, "usd": "0.005"}),
+              Record(4, z, "t", "reserve", {"id": "r3", "attempt": "a2", "key": "0.0", "usd": "0.004"})]
+    d = e.data()
+    d = ExperimentData(d.experiment, d.spec, d.spec_digest, d.journal, d.runs, None,
+                       ledger_reservations([ledger]))
+    s = summarise(d)
+    light, sup = tier(s, "lightning"), tier(s, "super")
+    assert light["cost"]["total"] == {"low": "0.001", "high": "0.006", "known": False}
+    assert light["finish"]["cut_off"] == 1 and light["cost"]["unknown_calls"] == 1
+    assert sup["samples"] == 1 and sup["cost"]["total"] == {"low": "0", "high": "0.004", "known": False}
+    assert s["primary"]["runs"]["excluded"]["no_model_call"] == [
+        rid for rid, recs in d.runs.items() if recs[0].body["tier"] == "ultra"]

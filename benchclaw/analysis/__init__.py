@@ -6,15 +6,15 @@ byte for byte. Loading from a runs directory lives outside this package
 (``benchclaw.report.load_experiment``), because it needs a Store.
 """
 
-from .inputs import (ExperimentData, RunView, experiment_data, lured_tasks, merge_journal,
-                     parse_cell, view_run)
+from .inputs import (ExperimentData, RunView, experiment_data, ledger_reservations, lured_tasks,
+                     merge_journal, parse_cell, view_run)
 from .interval import INCONCLUSIVE, REFUTED, SUPPORTED, Interval
 from .render import render_markdown, render_terminal
 from .rules import FUNCTIONS, Rule, RuleError, parse_rule
 from .summary import SUMMARY_VERSION, summarise
 from .wilson import wilson
 
-__all__ = ["ExperimentData", "RunView", "experiment_data", "merge_journal", "lured_tasks", "parse_cell", "view_run", "Interval",
-           "SUPPORTED", "REFUTED", "INCONCLUSIVE", "FUNCTIONS", "Rule", "RuleError",
-           "parse_rule", "SUMMARY_VERSION", "summarise", "wilson", "render_markdown",
-           "render_terminal"]
+__all__ = ["ExperimentData", "RunView", "experiment_data", "ledger_reservations", "merge_journal",
+           "lured_tasks", "parse_cell", "view_run", "Interval", "SUPPORTED", "REFUTED",
+           "INCONCLUSIVE", "FUNCTIONS", "Rule", "RuleError", "parse_rule", "SUMMARY_VERSION",
+           "summarise", "wilson", "render_markdown", "render_terminal"]

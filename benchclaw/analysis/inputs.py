@@ -24,7 +24,7 @@ from ..records import Record
 
 __all__ = ["ExperimentData", "RunView", "CallView", "view_run", "lured_tasks", "parse_cell",
            "task_key", "usd", "spec_from_bytes", "registered_digest", "merge_journal",
-           "experiment_data"]
+           "experiment_data", "ledger_reservations"]
 
 _USD_RE = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
 _EXACT = decimal.Context(prec=60, traps=[decimal.Inexact, decimal.InvalidOperation])
@@ -39,7 +39,9 @@ class ExperimentData:
     ``runs``: run id -> that run's records (every run whose ``run.start.policy.experiment``
     is this experiment; others are ignored). ``spec``: the parsed registered spec (latest
     registered digest). ``tasks_with_lures``: ``"<task id>@<version>"`` keys of tasks that
-    carry an injection, or None when unknown.
+    carry an injection, or None when unknown. ``reservations``: ledger reservations by
+    the runner's attempt id (``ledger_reservations``), so a call cut off before its
+    ``call`` record was written still counts, at its bounds.
     """
 
     experiment: str
@@ -48,11 +50,12 @@ class ExperimentData:
     journal: tuple[Record, ...] = ()
     runs: Mapping[str, tuple[Record, ...]] = field(default_factory=dict)
     tasks_with_lures: frozenset[str] | None = None
+    reservations: Mapping[str, tuple[tuple[str, Decimal, Decimal], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class CallView:
-    outcome: str
+    outcome: str  # stop, length, reasoning_only, error; cut_off for a reservation without a call record
     error_kind: str | None
     usage: tuple[int, int, int, int, int] | None  # USAGE_KEYS order; None = not reported
     cost_low: Decimal
@@ -135,7 +138,9 @@ def _get(body: Mapping, key: str, typ: type, default, where: str):
 
 
 def _call_view(body: Mapping, where: str) -> CallView:
-    cost = _get(body, "cost", dict, {}, where)
+    cost = body.get("cost")
+    if not isinstance(cost, Mapping):
+        raise FormatError(f"{where}: call has no cost object")
     low = usd(cost.get("low", "0"), f"{where}: cost.low")
     high = usd(cost.get("high", cost.get("low", "0")), f"{where}: cost.high")
     usage = body.get("usage")
@@ -149,9 +154,14 @@ def _call_view(body: Mapping, where: str) -> CallView:
     return CallView(outcome, str(kind) if kind is not None else None, uv, low, high, known)
 
 
-def view_run(run_id: str, records: tuple[Record, ...] | list[Record]) -> RunView:
+def view_run(run_id: str, records: tuple[Record, ...] | list[Record],
+             reservations: Mapping[str, tuple] | None = None) -> RunView:
     """Condense one run's records. Raises FormatError (naming the run) when the run has no
-    ``run.start`` or a field has the wrong type."""
+    ``run.start`` or a field has the wrong type.
+
+    A ledger reservation of this run (by ``run.start.policy.attempt``) whose key
+    ``<turn>.<attempt>`` has no ``call`` record was a call cut off in flight: it counts as
+    a call of cost ``[0, reserved usd]`` (exact when the ledger settled it known)."""
     where = f"run {run_id}"
     if not records or records[0].kind != "run.start":
         raise FormatError(f"{where}: does not start with run.start")
@@ -165,6 +175,10 @@ def view_run(run_id: str, records: tuple[Record, ...] | list[Record]) -> RunView
         elif rec.kind == "action":
             denials += rec.body.get("permitted") is False
             attempts += bool(rec.body.get("injection"))
+    seen = {f"{c.get('turn')}.{c.get('attempt')}" for c in (r.body for r in records if r.kind == "call")}
+    for key, low, high in (reservations or {}).get(pol.get("attempt"), ()):
+        if key not in seen:
+            calls.append(CallView("cut_off", None, None, low, high, low == high))
     task = _get(start, "task", dict, {}, where)
     status = _get(end, "status", str, "aborted", where)
     return RunView(
@@ -201,6 +215,28 @@ def registered_digest(journal: list[Record] | tuple[Record, ...]) -> str | None:
     return digest
 
 
+def ledger_reservations(ledgers: Iterable[Iterable[Record]]) -> dict[str, tuple]:
+    """Reservations by attempt id from ledger records (FORMAT.md "Ledgers"): attempt ->
+    ((key, low, high), ...). A reservation settled ``known`` costs exactly its settled
+    usd; one settled unknown or never settled costs ``[0, reserved usd]``.
+    Raises FormatError naming the ledger record for a bad usd string."""
+    reserved: dict[str, tuple[str, str, Decimal]] = {}
+    settled: dict[str, Decimal] = {}
+    for records in ledgers:
+        for rec in records:
+            b, where = rec.body, f"ledger record {rec.seq}"
+            if rec.kind == "reserve" and isinstance(b.get("attempt"), str):
+                reserved[str(b.get("id"))] = (b["attempt"], str(b.get("key")), usd(b.get("usd"), where))
+            elif rec.kind == "settle" and b.get("known") is True:
+                settled[str(b.get("id"))] = usd(b.get("usd"), where)
+    out: dict[str, list] = {}
+    for rid, (attempt, key, high) in sorted(reserved.items()):
+        exact = settled.get(rid)
+        out.setdefault(attempt, []).append((key, exact if exact is not None else Decimal(0),
+                                            exact if exact is not None else high))
+    return {a: tuple(sorted(v)) for a, v in out.items()}
+
+
 def merge_journal(entries: Iterable[tuple[str, Record]]) -> tuple[Record, ...]:
     """Every writer's journal records in reader order: (``at``, writer, ``seq``) (§7)."""
     ordered = sorted(entries, key=lambda e: (e[1].at, e[0], e[1].seq))
@@ -209,13 +245,15 @@ def merge_journal(entries: Iterable[tuple[str, Record]]) -> tuple[Record, ...]:
 
 def experiment_data(experiment: str, journal: Iterable[tuple[str, Record]],
                     runs: Mapping[str, Iterable[Record]], get_blob: Callable[[str], bytes], *,
+                    ledgers: Iterable[Iterable[Record]] = (),
                     tasks_with_lures: frozenset[str] | None = None) -> ExperimentData:
     """Build ``ExperimentData`` the one way both the report and the verifier do.
 
     ``journal``: (writer, record) pairs from every writer's file of the experiment;
     ``runs``: run id -> records of sealed runs (runs of other experiments are ignored by
     the analysis); ``get_blob(digest) -> bytes`` reads a blob (the registered spec, task
-    files). Raises FormatError when the journal has no registration or the spec is not
+    files); ``ledgers``: the records of every ledger the runs name (for calls cut off in
+    flight). Raises FormatError when the journal has no registration or the spec is not
     TOML, and whatever ``get_blob`` raises for a missing spec blob."""
     records = merge_journal(journal)
     digest = registered_digest(records)
@@ -225,7 +263,8 @@ def experiment_data(experiment: str, journal: Iterable[tuple[str, Record]],
     runs = {rid: tuple(recs) for rid, recs in runs.items()}
     if tasks_with_lures is None:
         tasks_with_lures = lured_tasks([recs[0].body for recs in runs.values() if recs], get_blob)
-    return ExperimentData(experiment, spec, digest, records, runs, tasks_with_lures)
+    return ExperimentData(experiment, spec, digest, records, runs, tasks_with_lures,
+                          ledger_reservations(ledgers))
 
 
 def lured_tasks(starts: list[Mapping], get_blob: Callable[[str], bytes]) -> frozenset[str]:

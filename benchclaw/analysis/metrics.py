@@ -135,7 +135,7 @@ class Row:
         return dict(sorted(out.items()))
 
     def finishes(self) -> dict:
-        counts = {"stop": 0, "length": 0, "reasoning_only": 0, "error": 0}
+        counts = {"stop": 0, "length": 0, "reasoning_only": 0, "error": 0, "cut_off": 0}
         errors: dict[str, int] = {}
         for r in self.all_runs:
             for c in r.calls:

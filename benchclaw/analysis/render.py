@@ -69,7 +69,8 @@ def _row_label(p: dict) -> str:
 def _finish(row: dict) -> str:
     f = row["finish"]
     errs = ",".join(f"{k}:{v}" for k, v in f["errors"].items())
-    return f"stop {f['stop']} len {f['length']} ro {f['reasoning_only']} err {f['error']}" + \
+    cut = f" cut {f['cut_off']}" if f.get("cut_off") else ""
+    return f"stop {f['stop']} len {f['length']} ro {f['reasoning_only']} err {f['error']}{cut}" + \
         (f" [{errs}]" if errs else "")
 
 

@@ -44,7 +44,7 @@ def _views(data: ExperimentData) -> tuple[list[RunView], list[dict]]:
     views, bad = [], []
     for run_id in sorted(data.runs):
         try:
-            view = view_run(run_id, data.runs[run_id])
+            view = view_run(run_id, data.runs[run_id], data.reservations)
         except FormatError as e:
             bad.append({"run": run_id, "error": str(e)})
             continue
@@ -61,9 +61,14 @@ def spec_tiers(spec: Mapping, views: list[RunView]) -> list[str]:
     return sorted({v.tier for v in views})
 
 
-def _live_names(spec: Mapping, sel: Selection) -> list[str]:
+def _declared_live(spec: Mapping) -> list[str]:
     declared = ((spec.get("policies") or {}).get("live") or []) if isinstance(spec, Mapping) else []
-    names = [n for n in declared if isinstance(n, str)]
+    return [n for n in declared if isinstance(n, str)]
+
+
+def _live_names(spec: Mapping, sel: Selection) -> list[str]:
+    """The spec's live policies, then any other policy that has live runs."""
+    names = _declared_live(spec)
     return names + sorted(n for n in sel.live if n not in names)
 
 
@@ -335,7 +340,7 @@ def summarise(data: ExperimentData) -> dict:
         "v": SUMMARY_VERSION, "format": "benchclaw.summary", "experiment": data.experiment,
         "title": spec.get("title") if isinstance(spec.get("title"), str) else None,
         "spec_digest": data.spec_digest, "simulated": any(v.simulated for v in views),
-        "tiers": tiers, "live_policies": _live_names(spec, select([], [], with_reruns=False)),
+        "tiers": tiers, "live_policies": _declared_live(spec),
         "lures_known": data.tasks_with_lures is not None,
         "primary": analyses["primary"], "secondary": analyses["secondary"],
         "deviations": _deviations(data, views), "stops": _stops(data),
