@@ -21,12 +21,11 @@ from decimal import Decimal
 from typing import Any, Iterable
 
 from .errors import FormatError
-from .money import fmt_usd
 from .policies import Attempt
 from .records import parse_line
 from .store import Store
 
-__all__ = ["Cell", "Unit", "History", "resolve_tasks", "make_cells", "make_units", "counts", "cell_id",
+__all__ = ["Cell", "Unit", "History", "resolve_tasks", "make_cells", "make_units", "cell_id",
            "group_key", "trial_id", "attempt_from_run", "BAD_STATUSES"]
 
 # Primary outcomes a `--rerun` invocation re-runs (for secondary analyses only).
@@ -205,14 +204,3 @@ def _reserved_attempts(store: Store, ledgers: list[str]) -> set[str]:
                 if rec.kind == "reserve" and rec.body.get("attempt"):
                     out.add(rec.body["attempt"])
     return out
-
-
-def counts(unit_results: Iterable[dict]) -> dict:
-    """Small tallies for the end-of-grid summary."""
-    out = {"runs": 0, "passed": 0, "low": Decimal(0), "high": Decimal(0)}
-    for r in unit_results:
-        out["runs"] += 1
-        out["passed"] += bool(r.get("passed"))
-        out["low"] += Decimal((r.get("cost") or {}).get("low", "0"))
-        out["high"] += Decimal((r.get("cost") or {}).get("high", "0"))
-    return {**out, "low": fmt_usd(out["low"]), "high": fmt_usd(out["high"])}

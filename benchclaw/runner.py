@@ -23,6 +23,8 @@ Journal records are exactly FORMAT.md §8. Memory policy: see ``History.memory_s
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import signal
 import threading
 import uuid
@@ -36,7 +38,7 @@ from ._grid import (History, Unit, attempt_from_run, make_cells, make_units, res
 from ._progress import Progress
 from ._runner_io import (CURRENT_SLOT, Backends, RunLedger, RunSlot, TrackingStore, default_backends,
                          seal_cut_off)
-from .errors import BenchClawError
+from .errors import BenchClawError, UsageError
 from .experiments import Spec, require_registered
 from .ledger import Ledger, Limits, new_ledger_id, read_ledger
 from .money import fmt_usd
@@ -127,6 +129,10 @@ class _Grid:
 
     # -- the story ---------------------------------------------------------------------
     async def run(self, *, handle_signals: bool) -> GridResult:
+        with _runner_lock(self.store):
+            return await self._run(handle_signals)
+
+    async def _run(self, handle_signals: bool) -> GridResult:
         self.store.recover()                                  # 1. seal runs cut off by a crash
         self.history = History.load(self.store, self.spec.id)  # 2. what is done
         adopted = self._adopt_orphans()
@@ -399,6 +405,24 @@ class _Grid:
 
 
 # ------------------------------------------------------------------------------ helpers
+
+@contextlib.contextmanager
+def _runner_lock(store: Store):
+    """One grid runner per runs directory at a time: the next one's crash recovery would
+    otherwise seal this one's open runs under it. Raises UsageError when the lock is held."""
+    store._ensure()
+    path = store.root / ".runner.lock"
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"{store.root}: another grid runner (benchclaw run or demo) is using this "
+                             f"runs directory ({path} is locked); wait for it or use another --runs") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
 
 def _run_body(pol: dict, run_id: str, tier: str | None, end: dict, called: bool) -> dict:
     """The journal ``run`` record (FORMAT.md §8) from the policy context and the run's end."""

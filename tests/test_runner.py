@@ -2,10 +2,8 @@
 concurrency caps, and live policies agreeing with their offline replay."""
 
 import asyncio
-import sys
 from dataclasses import dataclass
 from decimal import Decimal as D
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -54,10 +52,6 @@ def script(task: str, tier: str, profile: str, seed: int) -> tuple[bool, bool]:
     if tier == "super":
         return True, False          # gate passes, a held-out check fails
     return (tier == "ultra" and seed != 3,) * 2
-
-
-class Ledgered:
-    pass
 
 
 @dataclass
@@ -333,3 +327,16 @@ def test_progress_prints_lines_when_not_a_tty(tmp_path):
     run(store, FakeAgent(), stream=buf, progress_every=18)
     lines = buf.getvalue().splitlines()
     assert len(lines) == 3 and lines[-1].startswith("R1 [54/54 100%] passes") and "spend $" in lines[-1]
+
+
+def test_a_second_runner_on_the_same_runs_directory_is_refused(tmp_path):
+    import fcntl
+
+    from benchclaw.errors import UsageError
+
+    store, _ = setup(tmp_path, live="[]")
+    with open(store.root / ".runner.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(UsageError, match="another grid runner"):
+            run(store, FakeAgent())
+    assert not store.open_run_paths() and "grid.start" not in kinds(store)
