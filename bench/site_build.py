@@ -9,7 +9,7 @@ PSS of that process and its workers (shared pages counted once), sampled every 2
     python bench/site_build.py --runs 10000
 
 Prints the figures, then a last line
-``site_build runs=N seconds=S peak_mb=M rebuild_s=R rebuild_exp_s=E``: ``rebuild_s`` after
+``site_build runs=N seconds=S peak_mb=M cpu_s=C rebuild_s=R rebuild_exp_s=E``: ``rebuild_s`` after
 one run outside any experiment, ``rebuild_exp_s`` after one run inside the 10,000-run
 experiment (its analysis is recomputed, so that figure includes ``summarise``).
 """
@@ -59,8 +59,12 @@ def _tree_rss_kb(pid: int) -> int:
     return total
 
 
-def timed_build(runs: Path, out: Path) -> tuple[float, float]:
-    """(seconds, peak MB) of one build in a child process."""
+def timed_build(runs: Path, out: Path) -> tuple[float, float, float]:
+    """(wall seconds, peak MB, CPU seconds of the build and its workers) of one build in a
+    child process. Other work on the machine inflates the wall time, not the CPU time."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(runs), str(out)])
     peak, done = 0, threading.Event()
@@ -79,7 +83,9 @@ def timed_build(runs: Path, out: Path) -> tuple[float, float]:
     t.join()
     if rc != 0:
         raise SystemExit(f"build failed with exit code {rc}")
-    return seconds, peak / 1024
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return seconds, peak / 1024, cpu
 
 
 def main() -> None:
@@ -95,19 +101,19 @@ def main() -> None:
         t0 = time.perf_counter()
         synth_runs(runs, args.runs)
         print(f"generated {args.runs} synthetic runs in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        seconds, peak = timed_build(runs, out)
-        print(f"full build: {seconds:.2f} s, peak {peak:.0f} MB (target: 20 s, 1024 MB)")
-        noop, _ = timed_build(runs, out)
+        print(f"load average before the build: {os.getloadavg()[0]:.2f} (the figures assume an idle machine)")
+        seconds, peak, cpu = timed_build(runs, out)
+        print(f"full build: {seconds:.2f} s wall, {cpu:.1f} s CPU, peak {peak:.0f} MB (target: 20 s, 1024 MB)")
+        noop = timed_build(runs, out)[0]
         print(f"rebuild, nothing new: {noop:.2f} s")
         add_run(runs, experiment=None, seed=10**6)
-        rebuild, _ = timed_build(runs, out)
+        rebuild = timed_build(runs, out)[0]
         print(f"rebuild after one new run outside any experiment: {rebuild:.2f} s (target: 2 s)")
         add_run(runs, experiment="E01", seed=10**6 + 1)
-        rebuild_exp, _ = timed_build(runs, out)
+        rebuild_exp = timed_build(runs, out)[0]
         print(f"rebuild after one new run in the experiment (analysis recomputed): {rebuild_exp:.2f} s")
-        print(f"site_build runs={args.runs} seconds={seconds:.2f} peak_mb={peak:.0f} "
+        print(f"site_build runs={args.runs} seconds={seconds:.2f} peak_mb={peak:.0f} cpu_s={cpu:.1f} "
               f"rebuild_s={rebuild:.2f} rebuild_exp_s={rebuild_exp:.2f}")
-
 
 if __name__ == "__main__":
     main()

@@ -66,11 +66,17 @@ def journal_facts(store: Store, exp: str) -> dict:
     return {
         "records": tuple(e.record for e in entries),
         "prereg": None if prereg is None else {"at": prereg.record.at, "digest": prereg.body.get("spec_digest"),
-                                               "path": str(prereg.body.get("spec_path", ""))},
+                                               "path": _basename(prereg.body.get("spec_path", ""))},
         "spec_digest": latest if isinstance(latest, str) else None,
         "invocations": [{"at": e.record.at, "kind": e.kind, **{k: e.body.get(k) for k in ("status", "runs", "rule", "detail")}}
                         for e in entries if e.kind in ("grid.start", "grid.end", "stop")],
     }
+
+
+def _basename(path) -> str:
+    """Only the file name: a spec path is recorded as given, maybe absolute on the machine
+    that registered it, and no machine path may reach the site (or its cache)."""
+    return str(path).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
 
 
 def load_spec(store: Store, digest: str | None) -> tuple[dict, str | None]:

@@ -289,7 +289,8 @@ def synth_runs(root: Path | str, n_runs: int, *, experiment: str = "E01", seed: 
     clock = _Clock(_EPOCH)
     spec = _spec_bytes(experiment)
     spec_digest = store.put_blob(spec)
-    journal: list[tuple[str, dict]] = [("prereg", {"experiment": experiment, "spec_path": f"experiments/{experiment}.toml",
+    journal: list[tuple[str, dict]] = [("prereg", {"experiment": experiment, "spec_path": str(
+        Path(root).resolve().parent / "experiments" / f"{experiment}.toml"),
                                                    "spec_digest": spec_digest})]
     tasks = {name: _put_task(store, name) for name in TASKS}
     catalog = store.put_blob(b'v = 1\nname = "synth"\nsimulated = true\n')
