@@ -82,6 +82,7 @@ class RunLedger:
     attempt: str
     reserved: int = 0
     open: dict[str, Reservation] = field(default_factory=dict)
+    cut_off_usd: Decimal = Decimal(0)   # upper bounds of calls cut off in flight (no call record)
 
     @property
     def id(self) -> str:
@@ -101,8 +102,10 @@ class RunLedger:
         self.open.pop(reservation.id, None)
 
     def settle_open(self, reason: str) -> None:
+        """Settle every reservation still open as unknown (the call was cut off in flight)."""
         for res in list(self.open.values()):
             self.settle(res, tokens=None, usd=None, reason=reason)
+            self.cut_off_usd += res.usd
 
 
 def seal_cut_off(store: Store, writer: RunWriter | None, reason: str) -> str | None:

@@ -348,7 +348,11 @@ class _Grid:
         if run_id is None:
             return
         _, end = _first_last(self.store, run_id)
-        self._record_run(_run_body(ctx, run_id, tier, end, bool(end.get("calls") or slot.ledger.reserved)))
+        body = _run_body(ctx, run_id, tier, end, bool(end.get("calls") or slot.ledger.reserved))
+        if slot.ledger.cut_off_usd:  # a call in flight has no call record: its cost is a bound
+            high = Decimal(body["cost"]["high"]) + slot.ledger.cut_off_usd
+            body["cost"] = {"known": False, "low": body["cost"]["low"], "high": fmt_usd(high)}
+        self._record_run(body)
 
     def _record_run(self, body: dict) -> None:
         self.journal.append("run", body)

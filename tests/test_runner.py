@@ -267,6 +267,7 @@ def test_interrupt_seals_open_runs_and_resume_never_redoes_a_called_run(tmp_path
     assert not store.open_run_paths()
     aborted = [r for r in journal(store, "run") if r["status"] == "aborted"]
     assert aborted and all(r["called_model"] for r in aborted)  # cut off mid-call: reserved
+    assert all(not r["cost"]["known"] and D(r["cost"]["high"]) == 2 * COST[r["tier"]] for r in aborted)
     st = read_ledger(store, res.ledger)
     assert not st.open and st.unknown_calls == len(aborted) and st.closed
     assert journal(store, "stop")[0]["rule"] == "interrupted"
