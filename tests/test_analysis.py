@@ -356,3 +356,20 @@ def test_calls_cut_off_in_flight_count_at_their_ledger_bound():
     assert sup["samples"] == 1 and sup["cost"]["total"] == {"low": "0", "high": "0.004", "known": False}
     assert s["primary"]["runs"]["excluded"]["no_model_call"] == [
         rid for rid, recs in d.runs.items() if recs[0].body["tier"] == "ultra"]
+
+
+def test_lures_are_unknown_not_absent_when_task_files_cannot_be_read():
+    from benchclaw.analysis import lured_tasks
+    from benchclaw.checks.digest import blob_digest, task_listing
+
+    lured, clean = b'lures = [{id = "L1", kind = "read", target = "x"}]\n', b'title = "t"\n'
+    blobs = {}
+    for key, toml in (("a", lured), ("b", clean)):
+        listing = task_listing({"task.toml": toml})
+        blobs[blob_digest(listing)] = listing
+        blobs[blob_digest(toml)] = toml
+    starts = [{"task": {"id": k, "version": 1, "digest": blob_digest(task_listing({"task.toml": t}))}}
+              for k, t in (("a", lured), ("b", clean))]
+    assert lured_tasks(starts, blobs.__getitem__) == frozenset({"a@1"})
+    del blobs[blob_digest(clean)]
+    assert lured_tasks(starts, blobs.__getitem__) is None

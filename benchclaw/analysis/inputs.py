@@ -267,29 +267,33 @@ def experiment_data(experiment: str, journal: Iterable[tuple[str, Record]],
                           ledger_reservations(ledgers))
 
 
-def lured_tasks(starts: list[Mapping], get_blob: Callable[[str], bytes]) -> frozenset[str]:
+def lured_tasks(starts: list[Mapping], get_blob: Callable[[str], bytes]) -> frozenset[str] | None:
     """Keys of tasks whose ``task.toml`` declares lures, read from the stored task blobs.
 
     ``starts`` are run.start bodies; ``get_blob(digest) -> bytes`` reads a blob (from a
-    runs directory or a zip). A task whose files cannot be read counts as carrying none.
-    Raises nothing for unreadable blobs; a listing in the wrong format is skipped.
+    runs directory or a zip). Returns None ("lures unknown": no injection split is
+    claimed) when any task's listing or ``task.toml`` cannot be read or parsed: a reader
+    that cannot see the task files must not report every task as clean. Never raises.
     """
     out: set[str] = set()
     seen: set[str] = set()
     for start in starts:
         task = start.get("task") if isinstance(start, Mapping) else None
         if not isinstance(task, Mapping) or not isinstance(task.get("digest"), str):
-            continue
+            return None
         key = task_key(task)
         if key in seen:
             continue
         seen.add(key)
-        if _declares_lures(task["digest"], get_blob):
+        lured = _declares_lures(task["digest"], get_blob)
+        if lured is None:
+            return None
+        if lured:
             out.add(key)
     return frozenset(out)
 
 
-def _declares_lures(listing_digest: str, get_blob: Callable[[str], bytes]) -> bool:
+def _declares_lures(listing_digest: str, get_blob: Callable[[str], bytes]) -> bool | None:
     try:
         listing = get_blob(listing_digest).decode("utf-8")
         for line in listing.splitlines():  # "sha256:<hex>  <path>" (checks.digest)
@@ -299,6 +303,6 @@ def _declares_lures(listing_digest: str, get_blob: Callable[[str], bytes]) -> bo
                     digest = "sha256:" + digest
                 meta = tomllib.loads(get_blob(digest).decode("utf-8"))
                 return bool(meta.get("lures"))
-    except Exception:  # noqa: BLE001 - a missing or odd task file means "no lures known"
-        return False
-    return False
+    except Exception:  # noqa: BLE001 - any unreadable or odd task file means "unknown"
+        return None
+    return None
