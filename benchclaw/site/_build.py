@@ -124,10 +124,10 @@ def _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers) -
 
 def _stage2_runs(b: Build) -> None:
     ids = b.store.run_ids()
-    todo = []
+    todo, base = [], str(b.out) + os.sep
     for run_id in ids:
         entry = b.cache.runs.get(run_id)
-        if entry is not None and (b.out / run_url(run_id)).is_file():
+        if entry is not None and os.path.isfile(base + run_url(run_id)):
             b.runs[run_id] = entry
             b.pages.record(run_url(run_id), run_id, written=False)
         else:

@@ -199,7 +199,9 @@ def renderer_digest(templates_dir: Path, public: bool) -> str:
 
 
 def make_env(templates_dir: Path):
-    """A jinja2 environment over ``templates_dir`` with autoescape on for every file."""
+    """A jinja2 environment over ``templates_dir`` with autoescape on for every file.
+    (No bytecode cache: compiled templates embed their absolute file names, and nothing
+    holding a machine path may be written into the site.)"""
     import jinja2
 
     env = jinja2.Environment(
