@@ -236,6 +236,23 @@ def test_primary_excludes_reruns_and_secondary_uses_them_labelled():
     assert "Secondary analysis" in render_terminal(s)
 
 
+def test_a_rerun_trial_supersedes_the_primary_trial_in_the_secondary_analysis():
+    e = Exp(live=("ladder",))
+    e.add(f"{A}/1", "lightning", False, policy="ladder", trial="t1", step=0)
+    aborted = e.add(f"{A}/1", "super", False, policy="ladder", trial="t1", step=1, status="aborted")
+    e.add(f"{A}/1", "lightning", False, policy="ladder", trial="t1r", step=0, rerun=True)
+    d = e.data()
+    aborted_id = next(rid for rid, recs in d.runs.items() if recs[-1].body["status"] == "aborted")
+    e.add(f"{A}/1", "super", True, policy="ladder", trial="t1r", step=1, rerun=True, replaces=aborted_id)
+    s = summarise(e.data())
+    assert policy(s, "ladder", "live")["missing"] == 1  # cut off after the aborted attempt
+    live2 = policy(s, "ladder", "live", "secondary")
+    assert live2["pass_rate"]["fraction"] == "1/1" and live2["cost"]["total"]["low"] == "0.004"
+    excluded = s["secondary"]["runs"]["excluded"]
+    assert excluded["replaced_by_rerun"] == [aborted_id]
+    assert len(excluded["superseded_by_rerun"]) == 1 and aborted is not None
+
+
 def test_no_reruns_means_no_secondary_analysis():
     e = Exp()
     e.grid(f"{A}/1", {"lightning": True})

@@ -8,7 +8,8 @@ about a tier and are left out of both, listed as such.
 
 Where two runs claim the same slot (one cell's grid run at one tier, or one policy's
 trial on one cell) the earliest wins and the other is listed as a duplicate; in the
-secondary analysis a rerun wins over the run it stands in for. Nothing is dropped
+secondary analysis a rerun wins over the run it stands in for, and a rerun trial
+supersedes the whole primary trial of its policy and cell. Nothing is dropped
 silently: every run the analysis does not use is listed under a reason.
 """
 
@@ -109,8 +110,17 @@ def _fill_live(sel: Selection, runs: list[RunView], with_reruns: bool) -> None:
         cell = members[0].cell
         by_cell = sel.live.setdefault(policy, {})
         if cell in by_cell or any(m.cell != cell for m in members):
+            reason = _losing_reason(by_cell.get(cell), members)
             for m in members:
-                sel.exclude("duplicate" if cell in by_cell else "trial_spans_cells", m.run_id)
+                sel.exclude(reason, m.run_id)
             continue
         by_cell[cell] = LiveTrial(trial_id, policy, cell, tuple(members))
         sel.used.extend(members)
+
+
+def _losing_reason(winner: LiveTrial | None, members: list[RunView]) -> str:
+    if winner is None:
+        return "trial_spans_cells"
+    if winner.runs[0].rerun and not members[0].rerun:
+        return "superseded_by_rerun"
+    return "duplicate"
