@@ -104,14 +104,16 @@ def main() -> None:
         print(f"load average before the build: {os.getloadavg()[0]:.2f} (the figures assume an idle machine)")
         seconds, peak, cpu = timed_build(runs, out)
         print(f"full build: {seconds:.2f} s wall, {cpu:.1f} s CPU, peak {peak:.0f} MB (target: 20 s, 1024 MB)")
-        noop = timed_build(runs, out)[0]
-        print(f"rebuild, nothing new: {noop:.2f} s")
+        noop, _, noop_cpu = timed_build(runs, out)
+        print(f"rebuild, nothing new: {noop:.2f} s wall, {noop_cpu:.2f} s CPU")
         add_run(runs, experiment=None, seed=10**6)
-        rebuild = timed_build(runs, out)[0]
-        print(f"rebuild after one new run outside any experiment: {rebuild:.2f} s (target: 2 s)")
+        rebuild, _, rebuild_cpu = timed_build(runs, out)
+        print(f"rebuild after one new run outside any experiment: {rebuild:.2f} s wall, {rebuild_cpu:.2f} s CPU "
+              "(target: 2 s)")
         add_run(runs, experiment="E01", seed=10**6 + 1)
-        rebuild_exp = timed_build(runs, out)[0]
-        print(f"rebuild after one new run in the experiment (analysis recomputed): {rebuild_exp:.2f} s")
+        rebuild_exp, _, exp_cpu = timed_build(runs, out)
+        print(f"rebuild after one new run in the experiment (analysis recomputed): {rebuild_exp:.2f} s wall, "
+              f"{exp_cpu:.2f} s CPU")
         print(f"site_build runs={args.runs} seconds={seconds:.2f} peak_mb={peak:.0f} cpu_s={cpu:.1f} "
               f"rebuild_s={rebuild:.2f} rebuild_exp_s={rebuild_exp:.2f}")
 
