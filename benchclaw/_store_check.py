@@ -136,7 +136,39 @@ def recover_store(store: Store) -> list[Recovered]:
     results = []
     for path in store.open_run_paths():
         results.append(_recover_one(store, path))
+    for path in _appended_files(store):
+        repaired = _cut_torn_tail(store, path)
+        if repaired is not None:
+            results.append(repaired)
     return results
+
+
+def _appended_files(store: Store) -> list[Path]:
+    """Journals and ledgers: the append-only files shared by writers."""
+    files = sorted((store.root / "ledgers").glob("*.jsonl")) if (store.root / "ledgers").is_dir() else []
+    for exp in store.experiments():
+        files.extend(store.journal_paths(exp))
+    return files
+
+
+def _cut_torn_tail(store: Store, path: Path) -> Recovered | None:
+    """A torn last line (a crash or a full disk mid-write) is moved to quarantine/ and cut
+    off, so appends can go on; the complete lines before it are kept as they are."""
+    data = path.read_bytes()
+    lines, torn = split_lines(data)
+    if not torn:
+        return None
+    quarantine = store.root / "quarantine"
+    quarantine.mkdir(exist_ok=True)
+    kept = quarantine / f"{path.parent.name}--{path.stem}.{hashlib.sha256(torn).hexdigest()[:12]}.torn"
+    kept.write_bytes(torn)
+    with open(path, "r+b") as f:
+        f.truncate(len(data) - len(torn))
+        f.flush()
+        if store.fsync:
+            os.fsync(f.fileno())
+    return Recovered(str(path), None, len(lines), len(torn), str(kept),
+                     f"torn last line set aside at {kept}; {len(lines)} complete records kept")
 
 
 def _recover_one(store: Store, path: Path) -> Recovered:

@@ -15,6 +15,7 @@ __all__ = [
     "UsageError",
     "InputError",
     "FormatError",
+    "StorageError",
     "IntegrityError",
     "CheckFailed",
     "BudgetError",
@@ -46,6 +47,13 @@ class InputError(BenchClawError):
 
 class FormatError(InputError):
     """A file exists but does not follow its format (names the file, line or field)."""
+
+
+class StorageError(InputError):
+    """The runs directory could not be written (disk full, read-only, permissions).
+
+    The message names the file and says what is safe; nothing written before is lost.
+    """
 
 
 class IntegrityError(BenchClawError):

@@ -34,7 +34,7 @@ from typing import Callable, Mapping
 from .errors import BudgetError, FormatError, InputError, IntegrityError
 from .money import fmt_usd, parse_usd
 from .records import Record, encode, line_hash, parse_line, split_lines, utc_now, verify_chain
-from .store import ChainFile, Store, safe_name
+from .store import ChainFile, Store, safe_name, storage_error
 
 __all__ = ["Ledger", "Limits", "Reservation", "LedgerState", "ledger_path", "new_ledger_id",
            "read_ledger", "LEDGER_KINDS"]
@@ -356,14 +356,29 @@ class Ledger(ChainFile):
             rec = Record(self._seq, self._prev, utc_now(), kind, body)
             line = encode(rec)
             fd = self._fds()[1]
-            os.write(fd, line + b"\n")  # O_APPEND: lands at the end whoever wrote last
-            if self._fsync and durable:
-                os.fsync(fd)
+            self._write_line(fd, line + b"\n", durable)
             self._size += len(line) + 1
             self._seq += 1
             self._prev = line_hash(line)
             _apply(self._state, rec, str(self.path))
             return rec
+
+    def _write_line(self, fd: int, data: bytes, durable: bool) -> None:
+        """Write one whole line (O_APPEND: it lands at the end whoever wrote last). A short
+        write or an error (a full disk) cuts the file back to its last whole line, so no
+        torn line is left behind, and raises StorageError naming the ledger."""
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(28, f"short write ({written} of {len(data)} bytes)")
+            if self._fsync and durable:
+                os.fsync(fd)
+        except OSError as e:
+            try:
+                os.ftruncate(fd, self._size)
+            except OSError:
+                pass  # recovery sets a torn tail aside
+            raise storage_error(self.path, f"append ledger record {self._seq}", e) from None
 
     def _fds(self) -> tuple[int, int]:
         """(lock fd, append fd), opened once: a model call costs two appends, and opening

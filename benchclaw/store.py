@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import jsonio
-from .errors import FormatError, InputError, IntegrityError
+from .errors import FormatError, InputError, IntegrityError, StorageError
 from .records import (GENESIS, Record, blob_refs, encode, line_hash, parse_line, split_lines,
                       utc_now, verify_chain)
 
@@ -44,6 +44,30 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def storage_error(path: Path, what: str, err: OSError) -> StorageError:
+    """The StorageError for a failed write of ``path`` (names the file and the cause)."""
+    reason = err.strerror or str(err)
+    hint = " (the disk is full)" if err.errno == 28 else ""
+    return StorageError(f"{path}: cannot {what}: {reason}{hint}; everything written before is safe; "
+                        "free space, then run `benchclaw runs recover` (a grid run does it on start)")
+
+
+def _append_line(f, path: Path, good_size: int, line: bytes, fsync: bool, what: str) -> None:
+    """Append one line; on failure cut the file back to ``good_size`` (no torn line left)
+    and raise StorageError."""
+    try:
+        f.write(line)
+        f.flush()
+        if fsync:
+            os.fsync(f.fileno())
+    except OSError as e:
+        try:
+            os.ftruncate(f.fileno(), good_size)
+        except OSError:
+            pass  # recovery sets a torn tail aside
+        raise storage_error(path, what, e) from None
 
 
 def safe_name(name: str, what: str) -> str:
@@ -133,11 +157,13 @@ class ChainFile:
                 self._refresh()
                 rec = Record(self._seq, self._prev, utc_now(), kind, body)
                 line = encode(rec)
-                with open(self.path, "ab") as f:
-                    f.write(line + b"\n")
-                    f.flush()
-                    if self._fsync:
-                        os.fsync(f.fileno())
+                try:
+                    f = open(self.path, "ab")
+                except OSError as e:
+                    raise storage_error(self.path, "open for appending", e) from None
+                with f:
+                    _append_line(f, self.path, self._size, line + b"\n", self._fsync,
+                                 f"append record {rec.seq}")
                 self._size += len(line) + 1
                 self._seq += 1
                 self._prev = line_hash(line)
@@ -207,19 +233,31 @@ class RunWriter:
         self.records: list[Record] = []
         self._prev = GENESIS
         self._hash = hashlib.sha256()
-        self._file = open(path, "xb")
+        self._size = 0
+        self._failure: StorageError | None = None
+        try:
+            self._file = open(path, "xb")
+        except OSError as e:
+            raise storage_error(path, "create the run file", e) from None
         self.run_id: str | None = None
 
     def append(self, kind: str, body: dict) -> Record:
         """Append one record; it is on disk (fsynced) when this returns."""
         if self._file is None:
+            if self._failure is not None:
+                raise StorageError(f"{self._failure} (this run stopped being writable then; "
+                                   "recovery will seal what is on disk)")
             raise IntegrityError(f"{self.path}: run is sealed; a sealed run is never written again")
         rec = Record(len(self.records), self._prev, utc_now(), kind, body)
         line = encode(rec)
-        self._file.write(line + b"\n")
-        self._file.flush()
-        if self.store.fsync:
-            os.fsync(self._file.fileno())
+        try:
+            _append_line(self._file, self.path, self._size, line + b"\n", self.store.fsync,
+                         f"append record {rec.seq}")
+        except StorageError as e:
+            self._failure = e
+            self.close_unsealed()  # this run cannot go on; recovery seals what is on disk
+            raise
+        self._size += len(line) + 1
         self._hash.update(line + b"\n")
         self._prev = line_hash(line)
         rec = Record(rec.seq, rec.prev, rec.at, kind, body, line)
@@ -233,16 +271,18 @@ class RunWriter:
             return self.run_id  # type: ignore[return-value]
         if not self.records or self.records[-1].kind != "run.end":
             raise IntegrityError(f"{self.path}: a run is sealed only after its run.end record")
-        self._file.close()
-        self._file = None
+        self.close_unsealed()
         self.run_id = self.store._seal_file(self.path, self._hash.hexdigest())
         return self.run_id
 
     def close_unsealed(self) -> None:
         """Close the file without sealing (recovery will seal it as aborted)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        f, self._file = self._file, None
+        if f is not None:
+            try:
+                f.close()
+            except OSError:
+                pass  # what reached the disk is what recovery keeps
 
 
 class Store:
@@ -252,6 +292,8 @@ class Store:
         self.root = Path(root)
         self.fsync = fsync
         self._journals: dict[tuple[str, str], Journal] = {}
+        self._ensured = False
+        self._blob_dirs: set[str] = set()
 
     # -- layout ---------------------------------------------------------------------------
     @classmethod
@@ -263,11 +305,17 @@ class Store:
         return cls(root, **kw)
 
     def _ensure(self) -> None:
-        for sub in ("objects/tmp", "runs", "open", "journals", "ledgers"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
-        version = self.root / "VERSION"
-        if not version.exists():
-            version.write_bytes(VERSION_TEXT)
+        if self._ensured:
+            return
+        try:
+            for sub in ("objects/tmp", "runs", "open", "journals", "ledgers"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+            version = self.root / "VERSION"
+            if not version.exists():
+                version.write_bytes(VERSION_TEXT)
+        except OSError as e:
+            raise storage_error(self.root, "create the runs directory", e) from None
+        self._ensured = True
 
     # -- blobs ----------------------------------------------------------------------------
     def blob_path(self, digest: str) -> Path:
@@ -282,14 +330,20 @@ class Store:
         if path.exists():
             return digest
         self._ensure()
-        path.parent.mkdir(exist_ok=True)
         tmp = self.root / "objects" / "tmp" / f"{hexd}.{uuid.uuid4().hex}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            if hexd[:2] not in self._blob_dirs:
+                path.parent.mkdir(exist_ok=True)
+                self._blob_dirs.add(hexd[:2])
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                if self.fsync:
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise storage_error(path, f"store blob {digest}", e) from None
         return digest
 
     def put_json_blob(self, obj) -> str:
@@ -415,4 +469,4 @@ def parse_lines_lenient(data: bytes, where: str) -> tuple[list[Record], bytes, F
         return [], torn, e if isinstance(e, FormatError) else FormatError(str(e))
 
 
-__all__ += ["default_writer", "safe_name", "blob_refs"]
+__all__ += ["default_writer", "safe_name", "blob_refs", "storage_error"]

@@ -266,3 +266,40 @@ def test_writers_get_their_own_journal_files(tmp_path):
 def test_unsafe_experiment_ids_are_rejected(tmp_path, bad):
     with pytest.raises(InputError, match="experiment id"):
         Store(tmp_path).journal(bad)
+
+
+def test_torn_tail_of_a_journal_is_set_aside_and_appends_go_on(tmp_path):
+    store = Store(tmp_path / "runs")
+    j = store.journal("E01", writer="w")
+    j.append("prereg", {"n": 1})
+    path = store.journal_paths("E01")[0]
+    with open(path, "ab") as f:
+        f.write(b'{"v":1,"seq":1,"pre')
+    [result] = store.recover()
+    assert result.torn_bytes == len(b'{"v":1,"seq":1,"pre') and result.kept_records == 1
+    assert open(result.quarantined, "rb").read() == b'{"v":1,"seq":1,"pre'
+    Store(tmp_path / "runs").journal("E01", writer="w").append("run", {"n": 2})
+    assert [e.kind for e in store.read_journal("E01")] == ["prereg", "run"]
+
+
+def test_a_failed_append_leaves_no_torn_line_and_says_why(tmp_path, monkeypatch):
+    from benchclaw.errors import StorageError
+
+    store = Store(tmp_path / "runs")
+    w = store.open_run()
+    w.append("run.start", {})
+    real_fsync = os.fsync
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(StorageError, match=r"open/.*\.jsonl: cannot append record 1: No space left on device"):
+        w.append("call", {"turn": 0})
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    with pytest.raises(StorageError, match="No space left on device.*stopped being writable"):
+        w.append("call", {"turn": 1})
+    lines, torn = split_lines(w.path.read_bytes())
+    assert len(lines) == 1 and torn == b""  # the failed line was cut back off
+    [result] = store.recover()
+    assert [r.kind for r in store.read_run(result.run_id).records] == ["run.start", "run.end"]

@@ -33,7 +33,7 @@ from typing import Any
 from .. import jsonio
 from ..checks import run_checks
 from ..checks.digest import task_listing
-from ..errors import BudgetError, IntegrityError, UsageError
+from ..errors import BenchClawError, BudgetError, IntegrityError, UsageError
 from ..money import ZERO_USAGE, CostBounds, Usage, call_cost, cost_bounds, cost_upper_bound, \
     estimate_prompt_tokens, fmt_usd
 from ..providers.base import ChatRequest, ChatResponse, error_response
@@ -43,7 +43,7 @@ from ..tasks import match_lure, path_allowed, render_workspace_section
 from . import evidence
 from .paths import decide
 from .protocol import Action, Invalid, parse_reply
-from .values import AgentResult, Limits, MonotonicClock, tightest
+from .values import AgentResult, Limits, MonotonicClock, VirtualClock, tightest
 from .workspace import Workspace
 
 __all__ = ["run_agent", "Limits", "AgentResult", "MonotonicClock", "STATUSES", "RETRY_KINDS"]
@@ -98,8 +98,16 @@ async def run_agent(*, store, task, tier, catalog, profile, seed, provider, limi
     run = _Run(store=store, task=task, tier=tier, catalog=catalog, profile=profile, seed=seed,
                provider=provider, limits=Limits.coerce(limits), policy_context=policy_context, ledger=ledger,
                max_tokens=max_tokens, temperature=_canon_temperature(temperature), retries=retries,
-               clock=clock or MonotonicClock())
+               clock=clock or _default_clock(provider))
     return await run.execute()
+
+
+def _default_clock(provider):
+    """Simulated providers that keep simulated time get a virtual clock; others real time."""
+    if getattr(provider, "virtual_time", False):
+        backend = getattr(provider, "backend", None)
+        return VirtualClock(scale=float(getattr(backend, "latency_scale", 0.0) or 0.0))
+    return MonotonicClock()
 
 
 class _Run:
@@ -210,6 +218,8 @@ class _Run:
                 if reservation is not None:
                     self.ledger.settle(reservation, tokens=None, usd=None)
                 raise
+            if isinstance(self.clock, VirtualClock):
+                self.clock.advance(resp.latency_ms / 1000)
             self._record_call(turn, attempt, req, estimate, resp, reservation)
             if self._remaining() <= 0:
                 return self._out_of_time(f"turn {turn}, attempt {attempt}")
@@ -388,8 +398,12 @@ class _Run:
 
     def _abort(self, exc: BaseException) -> None:
         """Seal the run ``aborted`` after a cancellation or a bug; never masks ``exc``."""
-        what = "cancelled" if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) else \
-            f"internal error: {type(exc).__name__}"
+        if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)):
+            what = "cancelled"
+        elif isinstance(exc, BenchClawError):  # e.g. the disk filled up: say so, it is no bug
+            what = str(exc)[:500]
+        else:
+            what = f"internal error: {type(exc).__name__}"
         try:
             if not self.writer.records:  # nothing happened: leave no empty open run behind
                 self.writer.close_unsealed()

@@ -51,10 +51,9 @@ INTERNAL_BUG = ("bug: an OSError (ENOSPC) from the store reaches cli.run_cli as 
 ARTIFACT_BUG = ("bug: verify/_checks.py _replay_writes wants an artifact record for every permitted write, but a run "
                 "sealed aborted (by the runtime's _abort or by crash recovery) has none: its bundle never verifies")
 KNOWN = {  # (test, level) -> reason, for bugs in parts still being built (see docs/RELIABILITY.md)
-    ("message", "8KiB"): INTERNAL_BUG, ("message", "96KiB"): CLOSED_FILE_BUG, ("message", "128KiB"): SHORT_WRITE_BUG,
-    ("recover", "128KiB"): SHORT_WRITE_BUG, ("verify", "128KiB"): SHORT_WRITE_BUG,
+    ("verify", "128KiB"): ARTIFACT_BUG,
 }
-KNOWN_SIMULATED = {**KNOWN, ("message", "96KiB"): INTERNAL_BUG, ("verify", "96KiB"): ARTIFACT_BUG}
+KNOWN_SIMULATED = {("verify", "96KiB"): ARTIFACT_BUG}
 
 
 def _mount(path: Path) -> bool:
