@@ -58,12 +58,13 @@ class RunSpec:
     attempt: str | None = None  # the runner's attempt id (ledger reservations name it)
 
     def bodies(self, experiment: str) -> list[tuple[str, dict]]:
-        task, profile, seed = self.cell.rsplit("/", 2)
-        tid, ver = task.split("@")
+        task, profile, seed = (self.cell.rsplit("/", 2) + ["?", "?"])[:3]
+        tid, _, ver = task.partition("@")
+        ver, seed = (int(ver) if ver.isdigit() else 0), (int(seed) if seed.isdigit() else 0)
         out = [("run.start", {
-            "task": {"id": tid, "version": int(ver), "digest": None, "family": tid.split("-")[0]},
+            "task": {"id": tid, "version": ver, "digest": None, "family": tid.split("-")[0]},
             "tier": self.tier, "model": f"sim/{self.tier}", "provider": "sim", "simulated": True,
-            "seed": int(seed), "profile": {"name": profile, "digest": None},
+            "seed": seed, "profile": {"name": profile, "digest": None},
             "policy": {"experiment": experiment, "cell": self.cell, "policy": self.policy,
                        "trial": self.trial, "step": self.step, "rerun": self.rerun,
                        "replaces": self.replaces, "spec_digest": self.spec_digest,
@@ -77,8 +78,8 @@ class RunSpec:
             out.append(("action", {"turn": i, "name": "write", "args": {"path": "x"},
                                    "permitted": False, "reason": "not writable",
                                    "injection": None, "observation": None}))
-        low = sum((Decimal(c["cost"]["low"]) for c in self.calls), Decimal(0))
-        high = sum((Decimal(c["cost"]["high"]) for c in self.calls), Decimal(0))
+        low = sum((Decimal(c.get("cost", {}).get("low", "0")) for c in self.calls), Decimal(0))
+        high = sum((Decimal(c.get("cost", {}).get("high", "0")) for c in self.calls), Decimal(0))
         status = self.status or ("passed" if self.passed else "failed")
         out.append(("run.end", {
             "status": status, "reason": None, "turns": self.turns, "calls": len(self.calls),

@@ -203,6 +203,18 @@ def test_empty_experiment_gives_empty_tables_not_a_crash():
     render_markdown(empty)
 
 
+def test_malformed_runs_are_listed_as_unreadable_not_fatal():
+    e = Exp()
+    e.grid(f"{A}/1", {"lightning": True})
+    e.add("no-cell-here", "super", True)
+    e.add(f"{A}/1", "ultra", True, calls=[{"outcome": "stop", "usage": None}])  # no cost
+    s = summarise(e.data())
+    errors = sorted(u["error"] for u in s["unreadable_runs"])
+    assert len(errors) == 2 and "call has no cost" in errors[0] and "no-cell-here" in errors[1]
+    assert policy(s, "always:lightning", "replayed")["pass_rate"]["fraction"] == "1/1"
+    assert "unreadable run" in render_terminal(s)
+
+
 def test_bad_rule_is_a_decision_error_naming_the_hypothesis():
     e = Exp(hypotheses=[("H1", 'pass_rate("ladderr") > 0'), ("H2", "pas_rate(1)"),
                         ("H3", 'pass_rate("ladder", "live") > 0')])

@@ -24,7 +24,7 @@ from ..records import Record
 
 __all__ = ["ExperimentData", "RunView", "CallView", "view_run", "lured_tasks", "parse_cell",
            "task_key", "usd", "spec_from_bytes", "registered_digest", "merge_journal",
-           "experiment_data", "ledger_reservations"]
+           "experiment_data", "ledger_reservations", "SpecView", "spec_view"]
 
 _USD_RE = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
 _EXACT = decimal.Context(prec=60, traps=[decimal.Inexact, decimal.InvalidOperation])
@@ -176,14 +176,20 @@ def view_run(run_id: str, records: tuple[Record, ...] | list[Record],
             denials += rec.body.get("permitted") is False
             attempts += bool(rec.body.get("injection"))
     seen = {f"{c.get('turn')}.{c.get('attempt')}" for c in (r.body for r in records if r.kind == "call")}
-    for key, low, high in (reservations or {}).get(pol.get("attempt"), ()):
+    attempt = pol.get("attempt") if isinstance(pol.get("attempt"), str) else None
+    for key, low, high in (reservations or {}).get(attempt, ()):
         if key not in seen:
             calls.append(CallView("cut_off", None, None, low, high, low == high))
     task = _get(start, "task", dict, {}, where)
+    cell = _get(pol, "cell", str, f"{task_key(task)}/?/?", where)
+    try:
+        parse_cell(cell)
+    except FormatError as e:
+        raise FormatError(f"{where}: {e}") from None
     status = _get(end, "status", str, "aborted", where)
     return RunView(
         run_id=run_id, at=records[0].at, experiment=pol.get("experiment"),
-        cell=_get(pol, "cell", str, f"{task_key(task)}/?/?", where), task=task_key(task),
+        cell=cell, task=task_key(task),
         tier=_get(start, "tier", str, "?", where), policy=_get(pol, "policy", str, "grid", where),
         trial=pol.get("trial") if isinstance(pol.get("trial"), str) else None,
         step=_get(pol, "step", int, 0, where), rerun=bool(pol.get("rerun")),
@@ -195,6 +201,53 @@ def view_run(run_id: str, records: tuple[Record, ...] | list[Record],
         turns=_get(end, "turns", int, 0, where), calls=tuple(calls),
         injection_attempts=attempts, denials=denials,
         simulated=bool(start.get("simulated")))
+
+
+@dataclass(frozen=True)
+class SpecView:
+    """The few spec fields the analysis reads, type-checked (FORMAT.md §9)."""
+
+    title: str | None
+    tiers: tuple[str, ...] | None
+    all_tiers: bool
+    live: tuple[str, ...]
+    hypotheses: tuple[tuple[str, str, str | None], ...]  # (id, text, rule)
+
+
+def _table(doc: Mapping, key: str, where: str) -> Mapping:
+    val = doc.get(key, {})
+    if not isinstance(val, Mapping):
+        raise FormatError(f"{where}: {key} must be a table")
+    return val
+
+
+def _str_list(doc: Mapping, key: str, where: str) -> tuple[str, ...] | None:
+    val = doc.get(key)
+    if val is None:
+        return None
+    if not isinstance(val, list) or not all(isinstance(v, str) for v in val):
+        raise FormatError(f"{where}: {key} must be a list of strings")
+    return tuple(val)
+
+
+def spec_view(spec: Mapping, where: str = "spec") -> SpecView:
+    """Read grid.tiers, grid.all_tiers, policies.live, hypotheses and title from a parsed
+    spec. Missing keys take defaults; a key of the wrong type raises FormatError."""
+    if not isinstance(spec, Mapping):
+        raise FormatError(f"{where}: not a table")
+    grid, pols = _table(spec, "grid", where), _table(spec, "policies", where)
+    all_tiers = grid.get("all_tiers", False)
+    hyps = spec.get("hypotheses", [])
+    if not isinstance(all_tiers, bool) or not isinstance(hyps, list) or \
+            not all(isinstance(h, Mapping) for h in hyps):
+        raise FormatError(f"{where}: grid.all_tiers must be a boolean and hypotheses a list of tables")
+    title = spec.get("title")
+    out = []
+    for i, h in enumerate(hyps):
+        hid, text, rule = h.get("id", f"#{i + 1}"), h.get("text", ""), h.get("rule")
+        out.append((str(hid), text if isinstance(text, str) else "", rule if isinstance(rule, str) else None))
+    return SpecView(title if isinstance(title, str) else None, _str_list(grid, "tiers", f"{where}: grid"),
+                    all_tiers, _str_list(pols, "live", f"{where}: policies") or (), tuple(out))
 
 
 def spec_from_bytes(data: bytes, where: str) -> dict:

@@ -20,12 +20,11 @@ order of a dict built from a set, or a float.
 from __future__ import annotations
 
 import decimal
-from typing import Mapping
 
 from .. import policies
 from ..errors import FormatError
 from .cells import Selection, select
-from .inputs import ExperimentData, RunView, view_run
+from .inputs import ExperimentData, RunView, SpecView, parse_cell, spec_view, view_run
 from .interval import UNKNOWN, Interval, to_decimal
 from .metrics import MONEY_DIGITS, Row, Sample, make_row, money_text
 from .rules import RuleError, parse_rule
@@ -53,31 +52,32 @@ def _views(data: ExperimentData) -> tuple[list[RunView], list[dict]]:
     return views, bad
 
 
-def spec_tiers(spec: Mapping, views: list[RunView]) -> list[str]:
+def spec_tiers(spec: SpecView, views: list[RunView]) -> list[str]:
     """The grid's tiers, cheapest first, from the spec (or, lacking one, as seen in runs)."""
-    tiers = (spec.get("grid") or {}).get("tiers") if isinstance(spec, Mapping) else None
-    if isinstance(tiers, list) and all(isinstance(t, str) for t in tiers):
-        return list(tiers)
-    return sorted({v.tier for v in views})
+    return list(spec.tiers) if spec.tiers is not None else sorted({v.tier for v in views})
 
 
-def _declared_live(spec: Mapping) -> list[str]:
-    declared = ((spec.get("policies") or {}).get("live") or []) if isinstance(spec, Mapping) else []
-    return [n for n in declared if isinstance(n, str)]
-
-
-def _live_names(spec: Mapping, sel: Selection) -> list[str]:
+def _live_names(spec: SpecView, sel: Selection) -> list[str]:
     """The spec's live policies, then any other policy that has live runs."""
-    names = _declared_live(spec)
+    names = list(spec.live)
     return names + sorted(n for n in sel.live if n not in names)
 
 
 def _declared_cells(data: ExperimentData) -> list[str]:
+    """Cells every grid.start declared (a malformed id is the journal check's to report)."""
     cells: set[str] = set()
     for rec in data.journal:
         if rec.kind == "grid.start" and isinstance(rec.body.get("cells"), list):
-            cells.update(c for c in rec.body["cells"] if isinstance(c, str))
+            cells.update(c for c in rec.body["cells"] if isinstance(c, str) and _is_cell(c))
     return sorted(cells)
+
+
+def _is_cell(cell: str) -> bool:
+    try:
+        parse_cell(cell)
+    except FormatError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------- 2. analysis
@@ -157,7 +157,7 @@ def _tier_row(sel: Selection, tier: str, all_tiers: bool, lures) -> Row:
     return make_row(samples, [], list(cells), missing, lures)
 
 
-def analyse_selection(sel: Selection, spec: Mapping, tiers: list[str], lures) -> Analysis:
+def analyse_selection(sel: Selection, spec: SpecView, tiers: list[str], lures) -> Analysis:
     live = _live_names(spec, sel)
     rows: dict[tuple[str, str], Row] = {}
     for name, trials in live_trials(sel, tiers, live).items():
@@ -165,8 +165,7 @@ def analyse_selection(sel: Selection, spec: Mapping, tiers: list[str], lures) ->
     names = policies.policy_names(tiers) + [ORACLE]
     for name, trials in replayed_trials(sel, tiers, names).items():
         rows[(name, "replayed")] = _trial_row(trials, sel.cells, lures)
-    all_tiers = bool((spec.get("grid") or {}).get("all_tiers", False))
-    tier_rows = {t: _tier_row(sel, t, all_tiers, lures) for t in tiers}
+    tier_rows = {t: _tier_row(sel, t, spec.all_tiers, lures) for t in tiers}
     return Analysis(sel, tiers, live, rows, tier_rows)
 
 
@@ -249,15 +248,11 @@ def _term(text: str, iv: Interval) -> dict:
             "exact": False}
 
 
-def _decisions(an: Analysis, spec: Mapping) -> list[dict]:
+def _decisions(an: Analysis, spec: SpecView) -> list[dict]:
     out = []
-    hyps = spec.get("hypotheses") if isinstance(spec, Mapping) else None
-    for i, h in enumerate(hyps if isinstance(hyps, list) else []):
-        h = h if isinstance(h, Mapping) else {}
-        hid = str(h.get("id", f"#{i + 1}"))
-        item = {"id": hid, "text": h.get("text") if isinstance(h.get("text"), str) else "",
-                "rule": h.get("rule") if isinstance(h.get("rule"), str) else None,
-                "decision": "error", "terms": [], "error": None}
+    for hid, text, rule in spec.hypotheses:
+        item = {"id": hid, "text": text, "rule": rule, "decision": "error", "terms": [],
+                "error": None}
         try:
             ev = parse_rule(item["rule"], f"hypothesis {hid}").evaluate(an)
             item["decision"] = ev.decision
@@ -272,7 +267,7 @@ _LABELS = {"primary": "every run that called the model; reruns excluded",
            "secondary": "reruns stand in for the runs they replace"}
 
 
-def _analysis_obj(an: Analysis, spec: Mapping, label: str) -> dict:
+def _analysis_obj(an: Analysis, spec: SpecView, label: str) -> dict:
     return {
         "label": label, "description": _LABELS[label], "cells": len(an.sel.cells),
         "runs": {"used": len(an.sel.used),
@@ -322,10 +317,12 @@ def _registration_problems(data: ExperimentData, views: list[RunView]) -> list[d
 # ---------------------------------------------------------------------------- entry point
 
 def summarise(data: ExperimentData) -> dict:
-    """The summary.json object (FORMAT.md, "Summary"). Never raises for odd or partial runs: an
-    empty experiment gives empty tables; a bad rule gives a decision ``error``."""
+    """The summary.json object (FORMAT.md, "Summary"). Never raises for odd or partial runs:
+    an empty experiment gives empty tables, a bad rule a decision ``error``, an unreadable
+    run a line in ``unreadable_runs``. Raises FormatError for a spec of the wrong shape."""
+    spec = spec_view(data.spec, f"{data.experiment} spec")
     views, unreadable = _views(data)
-    tiers = spec_tiers(data.spec, views)
+    tiers = spec_tiers(spec, views)
     declared = _declared_cells(data)
     analyses = {}
     for label, reruns in (("primary", False), ("secondary", True)):
@@ -333,15 +330,13 @@ def summarise(data: ExperimentData) -> dict:
             analyses[label] = None
             continue
         sel = select(views, declared, with_reruns=reruns)
-        an = analyse_selection(sel, data.spec, tiers, data.tasks_with_lures)
-        analyses[label] = _analysis_obj(an, data.spec, label)
-    spec = data.spec if isinstance(data.spec, Mapping) else {}
+        an = analyse_selection(sel, spec, tiers, data.tasks_with_lures)
+        analyses[label] = _analysis_obj(an, spec, label)
     return {
         "v": SUMMARY_VERSION, "format": "benchclaw.summary", "experiment": data.experiment,
-        "title": spec.get("title") if isinstance(spec.get("title"), str) else None,
-        "spec_digest": data.spec_digest, "simulated": any(v.simulated for v in views),
-        "tiers": tiers, "live_policies": _declared_live(spec),
-        "lures_known": data.tasks_with_lures is not None,
+        "title": spec.title, "spec_digest": data.spec_digest,
+        "simulated": any(v.simulated for v in views), "tiers": tiers,
+        "live_policies": list(spec.live), "lures_known": data.tasks_with_lures is not None,
         "primary": analyses["primary"], "secondary": analyses["secondary"],
         "deviations": _deviations(data, views), "stops": _stops(data),
         "registration_problems": _registration_problems(data, views),
