@@ -79,6 +79,30 @@ class MonotonicClock:
         await asyncio.sleep(seconds)
 
 
+class VirtualClock:
+    """Simulated time for in-process simulated providers.
+
+    It starts at 0 and moves only by what the run spends: each call's reported (simulated)
+    latency and each retry wait. Waits really sleep ``scale`` times as long, so a demo still
+    shows progress. Runs on it are deterministic: same seed, same times, same bounds.
+    """
+
+    def __init__(self, scale: float = 0.0):
+        self.now = 0.0
+        self.scale = scale
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+    async def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+        if self.scale > 0 and seconds > 0:
+            await asyncio.sleep(seconds * self.scale)
+
+
 def tightest(limits: Limits, task_limits: Mapping, profile_turns: int) -> Limits:
     """The bounds that hold for a run: the tightest of the caller's (the experiment's),
     the task's ``[limits]`` and the profile's turn limit. Recorded in ``run.start``."""

@@ -73,7 +73,8 @@ class SimFaults:
 class SimReply:
     """An HTTP-shaped reply. ``hang`` means never answer (the client times out);
     ``reset`` means drop the connection without a reply. ``delay_s`` is the wall time to
-    wait before answering (simulated latency times the latency scale)."""
+    wait before answering (simulated latency times the latency scale); ``sim_latency_s``
+    is the simulated latency itself, which in-process runs record as their time."""
 
     status: int
     headers: dict[str, str]
@@ -81,6 +82,7 @@ class SimReply:
     delay_s: float = 0.0
     hang: bool = False
     reset: bool = False
+    sim_latency_s: float = 0.0
 
 
 def _error_body(message: str, type_: str, code: str | None = None) -> bytes:
@@ -179,4 +181,5 @@ class SimBackend:
         body = jsonio.dumps(completion_body(turn, model_echo=echo, include_usage=fault != "missing_usage"))
         if fault == "malformed":
             body = body[: max(1, len(body) // 2)]
-        return SimReply(200, headers, body, delay_s=turn.latency_s * self.latency_scale)
+        return SimReply(200, headers, body, delay_s=turn.latency_s * self.latency_scale,
+                        sim_latency_s=turn.latency_s)

@@ -94,19 +94,26 @@ class SimProvider(Provider):
         self.profile_name = profile_name
         self.always_follow = always_follow
 
+    # In-process runs keep simulated time: the latency recorded is the simulated one
+    # (deterministic), not the wall time of the scaled-down sleep, and the runtime runs its
+    # bounds on a virtual clock advanced by it (see benchclaw.agent.values.VirtualClock).
+    virtual_time = True
+
     async def complete(self, req: ChatRequest) -> ChatResponse:
         """One simulated attempt; faults come back as error responses, like HTTP ones."""
         if req.timeout_s is not None and req.timeout_s <= 0:
             return error_response("timeout", "no time left for the call", simulated=True)
-        start = time.monotonic()
         reply = self.backend.handle(jsonio.dumps(req.body()), profile_name=self.profile_name,
                                     always_follow=self.always_follow)
         request_id = reply.headers.get("x-request-id")
-        timed_out = reply.hang or (req.timeout_s is not None and reply.delay_s > req.timeout_s)
-        wait = min(reply.delay_s, req.timeout_s) if req.timeout_s is not None else reply.delay_s
+        sim_s = self.backend.faults.hang_s if reply.hang else reply.sim_latency_s
+        timed_out = reply.hang or (req.timeout_s is not None and sim_s > req.timeout_s)
+        if timed_out and req.timeout_s is not None:
+            sim_s = min(sim_s, req.timeout_s)
+        wait = sim_s * self.backend.latency_scale
         if wait > 0:
             await asyncio.sleep(wait)
-        latency = int(round((time.monotonic() - start) * 1000))
+        latency = int(round(sim_s * 1000))
         if timed_out:
             return error_response("timeout", "Request timed out (simulated).", latency_ms=latency,
                                   request_id=request_id, simulated=True)
