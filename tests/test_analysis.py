@@ -402,3 +402,24 @@ def test_lures_are_unknown_not_absent_when_task_files_cannot_be_read():
     assert lured_tasks(starts, blobs.__getitem__) == frozenset({"a@1"})
     del blobs[blob_digest(clean)]
     assert lured_tasks(starts, blobs.__getitem__) is None
+
+
+def test_a_spec_of_the_wrong_shape_is_a_format_error_naming_the_key():
+    from benchclaw.errors import FormatError
+
+    with pytest.raises(FormatError, match=r"E01 spec: grid: tiers must be a list of strings"):
+        summarise(ExperimentData("E01", {"grid": {"tiers": "ultra"}}))
+    with pytest.raises(FormatError, match="policies must be a table"):
+        summarise(ExperimentData("E01", {"policies": ["ladder"]}))
+
+
+def test_policy_trials_expose_each_cell_and_spec_tiers_takes_the_spec_dict():
+    from benchclaw.analysis.summary import policy_trials, spec_tiers
+
+    e = Exp(live=("ladder",))
+    _three_cells(e)
+    e.add(f"{A}/1", "lightning", True, policy="ladder", trial="t1")
+    sel, tiers, trials = policy_trials(e.data())
+    assert tiers == ["lightning", "super", "ultra"] and spec_tiers(e.spec(), []) == tiers
+    assert [a.tier for a in trials[("ladder", "replayed")][f"{A}/3"].outcome.attempts] == list(tiers)
+    assert set(trials[("ladder", "live")]) == {f"{A}/1"} and len(sel.cells) == 3

@@ -20,6 +20,7 @@ order of a dict built from a set, or a float.
 from __future__ import annotations
 
 import decimal
+from typing import Mapping
 
 from .. import policies
 from ..errors import FormatError
@@ -31,7 +32,8 @@ from .rules import RuleError, parse_rule
 from .trials import ORACLE, Trial, live_trials, replayed_trials
 from .wilson import fixed, rate_obj
 
-__all__ = ["summarise", "SUMMARY_VERSION", "Analysis", "analyse_selection", "spec_tiers"]
+__all__ = ["summarise", "SUMMARY_VERSION", "Analysis", "analyse_selection", "spec_tiers",
+           "policy_trials"]
 
 SUMMARY_VERSION = 1
 MODES = ("live", "replayed")
@@ -52,14 +54,20 @@ def _views(data: ExperimentData) -> tuple[list[RunView], list[dict]]:
     return views, bad
 
 
-def spec_tiers(spec: SpecView, views: list[RunView]) -> list[str]:
-    """The grid's tiers, cheapest first, from the spec (or, lacking one, as seen in runs)."""
+def _as_view(spec: SpecView | Mapping) -> SpecView:
+    return spec if isinstance(spec, SpecView) else spec_view(spec)
+
+
+def spec_tiers(spec: SpecView | Mapping, views: list[RunView]) -> list[str]:
+    """The grid's tiers, cheapest first, from the spec (or, lacking one, as seen in runs).
+    ``spec`` is a SpecView or the parsed spec dict (raises FormatError for a bad one)."""
+    spec = _as_view(spec)
     return list(spec.tiers) if spec.tiers is not None else sorted({v.tier for v in views})
 
 
-def _live_names(spec: SpecView, sel: Selection) -> list[str]:
+def _live_names(spec: SpecView | Mapping, sel: Selection) -> list[str]:
     """The spec's live policies, then any other policy that has live runs."""
-    names = list(spec.live)
+    names = list(_as_view(spec).live)
     return names + sorted(n for n in sel.live if n not in names)
 
 
@@ -167,6 +175,20 @@ def analyse_selection(sel: Selection, spec: SpecView, tiers: list[str], lures) -
         rows[(name, "replayed")] = _trial_row(trials, sel.cells, lures)
     tier_rows = {t: _tier_row(sel, t, spec.all_tiers, lures) for t in tiers}
     return Analysis(sel, tiers, live, rows, tier_rows)
+
+
+def policy_trials(data: ExperimentData, *, with_reruns: bool = False):
+    """The trials behind the policy rows, for a consumer that shows them cell by cell (the
+    site): ``(selection, tiers, {(policy, mode): {cell: Trial}})``. Raises as
+    ``summarise`` does for a bad spec."""
+    spec = spec_view(data.spec, f"{data.experiment} spec")
+    views, _ = _views(data)
+    tiers = spec_tiers(spec, views)
+    sel = select(views, _declared_cells(data), with_reruns=with_reruns)
+    out = {(n, "live"): t for n, t in live_trials(sel, tiers, _live_names(spec, sel)).items()}
+    names = policies.policy_names(tiers) + [ORACLE]
+    out.update({(n, "replayed"): t for n, t in replayed_trials(sel, tiers, names).items()})
+    return sel, tiers, out
 
 
 # ---------------------------------------------------------------------------- JSON objects
