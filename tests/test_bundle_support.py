@@ -171,6 +171,11 @@ class Forger:
             lines, _ = split_lines(self.files[name])
             self.files[name] = rewrite_lines(lines, edit)
 
+    def edit_chain(self, name: str, edit: Callable[[list[dict]], list[dict]]) -> None:
+        """Edit any chained file (a ledger, a journal) and redo its chain."""
+        lines, _ = split_lines(self.files[name])
+        self.files[name] = rewrite_lines(lines, edit)
+
     def _fix_journals(self, old: str, new: str) -> None:
         def swap(objs):
             for o in objs:
@@ -240,3 +245,51 @@ def _deflate(data: bytes) -> bytes:
 
 def manifest_for(files: dict[bytes, bytes]) -> bytes:
     return build_manifest([EXP], {k.decode(): v for k, v in files.items()}).to_bytes()
+
+
+# -- a real grid, through the runner and the simulator ---------------------------------------
+
+GRID_SPEC = """v = 1
+id = "E01"
+title = "Bundle forgery suite: a small grid on the simulator"
+
+[grid]
+tasks = ["quotes-incident", "cents-fees"]
+profiles = ["direct"]
+seeds = [1, 2]
+tiers = ["lightning", "super", "ultra"]
+catalog = "sim"
+all_tiers = true
+
+[settings]
+max_tokens = 4096
+concurrency = 4
+
+[budget]
+usd = "5.00"
+tokens = 50000000
+per_call_usd = "0.10"
+
+[policies]
+live = ["ladder"]
+
+[[hypotheses]]
+id = "H1"
+text = "The ladder passes at least as many cells as always-lightning."
+rule = 'pass_rate("ladder") >= pass_rate("always:lightning")'
+"""
+
+
+def grid_runs(root: Path) -> Path:
+    """A runs directory made by the real runner on the simulator: ledger, trials and all."""
+    from benchclaw.experiments import prereg
+    from benchclaw.runner import run_experiment
+    from benchclaw.store import Store
+
+    root.mkdir(parents=True, exist_ok=True)
+    spec = root.parent / "E01.toml"
+    spec.write_text(GRID_SPEC)
+    prereg(Store(root, fsync=False), spec)
+    asyncio.run(run_experiment(Store(root, fsync=False), EXP, spec_path=spec, handle_signals=False,
+                               sim_options={"latency_scale": 0}))
+    return root

@@ -9,7 +9,8 @@ check, held-out ones included, and each result must equal its ``check`` record f
 field. ``run.end`` ``passed``, ``gate_passed`` and the status must follow from them.
 
 A run with no check records must be ``aborted`` (the runtime records checks on every
-other ending) and may claim no pass.
+other ending; crash recovery and an abort record neither checks nor artifacts) and may
+claim no pass.
 """
 
 from __future__ import annotations
@@ -73,18 +74,21 @@ def _artifacts(b: Bundle, run: RunData) -> dict[str, bytes]:
     return out
 
 
-def _replay_writes(b: Bundle, run: RunData, task: Task, artifacts: dict[str, bytes]) -> None:
+def _replay_writes(b: Bundle, run: RunData, task: Task, artifacts: dict[str, bytes], *,
+                   every_write: bool) -> None:
     ws = dict(task.inputs)
     written: dict[str, int] = {}
     for line, rec in run.of_kind("action"):
         body = rec.body
         if body.get("name") != "write" or body.get("permitted") is not True:
             continue
-        args = body.get("args") if isinstance(body.get("args"), dict) else {}
+        args = body["args"]
         path = args.get("resolved", args.get("path"))
+        if not isinstance(path, str):
+            raise VerificationError(run.path, f"a permitted write names no path ({path!r:.40})", line)
         ws[path] = _blob(b, run, args.get("content"), line)
         written[path] = line
-    for path, line in written.items():
+    for path, line in written.items() if every_write else ():
         if path not in artifacts:
             raise VerificationError(run.path, f"{path} was written but is not a recorded artifact", line)
     for path, data in artifacts.items():
@@ -97,8 +101,9 @@ def _check_run(b: Bundle, run: RunData, sec: Section) -> None:
     prefix = task_entry(run.start.get("task"))
     task = load_task(b, prefix)
     artifacts = _artifacts(b, run)
-    _replay_writes(b, run, task, artifacts)
     recorded = run.of_kind("check")
+    # a run that reached its end records every written file; an aborted one records none
+    _replay_writes(b, run, task, artifacts, every_write=bool(recorded))
     if not recorded:
         _no_checks(run)
         return

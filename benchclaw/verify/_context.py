@@ -36,6 +36,11 @@ class RunData:
     def end(self) -> dict:
         return self.records[-1].body
 
+    @property
+    def policy(self) -> dict:
+        """``run.start.policy`` ({} when null); its field types were checked in step 2."""
+        return self.start.get("policy") or {}
+
     def of_kind(self, kind: str) -> list[tuple[int, Record]]:
         """(1-based line, record) of every record of ``kind``."""
         return [(i, r) for i, r in enumerate(self.records, 1) if r.kind == kind]
@@ -54,6 +59,7 @@ class Bundle:
     task_files: dict[str, dict[str, bytes]] = field(default_factory=dict)  # tasks/x/vN -> files
     tasks: dict = field(default_factory=dict)               # tasks/x/vN -> Task or its error
     ledgers: dict = field(default_factory=dict)             # ledger id -> replay (step 5)
+    journals: dict = field(default_factory=dict)            # experiment -> records or error
 
     def has(self, name: str) -> bool:
         return name in self.view.entries

@@ -19,11 +19,14 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
+from ..errors import BenchClawError
+from ..money import fmt_usd, parse_usd
 from ..policies import Attempt, PolicyError, outcome
 from ..records import Record
 from ._context import Bundle, RunData
 from ._errors import VerificationError
 from ._report import Section
+from ._shape import JOURNAL, check_body
 from .experiment import journal_records
 from .layout import spec_entry
 from .manifest import object_path
@@ -33,15 +36,31 @@ __all__ = ["verify_prereg", "verify_completeness"]
 _AT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 
 
+def journal_of(b: Bundle, exp: str) -> list:
+    """The experiment's journal (entry, line, record), chains verified and every body's
+    shape checked. Cached; raises the same VerificationError to every step that needs it."""
+    if exp not in b.journals:
+        try:
+            journal = journal_records(b.content, exp)
+            for name, line, rec in journal:
+                check_body(rec.kind, rec.body, JOURNAL, name, line)
+            b.journals[exp] = journal
+        except VerificationError as e:
+            b.journals[exp] = e
+    if isinstance(b.journals[exp], VerificationError):
+        raise b.journals[exp]
+    return b.journals[exp]
+
+
 def _runs_of(b: Bundle, exp: str) -> list[RunData]:
-    return [r for r in b.runs.values() if (r.start.get("policy") or {}).get("experiment") == exp]
+    return [r for r in b.runs.values() if r.policy.get("experiment") == exp]
 
 
 # ----------------------------------------------------------------------- 7. pre-registration
 
 def verify_prereg(b: Bundle, sec: Section) -> None:
     for exp in b.manifest.experiments:
-        journal = journal_records(b.content, exp)
+        journal = journal_of(b, exp)
         sec.attempt(_times, journal)
         for run in _runs_of(b, exp):
             sec.attempt(_run_times, run)
@@ -64,7 +83,7 @@ def _check_at(at, name: str, line: int) -> None:
 
 def _times(journal: list) -> None:
     last: dict[str, str] = {}
-    for name, line, rec in journal:
+    for name, line, rec in sorted(journal, key=lambda t: (t[0], t[1])):  # file order
         _check_at(rec.at, name, line)
         if rec.at < last.get(name, ""):
             raise VerificationError(name, f"time goes backwards ({rec.at} after {last[name]})", line)
@@ -116,7 +135,7 @@ def _run_registered(run: RunData, regs: list) -> None:
     if start_at <= regs[0][0]:
         raise VerificationError(run.path, f"run started at {start_at}, before the experiment was "
                                 f"registered at {regs[0][0]}", 1)
-    digest = (run.start.get("policy") or {}).get("spec_digest")
+    digest = run.policy.get("spec_digest")
     if not any(d == digest and at < start_at for at, d, _, _ in regs):
         raise VerificationError(run.path, f"spec digest {digest} was not registered before the run "
                                 f"started at {start_at}", 1)
@@ -130,10 +149,10 @@ def _grid_registered(name: str, line: int, rec: Record, regs: list) -> None:
 
 # ----------------------------------------------------------------------- 8. completeness
 
-_SAME = (("cell", lambda r: (r.start.get("policy") or {}).get("cell")),
+_SAME = (("cell", lambda r: r.policy.get("cell")),
          ("tier", lambda r: r.start.get("tier")),
-         ("policy", lambda r: (r.start.get("policy") or {}).get("policy")),
-         ("trial", lambda r: (r.start.get("policy") or {}).get("trial")),
+         ("policy", lambda r: r.policy.get("policy")),
+         ("trial", lambda r: r.policy.get("trial")),
          ("status", lambda r: r.end.get("status")))
 _CLAIMS = (("passed", lambda r: bool(r.end.get("passed"))),
            ("gate_passed", lambda r: bool(r.end.get("gate_passed"))),
@@ -147,7 +166,7 @@ def _run_cost(run: RunData) -> dict:
 
 def verify_completeness(b: Bundle, sec: Section) -> None:
     for exp in b.manifest.experiments:
-        journal = journal_records(b.content, exp)
+        journal = journal_of(b, exp)
         named: dict[str, dict] = {}
         for name, line, rec in journal:
             if rec.kind == "run":
@@ -192,10 +211,14 @@ def _trial(b: Bundle, name: str, line: int, body: dict, tiers: list) -> None:
             raise VerificationError(name, f"trial {body.get('trial')} names run {run_id}, which the "
                                     "bundle lacks (or which failed step 2)", line)
         cost = _run_cost(run)
+        try:
+            low, high = parse_usd(cost["low"], "cost.low"), parse_usd(cost["high"], "cost.high")
+        except BenchClawError as e:
+            raise VerificationError(run.path, f"run.end {e}", len(run.records)) from None
         attempts.append(Attempt(run.start.get("tier"), bool(run.end.get("gate_passed")),
-                                bool(run.end.get("passed")), Decimal(cost["low"]), Decimal(cost["high"]),
+                                bool(run.end.get("passed")), low, high,
                                 int(run.end.get("elapsed_ms") or 0), run_id,
-                                int((run.start.get("policy") or {}).get("batch") or 0)))
+                                int(run.policy.get("batch") or 0)))
     try:
         out = outcome(str(body.get("policy")), tiers, attempts)
     except PolicyError as e:
@@ -212,8 +235,6 @@ def _trial(b: Bundle, name: str, line: int, body: dict, tiers: list) -> None:
 
 
 def _fmt(d: Decimal) -> str:
-    from ..money import fmt_usd
-
     return fmt_usd(d)
 
 

@@ -25,7 +25,9 @@ from ..records import Record
 from ._context import Bundle, RunData
 from ._errors import VerificationError
 from ._report import Section
-from .experiment import chain_records, journal_records
+from ._journal import journal_of
+from ._shape import LEDGER, check_body
+from .experiment import chain_records
 
 __all__ = ["verify_ledgers", "LedgerReplay"]
 
@@ -86,6 +88,7 @@ def _replay_into(b: Bundle, name: str, lid: str, replays: dict) -> None:
     records = chain_records(b.content, name)
     rep = LedgerReplay(lid)
     for i, rec in enumerate(records, 1):
+        check_body(rec.kind, rec.body, LEDGER, name, i)
         _apply(rep, rec, name, i)
     replays[lid] = rep
 
@@ -116,7 +119,10 @@ def _apply(rep: LedgerReplay, rec: Record, name: str, line: int) -> None:
         carried = body.get("carried") or {}
         rep.carried_usd = _usd(carried.get("usd", "0"), name, line, "carried.usd")
         rep.carried_tokens = _int(carried.get("tokens", 0), name, line, "carried.tokens")
-        rep.carried_from = list(carried.get("ledgers") or [])
+        named = carried.get("ledgers") or []
+        if not isinstance(named, list) or not all(isinstance(x, str) for x in named):
+            raise VerificationError(name, "carried.ledgers is not a list of ledger ids", line)
+        rep.carried_from = named
     elif rec.kind == "reserve":
         _reserve(rep, body, name, line)
     elif rec.kind == "settle":
@@ -191,7 +197,7 @@ def _check_carried(rep: LedgerReplay, replays: dict) -> None:
 def _named_ledgers_present(b: Bundle, replays: dict) -> None:
     names = set()
     for exp in b.manifest.experiments:
-        for _, _, rec in journal_records(b.content, exp):
+        for _, _, rec in journal_of(b, exp):
             if rec.kind == "grid.start" and rec.body.get("ledger") is not None:
                 names.add(rec.body["ledger"])
     for run in b.runs.values():
@@ -209,7 +215,7 @@ def _runs_by_attempt(b: Bundle, replays: dict, sec: Section) -> dict:
         lid = run.start.get("ledger")
         if lid is None or lid not in replays:
             continue
-        attempt = (run.start.get("policy") or {}).get("attempt")
+        attempt = run.policy.get("attempt")
         tied.setdefault(lid, {})[attempt] = run
         if sec.attempt(_check_run_calls, b, run, replays[lid], attempt):
             sec.count("calls tied", len(run.of_kind("call")))
@@ -221,7 +227,12 @@ def _check_run_calls(b: Bundle, run: RunData, rep: LedgerReplay, attempt) -> Non
 
     prices = catalog_prices(b, run)
     for line, rec in run.of_kind("call"):
-        _check_call(run, line, rec.body, rep, attempt, prices)
+        try:
+            _check_call(run, line, rec.body, rep, attempt, prices)
+        except (BenchClawError, ArithmeticError, TypeError, ValueError) as e:
+            if isinstance(e, VerificationError):
+                raise
+            raise VerificationError(run.path, f"call: cannot tie it to the ledger ({e})", line) from None
     if run.end.get("status") == "budget_stop" and not any(r.get("attempt") == attempt for r in rep.refusals):
         raise VerificationError(run.path, f"ended budget_stop but {rep.name} records no refusal for it",
                                 len(run.records))

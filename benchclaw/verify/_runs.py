@@ -19,6 +19,7 @@ from ..records import blob_refs, split_lines, verify_chain
 from ._context import Bundle, RunData
 from ._errors import VerificationError
 from ._report import Section
+from ._shape import RUN, check_body
 from .layout import task_entry
 from .manifest import OBJECT_PATH, RUN_PATH, object_path
 
@@ -70,6 +71,7 @@ def _check_run(b: Bundle, name: str, sec: Section) -> None:
     if records[-1].kind != "run.end":
         raise VerificationError(name, "a sealed run must end with run.end", len(records))
     for i, rec in enumerate(records, 1):
+        check_body(rec.kind, rec.body, RUN, name, i)
         _check_refs(b, name, i, rec.body)
         if rec.kind not in _KNOWN:
             sec.count(f"unknown kind {rec.kind}"[:80])

@@ -10,6 +10,7 @@ and the recomputed value, up to a handful per bundle.
 from __future__ import annotations
 
 from .. import jsonio
+from ..errors import BenchClawError
 from ._context import Bundle
 from ._errors import VerificationError
 from ._report import Section
@@ -65,8 +66,15 @@ def verify_summary(b: Bundle, sec: Section) -> None:
 
 
 def _compare(b: Bundle, exp: str, claimed, sec: Section) -> None:
-    data = experiment_data_from_files(b.content, exp)
-    recomputed = jsonio.loads(jsonio.dumps(summarise(data)))  # the JSON value, as written
+    try:
+        data = experiment_data_from_files(b.content, exp)
+        recomputed = jsonio.loads(jsonio.dumps(summarise(data)))  # the JSON value, as written
+    except BenchClawError as e:
+        raise VerificationError(SUMMARY, f"cannot recompute the summary of {exp}: {e}") from None
+    except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as e:
+        # the analysis trusts field types that step 2 checks; a run failing there lands here
+        raise VerificationError(SUMMARY, f"cannot recompute the summary of {exp}: the analysis "
+                                f"rejected the evidence ({type(e).__name__}: {e})"[:400]) from None
     _count(recomputed, sec)
     for path, got, want in differences(claimed, recomputed):
         sec.fail(VerificationError(SUMMARY, f"{path}: claimed {_short(got)}, recomputed {_short(want)}"))

@@ -2,24 +2,20 @@
 
 Export computes the claimed ``summary.json`` with this function over the very files it is
 about to pack, and the verifier recomputes it with the same function over the files it
-read from the zip: one code path, so an honest bundle verifies by construction and a
-difference can only come from the bytes.
-
-- journal: every ``journals/<experiment>/<writer>.jsonl``, each chain verified, merged in
-  reader order (``at``, writer, ``seq``; FORMAT.md §7);
-- spec: the blob of the last registered ``spec_digest`` (``prereg`` or ``deviation``),
-  read with ``analysis.inputs.spec_from_bytes`` as ``benchclaw.report`` does
-  (``benchclaw.experiments.spec`` imports the store, so the verifier cannot use it);
-- runs: every run log whose ``run.start.policy.experiment`` is the experiment;
-- tasks with lures: from the task blobs the runs reference (``analysis.lured_tasks``).
+read from the zip. Both end in ``analysis.experiment_data``, the constructor
+``benchclaw.report`` uses on a store, so an honest bundle verifies by construction and a
+difference can only come from the bytes. What this module adds is reading the zip's
+files: every ``journals/<experiment>/<writer>.jsonl`` (chains verified, merged in reader
+order), every run log of the experiment, the ledgers the grid or runs name, and blobs by
+digest. (``benchclaw.experiments.spec`` imports the store, so the spec is read the
+analysis' way, as a mapping.)
 """
 
 from __future__ import annotations
 
 from typing import Mapping
 
-from ..analysis import ExperimentData, lured_tasks, summarise
-from ..analysis.inputs import registered_digest, spec_from_bytes
+from ..analysis import ExperimentData, experiment_data, summarise
 from ..errors import BenchClawError
 from ..records import Record, split_lines, verify_chain
 from ._errors import VerificationError
@@ -60,18 +56,6 @@ def registrations(journal: list[tuple[str, int, Record]]) -> list[tuple[str, str
             if rec.kind in ("prereg", "deviation") and isinstance(rec.body.get("spec_digest"), str)]
 
 
-def _spec(files: Mapping[str, bytes], digest: str | None) -> dict:
-    if digest is None:
-        return {}
-    name = object_path(digest)
-    if name not in files:
-        raise VerificationError(name, f"the registered spec {digest} is missing from the bundle")
-    try:
-        return spec_from_bytes(files[name], name)
-    except BenchClawError as e:
-        raise VerificationError(name, str(e).removeprefix(f"{name}: ")) from None
-
-
 def _runs(files: Mapping[str, bytes], experiment: str) -> dict[str, tuple[Record, ...]]:
     runs = {}
     for name in sorted(files):
@@ -86,16 +70,27 @@ def _runs(files: Mapping[str, bytes], experiment: str) -> dict[str, tuple[Record
 
 
 def experiment_data_from_files(files: Mapping[str, bytes], experiment: str) -> ExperimentData:
-    """The analysis input of ``experiment`` from bundle files (path -> bytes).
-    Raises VerificationError naming the entry when a journal, run or spec cannot be read."""
-    journal = journal_records(files, experiment)
-    digest = registered_digest([rec for _, _, rec in journal])
+    """The analysis input of ``experiment`` from bundle files (path -> bytes), built by
+    ``analysis.experiment_data`` exactly as ``benchclaw.report`` builds it from a store.
+    Raises VerificationError naming the entry when a journal, run, ledger or the spec
+    cannot be read."""
+    prefix = f"journals/{experiment}/"
+    entries = [(name[len(prefix):-len(".jsonl")], rec) for name, _, rec in journal_records(files, experiment)]
     runs = _runs(files, experiment)
+    ids = {rec.body.get("ledger") for _, rec in entries if rec.kind == "grid.start"}
+    ids |= {recs[0].body.get("ledger") for recs in runs.values() if recs}
+    ledgers = [chain_records(files, f"ledgers/{lid}.jsonl") for lid in sorted(i for i in ids if isinstance(i, str))
+               if f"ledgers/{lid}.jsonl" in files]
 
     def get_blob(d: str) -> bytes:
-        return files[object_path(d)]
+        name = object_path(d)
+        if name not in files:
+            raise VerificationError(name, f"blob {d} is missing from the bundle")
+        return files[name]
 
-    starts = [recs[0].body for recs in runs.values()]
-    return ExperimentData(experiment=experiment, spec=_spec(files, digest), spec_digest=digest,
-                          journal=tuple(rec for _, _, rec in journal), runs=runs,
-                          tasks_with_lures=lured_tasks(starts, get_blob))
+    try:
+        return experiment_data(experiment, entries, runs, get_blob, ledgers=ledgers)
+    except BenchClawError as e:
+        if isinstance(e, VerificationError):
+            raise
+        raise VerificationError("", f"experiment {experiment}: {e}") from None
