@@ -187,9 +187,6 @@ def test_every_bundle_verifies_but_for_the_aborted_artifact_gap(crashed):
         assert g.verdict.fatal is None, g.i
 
 
-@pytest.mark.xfail(strict=True, reason="bug: verify/_checks.py _replay_writes wants an artifact record for every "
-                                       "permitted write, but a run sealed aborted (crash recovery, or the "
-                                       "runtime's _abort) has none, so its bundle never verifies")
 def test_the_final_bundle_of_every_grid_verifies(crashed):
     failed = {g.i: verdict_text(g.verdict) for g in crashed if g.verdict.exit_code != 0}
     assert not failed, failed
