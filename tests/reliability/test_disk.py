@@ -39,21 +39,11 @@ DISK = 3 * 1024 * 1024
 LEVELS = {"8KiB": 8 * 1024, "96KiB": 96 * 1024, "128KiB": 128 * 1024}
 SIMULATED_LEVELS = {"8KiB": 8 * 1024, "96KiB": 64 * 1024, "128KiB": 32 * 1024}
 
-CLOSED_FILE_BUG = ("bug: store.py RunWriter.close_unsealed: when close() fails (ENOSPC on flush) self._file keeps "
-                   "the closed file, the next append raises 'ValueError: write to closed file' and the CLI reports "
-                   "'internal error: ValueError ...' instead of the full disk")
-SHORT_WRITE_BUG = ("bug: ledger.py Ledger._append_locked ignores a short os.write: on a full disk the ledger gets a "
-                   "torn line, the error says 'the ledger shrank', and nothing repairs it afterwards (recover() "
-                   "handles open runs only): `runs check` fails and export refuses the experiment for good")
-INTERNAL_BUG = ("bug: an OSError (ENOSPC) from the store reaches cli.run_cli as 'internal error: OSError ... (run "
-                "with --verbose)', exit 3 (= a BenchClaw bug), naming no file; the runner/store should raise a "
-                "BenchClawError naming the file it could not write")
-ARTIFACT_BUG = ("bug: verify/_checks.py _replay_writes wants an artifact record for every permitted write, but a run "
-                "sealed aborted (by the runtime's _abort or by crash recovery) has none: its bundle never verifies")
-KNOWN = {  # (test, level) -> reason, for bugs in parts still being built (see docs/RELIABILITY.md)
-    ("verify", "128KiB"): ARTIFACT_BUG,
-}
-KNOWN_SIMULATED = {("verify", "96KiB"): ARTIFACT_BUG}
+# (test, level) -> reason, for known bugs (strict xfail; see docs/RELIABILITY.md). Empty:
+# the full-disk messages, the torn ledger line and aborted runs' bundles were fixed while
+# this suite was written (6a6611f, 08332e7).
+KNOWN: dict[tuple[str, str], str] = {}
+KNOWN_SIMULATED: dict[tuple[str, str], str] = {}
 
 
 def _mount(path: Path) -> bool:
