@@ -27,6 +27,7 @@ class RunData:
     run_id: str
     path: str
     records: list[Record]
+    _kinds: dict = field(default_factory=dict, repr=False)
 
     @property
     def start(self) -> dict:
@@ -42,8 +43,11 @@ class RunData:
         return self.start.get("policy") or {}
 
     def of_kind(self, kind: str) -> list[tuple[int, Record]]:
-        """(1-based line, record) of every record of ``kind``."""
-        return [(i, r) for i, r in enumerate(self.records, 1) if r.kind == kind]
+        """(1-based line, record) of every record of ``kind`` (indexed once)."""
+        if not self._kinds:
+            for i, r in enumerate(self.records, 1):
+                self._kinds.setdefault(r.kind, []).append((i, r))
+        return self._kinds.get(kind, [])
 
 
 @dataclass
@@ -60,6 +64,7 @@ class Bundle:
     tasks: dict = field(default_factory=dict)               # tasks/x/vN -> Task or its error
     ledgers: dict = field(default_factory=dict)             # ledger id -> replay (step 5)
     journals: dict = field(default_factory=dict)            # experiment -> records or error
+    memo: dict = field(default_factory=dict)                # pure recomputations, by their inputs
 
     def has(self, name: str) -> bool:
         return name in self.view.entries

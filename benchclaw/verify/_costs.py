@@ -58,13 +58,27 @@ def _tier_prices(b: Bundle, run: RunData, ref, tier: str, depth: int = 0) -> dic
     return prices
 
 
+def _cached_prices(b: Bundle, run: RunData, tier) -> Prices:
+    """A catalog is parsed once per (catalog, tier), not once per run."""
+    key = ("prices", jsonio.dumps(run.start.get("catalog")), tier)
+    if key not in b.memo:
+        try:
+            raw = _tier_prices(b, run, run.start.get("catalog"), tier if isinstance(tier, str) else "")
+            b.memo[key] = Prices.from_dict(raw, f"catalog tier {tier}")
+        except (BenchClawError, ValueError) as e:
+            b.memo[key] = VerificationError(run.path, str(e), 1)
+    if isinstance(b.memo[key], VerificationError):
+        err = b.memo[key]
+        raise VerificationError(run.path, err.message, 1)
+    return b.memo[key]
+
+
 def catalog_prices(b: Bundle, run: RunData) -> Prices:
     """The prices of the run's tier in the catalog it names; must equal ``run.start.prices``.
     Raises VerificationError."""
     tier = run.start.get("tier")
-    raw = _tier_prices(b, run, run.start.get("catalog"), tier if isinstance(tier, str) else "")
+    prices = _cached_prices(b, run, tier)
     try:
-        prices = Prices.from_dict(raw, f"catalog tier {tier}")
         recorded = Prices.from_dict(run.start.get("prices"), "run.start.prices")
     except (BenchClawError, ValueError) as e:
         raise VerificationError(run.path, str(e), 1) from None
@@ -111,17 +125,21 @@ def _check_estimate(b: Bundle, run: RunData, line: int, body: dict, estimate: in
     if request.get("max_tokens") != max_tokens:
         raise VerificationError(run.path, f"call: request max_tokens {request.get('max_tokens')!r} "
                                 f"!= params.max_tokens {max_tokens}", line)
-    got = estimate_prompt_tokens(messages)
+    try:
+        got = estimate_prompt_tokens(messages)
+    except RecursionError:
+        raise VerificationError(run.path, "call: the request's messages nest too deeply", line) from None
     if got != estimate:
         raise VerificationError(run.path, f"call: prompt_estimate {estimate}, recomputed from the "
                                 f"request {got}", line)
 
 
 def _json_blob(b: Bundle, run: RunData, line: int, digest, what: str):
+    """Parsed JSON blob. Depth is bounded by the parser (orjson stops at 1024, the stdlib
+    fallback's RecursionError is a ValueError); only the message list is walked after."""
     data = _blob(b, run, digest, line, what)
     try:
         obj = jsonio.loads(data)
-        jsonio.check_depth(obj, b.limits.json_depth)
     except ValueError as e:
         raise VerificationError(object_path(digest), f"{what} blob is not JSON ({e})") from None
     return obj

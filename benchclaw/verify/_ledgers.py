@@ -86,6 +86,7 @@ def verify_ledgers(b: Bundle, sec: Section) -> None:
 
 def _replay_into(b: Bundle, name: str, lid: str, replays: dict) -> None:
     records = chain_records(b.content, name)
+    b.memo[("chain", name)] = records
     rep = LedgerReplay(lid)
     for i, rec in enumerate(records, 1):
         check_body(rec.kind, rec.body, LEDGER, name, i)
@@ -267,13 +268,15 @@ def _check_call(run: RunData, line: int, body: dict, rep: LedgerReplay, attempt,
 
 def _no_orphans(rep: LedgerReplay, runs: dict) -> None:
     name = f"{_PREFIX}{rep.name}.jsonl"
+    calls = {a: {f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in run.of_kind("call")}
+             for a, run in runs.items()}
     for (attempt, key), (line, res) in sorted(rep.reserves.items(), key=lambda kv: kv[1][0]):
         run = runs.get(attempt)
         if run is None:
             raise VerificationError(name, f"reservation for attempt {attempt} (call {key}) but no run in the "
                                     "bundle carries that attempt", line)
         settled = rep.settles.get(res["id"])
-        called = any(f"{r.body.get('turn')}.{r.body.get('attempt')}" == key for _, r in run.of_kind("call"))
+        called = key in calls[attempt]
         if settled and settled[1].get("known") is True and not called:
             raise VerificationError(name, f"settled a known call {key} of {run.run_id[:12]} that the run "
                                     "does not record", settled[0])

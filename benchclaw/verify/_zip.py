@@ -26,6 +26,7 @@ bounded by the limits: the archive bytes plus the inflated members.
 
 from __future__ import annotations
 
+import re
 import struct
 import unicodedata
 import zlib
@@ -48,7 +49,7 @@ _FLAG_ENCRYPTED, _FLAG_DESCRIPTOR, _FLAG_STRONG = 0x1, 0x8, 0x40
 _UNIX = 3
 _S_IFMT, _S_IFREG, _S_IFLNK = 0o170000, 0o100000, 0o120000
 _DOS_DIR = 0x10
-_FORBIDDEN_CHARS = frozenset(chr(c) for c in range(0x20)) | {"\x7f", "\\", ":"}
+_FORBIDDEN_CHARS = re.compile(r"[\x00-\x1f\x7f\\:]")
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,7 @@ class ZipView:
         parts = name.split("/")
         if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
             raise _bad(f"entry {name!r}: absolute path, '..', '.' or empty part (path traversal)")
-        if any(c in _FORBIDDEN_CHARS for c in name):
+        if _FORBIDDEN_CHARS.search(name):
             raise _bad(f"entry {name!r}: backslash, colon or control character in the name")
         folded = unicodedata.normalize("NFKC", name).casefold()
         if folded in seen:

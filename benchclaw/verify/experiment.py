@@ -56,31 +56,34 @@ def registrations(journal: list[tuple[str, int, Record]]) -> list[tuple[str, str
             if rec.kind in ("prereg", "deviation") and isinstance(rec.body.get("spec_digest"), str)]
 
 
-def _runs(files: Mapping[str, bytes], experiment: str) -> dict[str, tuple[Record, ...]]:
+def _runs(files: Mapping[str, bytes], experiment: str, chains: Mapping[str, list]) -> dict[str, tuple[Record, ...]]:
     runs = {}
     for name in sorted(files):
         m = RUN_PATH.match(name)
         if not m:
             continue
-        records = chain_records(files, name)
+        records = chains[name] if name in chains else chain_records(files, name)
         policy = records[0].body.get("policy") if records else None
         if isinstance(policy, dict) and policy.get("experiment") == experiment:
             runs[m.group(2)] = tuple(records)
     return runs
 
 
-def experiment_data_from_files(files: Mapping[str, bytes], experiment: str) -> ExperimentData:
+def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
+                               chains: Mapping[str, list] | None = None) -> ExperimentData:
     """The analysis input of ``experiment`` from bundle files (path -> bytes), built by
     ``analysis.experiment_data`` exactly as ``benchclaw.report`` builds it from a store.
     Raises VerificationError naming the entry when a journal, run, ledger or the spec
-    cannot be read."""
+    cannot be read. ``chains``: entry name -> records already verified from exactly these
+    bytes (the verifier's step 2), so they are not parsed twice."""
     prefix = f"journals/{experiment}/"
     entries = [(name[len(prefix):-len(".jsonl")], rec) for name, _, rec in journal_records(files, experiment)]
-    runs = _runs(files, experiment)
+    runs = _runs(files, experiment, chains or {})
     ids = {rec.body.get("ledger") for _, rec in entries if rec.kind == "grid.start"}
     ids |= {recs[0].body.get("ledger") for recs in runs.values() if recs}
-    ledgers = [chain_records(files, f"ledgers/{lid}.jsonl") for lid in sorted(i for i in ids if isinstance(i, str))
-               if f"ledgers/{lid}.jsonl" in files]
+    chains = chains or {}
+    names = [f"ledgers/{lid}.jsonl" for lid in sorted(i for i in ids if isinstance(i, str))]
+    ledgers = [chains[n] if n in chains else chain_records(files, n) for n in names if n in files]
 
     def get_blob(d: str) -> bytes:
         name = object_path(d)
