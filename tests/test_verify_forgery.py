@@ -260,3 +260,42 @@ def test_a_planned_cell_with_no_run_and_no_stop(bundle, tmp_path):
     rep = verify_bundle(f.pack(tmp_path))
     texts = [str(x) for x in rep.section("complete").failures]
     assert rep.exit_code == 1 and any(f"planned cell {cell}" in t and "no recorded stop" in t for t in texts), texts
+
+
+# -- crash-recovered runs are evidence too ---------------------------------------------------------
+
+def _as_recovered(objs, keep_checks: int):
+    """A run cut off after ``keep_checks`` check records, sealed aborted by recovery."""
+    first_check = next(i for i, o in enumerate(objs) if o["kind"] == "check")
+    end = dict(objs[-1])
+    end["body"] = {**end["body"], "status": "aborted", "passed": False, "gate_passed": False,
+                   "recovered": True, "reason": "recovered after crash"}
+    return objs[:first_check + keep_checks] + [end]
+
+
+@pytest.mark.parametrize("keep", [0, 1, 3])
+def test_a_crash_recovered_run_with_some_checks_verifies(bundle, tmp_path, keep):
+    f = Forger.of(bundle)
+    victim = _run(f, lambda r: r[-1]["body"]["status"] == "passed")
+    new = f.edit_run(victim, lambda objs: _as_recovered(objs, keep))
+    f.edit_journal(lambda objs: [_abort_in_journal(o, new) for o in objs])
+    rep = verify_bundle(f.pack(tmp_path))
+    assert rep.section("checks").ok and rep.section("costs").ok, [str(x) for _, x in rep.failures()]
+
+
+def test_a_crash_recovered_run_cannot_claim_a_pass(bundle, tmp_path):
+    f = Forger.of(bundle)
+    victim = _run(f, lambda r: r[-1]["body"]["status"] == "passed")
+
+    def edit(objs):
+        objs = _as_recovered(objs, 1)
+        objs[-1]["body"]["passed"] = True
+        return objs
+    new = f.edit_run(victim, edit)
+    caught(f.pack(tmp_path), "checks", run_path(new), "an aborted run claims a pass")
+
+
+def _abort_in_journal(o, run_id):
+    if o["kind"] == "run" and o["body"]["run_id"] == run_id:
+        o["body"].update(status="aborted", passed=False, gate_passed=False)
+    return o
