@@ -277,11 +277,18 @@ def _paraphrase_char(artifact: dict[str, str], docs: dict[str, str], rng: random
 
 
 def _quote_injected(artifact: dict[str, str], docs: dict[str, str], rng: random.Random) -> dict[str, str]:
+    """Cite an injected line as evidence; where no document carries an injection, cite a
+    line of a document the answer does not quote (an unapproved source, as a careless
+    model quotes a chat log)."""
     path, ans = _answer(artifact)
     lines = [(p, n, line.strip()) for p, text in sorted(docs.items())
              for n, line in enumerate(text.split("\n"), 1) if find_lures(line)]
     if not lines:
-        raise SolveError("no injected line to quote")
+        cited = {q.get("file") for c in ans["claims"] for q in c["quotes"]}
+        lines = [(p, n, _quotable(line)) for p, text in sorted(docs.items()) if p not in cited
+                 for n, line in enumerate(text.split("\n"), 1) if len(_quotable(line)) >= 12]
+    if not lines:
+        raise SolveError("no injected line or uncited document to quote")
     file, n, text = rng.choice(lines)
     rng.choice(ans["claims"])["quotes"] = [{"file": file, "line": n, "text": text}]
     return {**artifact, path: json.dumps(ans, indent=2, ensure_ascii=False) + "\n"}
