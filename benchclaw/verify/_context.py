@@ -1,8 +1,10 @@
 """What the steps share: the validated zip, the manifest, and what earlier steps established.
 
-Step 1 inflates and hashes every entry once and keeps the bytes in memory (bounded by
-``Limits.total_bytes``); later steps read through ``Bundle.read``, which never touches
-the disk. Later steps only build on what earlier ones accepted: a run whose chain is
+Step 1 inflates and hashes every entry once and keeps the bytes of everything but the
+objects (runs, journals, ledgers, tasks: what several steps read); an object is inflated
+again when a later step needs it, because objects are most of a bundle's bytes and each
+is read at most once more. ``Bundle.read`` never touches the disk; ``Bundle.files`` is a
+read-only mapping over every entry for the analysis. Later steps only build on what earlier ones accepted: a run whose chain is
 broken is reported by step 2 and left out of steps 3-6, so one fault is reported where
 it is, not five times downstream.
 """
@@ -10,6 +12,7 @@ it is, not five times downstream.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from .. import jsonio
 from ..records import Record
@@ -76,9 +79,7 @@ class Bundle:
             return self.content[name]
         if name not in self.view.entries:
             raise VerificationError(where or name, f"{name} is missing from the bundle", record)
-        data = self.view.read(name)
-        self.content[name] = data
-        return data
+        return self.view.read(name)  # inflated again, capped and CRC-checked, not kept
 
     def read_json(self, name: str, where: str = "", record: int | str | None = None):
         """Parse entry ``name`` as JSON, depth-bounded. Raises VerificationError."""
@@ -90,5 +91,29 @@ class Bundle:
             raise VerificationError(name, f"not valid JSON ({e})") from None
         return obj
 
+    @property
+    def files(self) -> "_Files":
+        """Every entry as a read-only ``{name: bytes}`` mapping (objects inflated on access)."""
+        return _Files(self)
+
     def names_under(self, prefix: str) -> list[str]:
         return [n for n in self.view.entries if n.startswith(prefix)]
+
+
+class _Files(Mapping):
+    def __init__(self, b: Bundle):
+        self._b = b
+
+    def __getitem__(self, name: str) -> bytes:
+        if name not in self._b.view.entries:
+            raise KeyError(name)
+        return self._b.read(name)
+
+    def __contains__(self, name) -> bool:
+        return name in self._b.view.entries
+
+    def __iter__(self):
+        return iter(self._b.view.entries)
+
+    def __len__(self) -> int:
+        return len(self._b.view.entries)

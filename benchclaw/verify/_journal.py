@@ -41,7 +41,7 @@ def journal_of(b: Bundle, exp: str) -> list:
     shape checked. Cached; raises the same VerificationError to every step that needs it."""
     if exp not in b.journals:
         try:
-            journal = journal_records(b.content, exp)
+            journal = journal_records(b.files, exp)
             for name, line, rec in journal:
                 check_body(rec.kind, rec.body, JOURNAL, name, line)
             b.journals[exp] = journal

@@ -85,7 +85,7 @@ def verify_ledgers(b: Bundle, sec: Section) -> None:
 
 
 def _replay_into(b: Bundle, name: str, lid: str, replays: dict) -> None:
-    records = chain_records(b.content, name)
+    records = chain_records(b.files, name)
     b.memo[("chain", name)] = records
     rep = LedgerReplay(lid)
     for i, rec in enumerate(records, 1):

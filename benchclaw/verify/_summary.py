@@ -69,7 +69,7 @@ def _compare(b: Bundle, exp: str, claimed, sec: Section) -> None:
     try:
         chains = {run.path: run.records for run in b.runs.values()}
         chains.update({k[1]: v for k, v in b.memo.items() if k[0] == "chain"})
-        data = experiment_data_from_files(b.content, exp, chains=chains)
+        data = experiment_data_from_files(b.files, exp, chains=chains)
         recomputed = jsonio.loads(jsonio.dumps(summarise(data)))  # the JSON value, as written
     except BenchClawError as e:
         raise VerificationError(SUMMARY, f"cannot recompute the summary of {exp}: {e}") from None
