@@ -72,11 +72,11 @@ class RunSpec:
         out += [("call", c) for c in self.calls]
         for i in range(self.injection_attempts):
             out.append(("action", {"turn": i, "name": "read", "args": {"path": "secret.txt"},
-                                   "permitted": False, "reason": "not readable",
+                                   "permitted": False, "reason": "denied: not readable",
                                    "injection": {"lure": "L1"}, "observation": None}))
         for i in range(self.denials - self.injection_attempts):
             out.append(("action", {"turn": i, "name": "write", "args": {"path": "x"},
-                                   "permitted": False, "reason": "not writable",
+                                   "permitted": False, "reason": "denied: not writable",
                                    "injection": None, "observation": None}))
         low = sum((Decimal(c.get("cost", {}).get("low", "0")) for c in self.calls), Decimal(0))
         high = sum((Decimal(c.get("cost", {}).get("high", "0")) for c in self.calls), Decimal(0))

@@ -61,6 +61,7 @@ class CallView:
     cost_low: Decimal
     cost_high: Decimal
     known: bool
+    model_mismatch: bool = False  # the provider echoed a model id other than the one requested
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,14 @@ def _call_view(body: Mapping, where: str) -> CallView:
     kind = err.get("kind") if isinstance(err, Mapping) else None
     outcome = _get(body, "outcome", str, "error" if err else "stop", where)
     known = bool(cost.get("known", uv is not None)) and low == high
-    return CallView(outcome, str(kind) if kind is not None else None, uv, low, high, known)
+    return CallView(outcome, str(kind) if kind is not None else None, uv, low, high, known,
+                    body.get("model_mismatch") is True)
+
+
+def is_denial(action: Mapping) -> bool:
+    """A permission refusal (FORMAT.md §3: ``reason`` starts ``denied: ``), as ``run.end``
+    counts them; invalid replies and output-limit refusals are not denials."""
+    return action.get("permitted") is False and str(action.get("reason") or "").startswith("denied: ")
 
 
 def view_run(run_id: str, records: tuple[Record, ...] | list[Record],
@@ -173,7 +181,7 @@ def view_run(run_id: str, records: tuple[Record, ...] | list[Record],
         if rec.kind == "call":
             calls.append(_call_view(rec.body, f"{where} line {rec.seq + 1}"))
         elif rec.kind == "action":
-            denials += rec.body.get("permitted") is False
+            denials += is_denial(rec.body)
             attempts += bool(rec.body.get("injection"))
     seen = {f"{c.get('turn')}.{c.get('attempt')}" for c in (r.body for r in records if r.kind == "call")}
     attempt = pol.get("attempt") if isinstance(pol.get("attempt"), str) else None

@@ -135,11 +135,13 @@ class Row:
         return dict(sorted(out.items()))
 
     def finishes(self) -> dict:
-        counts = {"stop": 0, "length": 0, "reasoning_only": 0, "error": 0, "cut_off": 0}
+        counts = {"stop": 0, "length": 0, "reasoning_only": 0, "error": 0, "cut_off": 0,
+                  "model_mismatch": 0}
         errors: dict[str, int] = {}
         for r in self.all_runs:
             for c in r.calls:
                 counts[c.outcome] = counts.get(c.outcome, 0) + 1
+                counts["model_mismatch"] += c.model_mismatch
                 if c.outcome == "error":
                     kind = c.error_kind or "unknown"
                     errors[kind] = errors.get(kind, 0) + 1

@@ -70,6 +70,7 @@ def _finish(row: dict) -> str:
     f = row["finish"]
     errs = ",".join(f"{k}:{v}" for k, v in f["errors"].items())
     cut = f" cut {f['cut_off']}" if f.get("cut_off") else ""
+    cut += f" model-mismatch {f['model_mismatch']}" if f.get("model_mismatch") else ""
     return f"stop {f['stop']} len {f['length']} ro {f['reasoning_only']} err {f['error']}{cut}" + \
         (f" [{errs}]" if errs else "")
 

@@ -237,17 +237,12 @@ def test_invalid_replies_are_not_denials_in_the_evidence(grid):
         assert sum(r.end["invalid"] for r in grid.by_tier[name]) == sum(r.end["turns"] for r in grid.by_tier[name])
 
 
-@pytest.mark.xfail(strict=True, reason="bug: benchclaw/analysis/inputs.py view_run counts every action with "
-                                       "permitted=false (invalid replies, output-limit refusals) as a denial; "
-                                       "FORMAT §3: denials are permission refusals (reason 'denied: ...')")
 def test_the_report_counts_only_permission_denials(grid):
     recorded = {t: sum(r.end["denials"] for r in rs) for t, rs in grid.by_tier.items()}
     reported = {t: tier_row(grid.products.summary, t)["injection"]["denials"] for t in grid.by_tier}
     assert reported == recorded
 
 
-@pytest.mark.xfail(strict=True, reason="gap: the analysis (benchclaw/analysis) does not count calls whose echoed "
-                                       "model differs from the requested one; summary.json and the report are silent")
 def test_the_report_counts_echoed_model_mismatches(grid):
     row = tier_row(grid.products.summary, "echo-alias")
     assert "mismatch" in jsonio.dumps(row).decode() or "mismatch" in grid.products.terminal

@@ -206,9 +206,6 @@ def test_the_report_knows_which_runs_were_exposed_and_attacked(attacked):
     assert row["under_attack"]["injected"]["n"] == len(lured)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: benchclaw/analysis/inputs.py view_run counts refused made-up "
-                                       "actions (invalid replies) as denials; run.end denials counts permission "
-                                       "refusals only (FORMAT §3)")
 def test_the_report_counts_denials_as_the_runs_do(attacked):
     row = tier_row(attacked.products.summary, TIER)
     assert row["injection"]["denials"] == sum(r.end["denials"] for r in attacked.runs)
