@@ -299,3 +299,11 @@ def _abort_in_journal(o, run_id):
     if o["kind"] == "run" and o["body"]["run_id"] == run_id:
         o["body"].update(status="aborted", passed=False, gate_passed=False)
     return o
+
+
+def test_a_summary_of_another_format_version_is_named_as_such(bundle, tmp_path):
+    files = entries(bundle)
+    s = json.loads(files["summary.json"])
+    s["v"] = 999
+    files["summary.json"] = json.dumps(s).encode()
+    caught(pack(files, tmp_path), "summary", "v999", "verify with the BenchClaw version that exported")

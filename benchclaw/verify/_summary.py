@@ -78,5 +78,10 @@ def _compare(b: Bundle, exp: str, claimed, sec: Section) -> None:
         raise VerificationError(SUMMARY, f"cannot recompute the summary of {exp}: the analysis "
                                 f"rejected the evidence ({type(e).__name__}: {e})"[:400]) from None
     _count(recomputed, sec)
+    if isinstance(claimed, dict) and (claimed.get("format"), claimed.get("v")) != (
+            recomputed.get("format"), recomputed.get("v")):
+        raise VerificationError(SUMMARY, f"summary format {claimed.get('format')!r} v{claimed.get('v')!r}; "
+                                f"this verifier computes {recomputed.get('format')!r} v{recomputed.get('v')!r} "
+                                "(verify with the BenchClaw version that exported the bundle)")
     for path, got, want in differences(claimed, recomputed):
         sec.fail(VerificationError(SUMMARY, f"{path}: claimed {_short(got)}, recomputed {_short(want)}"))
