@@ -244,8 +244,14 @@ def test_the_report_counts_only_permission_denials(grid):
 
 
 def test_the_report_counts_echoed_model_mismatches(grid):
-    row = tier_row(grid.products.summary, "echo-alias")
-    assert "mismatch" in jsonio.dumps(row).decode() or "mismatch" in grid.products.terminal
+    for name, runs in grid.by_tier.items():
+        recorded = sum(c["model_mismatch"] for r in runs for c in bodies(r, "call"))
+        assert tier_row(grid.products.summary, name)["finish"]["model_mismatch"] == recorded, name
+        assert (recorded > 0) == (name == "echo-alias"), name
+    mismatched = sum(len(bodies(r, "call")) for r in grid.by_tier["echo-alias"])
+    line = next(ln for ln in grid.products.terminal.splitlines()
+                if ln.startswith("tier echo-alias ") and " stop " in f" {ln} ")
+    assert f"model-mismatch {mismatched}" in line, line
 
 
 def test_the_bundle_of_the_faulty_grid_verifies(grid):
