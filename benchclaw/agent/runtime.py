@@ -46,13 +46,12 @@ from .protocol import Action, Invalid, parse_reply
 from .values import AgentResult, Limits, MonotonicClock, VirtualClock, tightest
 from .workspace import Workspace
 
-__all__ = ["run_agent", "Limits", "AgentResult", "MonotonicClock", "STATUSES", "RETRY_KINDS"]
+__all__ = ["run_agent", "Limits", "AgentResult", "MonotonicClock", "STATUSES"]
 
 STATUSES = ("passed", "failed", "limit_turns", "limit_time", "limit_output", "budget_stop",
             "provider_error", "aborted")
 # Worth another attempt while the run has time left. A timeout is retried only when the
 # provider gave up before the run's time did (a simulated fault, a proxy's own limit).
-RETRY_KINDS = frozenset({"rate_limited", "server", "connection", "timeout"})
 MAX_READ_CHARS = 64 * 1024
 
 
@@ -242,7 +241,7 @@ class _Run:
     async def _after_error(self, resp: ChatResponse, attempt: int) -> _End | None:
         err = resp.error
         what = f"{err.kind}" + (f" (HTTP {err.status})" if err.status else "") + f": {redact(err.message)}"
-        if err.kind not in RETRY_KINDS or attempt >= self.retries:
+        if not err.retryable or attempt >= self.retries:
             tries = f" after {attempt + 1} attempts" if attempt else ""
             return _End("provider_error", f"{what}{tries}"[:500])
         wait = err.retry_after if err.retry_after is not None else backoff_delay(attempt)

@@ -18,8 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .catalog import Tier
     from .vault import Secret
 
-__all__ = ["make_provider", "PROVIDERS", "ChatRequest", "ChatResponse", "CallError", "Provider",
-           "complete_with_retries"]
+__all__ = ["make_provider", "PROVIDERS", "ChatRequest", "ChatResponse", "CallError", "Provider"]
 
 # provider name -> "module:factory"; factory(tier, *, sim_options, key) -> Provider
 PROVIDERS: dict[str, str] = {
@@ -40,9 +39,3 @@ def make_provider(tier: "Tier", *, sim_options: Any = None, key: "Secret | str |
     module, factory = spec.split(":")
     return getattr(importlib.import_module(module), factory)(tier, sim_options=sim_options, key=key)
 
-
-async def complete_with_retries(provider: Provider, req: ChatRequest, **kwargs) -> ChatResponse:
-    """See ``benchclaw.providers.retry.complete_with_retries``."""
-    from .retry import complete_with_retries as _impl
-
-    return await _impl(provider, req, **kwargs)

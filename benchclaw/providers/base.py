@@ -4,7 +4,7 @@ Every provider (the official OpenAI SDK against any compatible endpoint, the bui
 simulator) takes a ``ChatRequest`` and returns a ``ChatResponse``; a provider-side failure
 is a response with ``outcome="error"`` and a typed ``CallError``, never an exception, so
 the agent runtime records every attempt the same way. One call is one HTTP attempt:
-retrying is the caller's job (``complete_with_retries`` in ``providers.retry``), so that
+retrying is the caller's job (the agent runtime's turn loop, see ``providers.retry``), so that
 every attempt is its own recorded, costed ``call``.
 
 Also here: ``parse_completion_body`` turns the bytes of a chat-completions reply into a
@@ -45,7 +45,9 @@ OUTCOMES = ("stop", "length", "reasoning_only", "error")
 ERROR_KINDS = ("timeout", "rate_limited", "server", "connection", "malformed", "auth", "bad_request")
 # Kinds worth another attempt. A timeout is not: a call's timeout is all the time the run
 # has left, so there is no time for another attempt.
-RETRYABLE_KINDS = frozenset({"rate_limited", "server", "connection"})
+# Worth another attempt: the provider may answer next time. A timeout is retried only
+# while the run has time left (the runtime checks); auth, bad_request and malformed are not.
+RETRYABLE_KINDS = frozenset({"rate_limited", "server", "connection", "timeout"})
 
 
 def _to_decimal(v: Any) -> Decimal:
