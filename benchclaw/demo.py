@@ -201,15 +201,17 @@ def run_demo(workdir: Path | str = ".", *, say: Callable[[str], None], note: Cal
 
 
 def where_to_look(r: DemoResult) -> list[str]:
-    lines = ["", f"Done in {r.seconds:.1f} s (simulated numbers). Where to look:",
-             f"  {r.spec}    the pre-registered experiment spec",
-             f"  {r.runs}/          the evidence: hash-chained run logs, journal, ledger"]
-    if r.invocation:
-        lines.append(f"  benchclaw ledger show {r.invocation} --runs {r.runs}")
+    rows = [(f"{r.spec}", "the pre-registered experiment spec"),
+            (f"{r.runs}/", "the evidence: hash-chained run logs, journal, ledger")]
     if "site" in r.done:
-        lines.append(f"  {r.site}/index.html   the replay site (benchclaw serve {r.site})")
+        rows.append((f"{r.site}/index.html", f"the replay site; open it from disk or `benchclaw serve {r.site}`"))
     if "bundle" in r.done:
-        lines.append(f"  {r.bundle}    the evidence bundle: benchclaw-verify {r.bundle}")
+        rows.append((f"{r.bundle}", f"the evidence bundle; re-check it with `benchclaw-verify {r.bundle}`"))
+    width = max(len(a) for a, _ in rows)
+    lines = ["", f"Done in {r.seconds:.1f} s (simulated numbers). Where to look:"]
+    lines += [f"  {a.ljust(width)}  {b}" for a, b in rows]
+    if r.invocation:
+        lines.append(f"  the budget ledger: `benchclaw ledger show {r.invocation} --runs {r.runs}`")
     if r.skipped:
         lines.append(f"  (skipped, not in this build: {', '.join(r.skipped)})")
     return lines
