@@ -78,6 +78,8 @@ def _speculative(tiers: Sequence[str], attempts: Sequence[Attempt]) -> list[str]
 
 def _taken_first_gate(attempts: Sequence[Attempt], tiers: Sequence[str]) -> Attempt | None:
     """The cheapest-tier attempt that passed the gate; else the last (highest) attempt."""
+    if len(attempts) == 1:  # the common case (always:<tier>, a first-try ladder): no ranking
+        return attempts[0]
     order = {t: i for i, t in enumerate(tiers)}
     passing = [a for a in attempts if a.gate_passed]
     if passing:
@@ -146,10 +148,11 @@ def replay(name: str, tiers: Sequence[str], grid: Mapping[str, Attempt],
         passing = [grid[t] for t in tiers if t in grid and grid[t].passed]
         pick = passing[:1] or [grid[t] for t in tiers if t in grid][:1]
         return outcome(name, tiers, pick)
+    step = parse_policy(name, tiers, memory_start)  # what next_batch does, parsed once
     attempts: list[Attempt] = []
     batch_no = 0
     while True:
-        batch = next_batch(name, tiers, attempts, memory_start)
+        batch = step(tiers, attempts)
         if not batch or any(t not in grid for t in batch):
             break
         attempts.extend(_with_batch(grid[t], batch_no) for t in batch)
@@ -158,5 +161,7 @@ def replay(name: str, tiers: Sequence[str], grid: Mapping[str, Attempt],
 
 
 def _with_batch(a: Attempt, batch: int) -> Attempt:
+    if a.batch == batch:  # a frozen value: the same attempt needs no copy
+        return a
     return Attempt(a.tier, a.gate_passed, a.passed, a.cost_low, a.cost_high, a.elapsed_ms,
                    a.run_id, batch)

@@ -13,6 +13,7 @@ stored as blobs (``lured_tasks``), or are given directly as ``tasks_with_lures``
 from __future__ import annotations
 
 import decimal
+import functools
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -94,11 +95,13 @@ class RunView:
     def called_model(self) -> bool:
         return bool(self.calls)
 
-    @property
+    # Cached: every policy row and replayed trial reads them (tens of thousands of times
+    # on a 10,000-run experiment); a frozen view's calls never change.
+    @functools.cached_property
     def cost_low(self) -> Decimal:
         return sum_exact(c.cost_low for c in self.calls)
 
-    @property
+    @functools.cached_property
     def cost_high(self) -> Decimal:
         return sum_exact(c.cost_high for c in self.calls)
 
@@ -121,18 +124,38 @@ def task_key(task: Mapping) -> str:
     return f"{task.get('id')}@{task.get('version')}"
 
 
+@functools.lru_cache(maxsize=65536)
+def _split_cell(cell: str) -> tuple[str, str, str] | None:
+    parts = cell.rsplit("/", 2)
+    if len(parts) != 3 or "@" not in parts[0]:
+        return None
+    return parts[0], parts[1], parts[2]
+
+
 def parse_cell(cell: str) -> tuple[str, str, str]:
     """``"<task>@<v>/<profile>/<seed>"`` -> (task key, profile, seed). Raises FormatError."""
+    if type(cell) is str:  # memoised: rows and trials ask for every cell many times
+        found = _split_cell(cell)
+        if found is not None:
+            return found
     parts = cell.rsplit("/", 2) if isinstance(cell, str) else []
     if len(parts) != 3 or "@" not in parts[0]:
         raise FormatError(f"cell {cell!r}: expected <task>@<version>/<profile>/<seed>")
     return parts[0], parts[1], parts[2]
 
 
+def _is_map(x) -> bool:
+    """A JSON object. Records parsed from JSON hold plain dicts: test that first, because
+    ``isinstance(x, typing.Mapping)`` costs a microsecond and this runs ~200,000 times."""
+    return type(x) is dict or isinstance(x, Mapping)
+
+
 def _get(body: Mapping, key: str, typ: type, default, where: str):
-    val = body.get(key, default) if isinstance(body, Mapping) else default
+    val = body.get(key, default) if _is_map(body) else default
     if val is None:
         return default
+    if type(val) is typ:
+        return val
     if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
         raise FormatError(f"{where}: field {key!r} is not {typ.__name__}: {val!r}")
     return val
@@ -140,16 +163,16 @@ def _get(body: Mapping, key: str, typ: type, default, where: str):
 
 def _call_view(body: Mapping, where: str) -> CallView:
     cost = body.get("cost")
-    if not isinstance(cost, Mapping):
+    if not _is_map(cost):
         raise FormatError(f"{where}: call has no cost object")
     low = usd(cost.get("low", "0"), f"{where}: cost.low")
     high = usd(cost.get("high", cost.get("low", "0")), f"{where}: cost.high")
     usage = body.get("usage")
     uv = None
-    if isinstance(usage, Mapping):
+    if _is_map(usage):
         uv = tuple(_get(usage, k, int, 0, f"{where}: usage") for k in USAGE_KEYS)
     err = body.get("error")
-    kind = err.get("kind") if isinstance(err, Mapping) else None
+    kind = err.get("kind") if _is_map(err) else None
     outcome = _get(body, "outcome", str, "error" if err else "stop", where)
     known = bool(cost.get("known", uv is not None)) and low == high
     return CallView(outcome, str(kind) if kind is not None else None, uv, low, high, known,

@@ -14,6 +14,7 @@ written bound is never better than the exact one.
 from __future__ import annotations
 
 import decimal
+import functools
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -64,6 +65,10 @@ class Row:
     def pass_k(self) -> tuple[int, int, int, int]:
         """(groups, passed every seed, unknown, k): a task/profile group passes when every
         one of its cells has samples and all of them passed; it fails on any failure."""
+        return self._pass_k
+
+    @functools.cached_property  # read by the table and by rules; a frozen row never changes
+    def _pass_k(self) -> tuple[int, int, int, int]:
         by_cell: dict[str, list[bool]] = {}
         for s in self.samples:
             by_cell.setdefault(s.cell, []).append(s.passed)

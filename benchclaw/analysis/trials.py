@@ -64,8 +64,8 @@ def replayed_trials(sel: Selection, tiers: list[str], names: list[str]) -> dict[
     for cell in sel.cells:
         runs = sel.grid.get(cell, {})
         grid = {t: attempt_of(r) for t, r in runs.items() if t in tiers}
+        group = parse_cell(cell)[:2]
         for name in names:
-            group = parse_cell(cell)[:2]
             start = memory.get(group) if name == "memory" else None
             out, complete = _replay_one(name, tiers, grid, start)
             used = tuple(runs[a.tier] for a in out.attempts)
