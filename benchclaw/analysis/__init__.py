@@ -11,10 +11,10 @@ from .inputs import (ExperimentData, RunView, experiment_data, ledger_reservatio
 from .interval import INCONCLUSIVE, REFUTED, SUPPORTED, Interval
 from .render import render_markdown, render_terminal
 from .rules import FUNCTIONS, Rule, RuleError, parse_rule
-from .summary import SUMMARY_VERSION, summarise
+from .summary import SUMMARY_VERSION, summarise, summarise_with_trials
 from .wilson import wilson
 
 __all__ = ["ExperimentData", "RunView", "experiment_data", "ledger_reservations", "merge_journal",
            "lured_tasks", "parse_cell", "view_run", "Interval", "SUPPORTED", "REFUTED",
            "INCONCLUSIVE", "FUNCTIONS", "Rule", "RuleError", "parse_rule", "SUMMARY_VERSION",
-           "summarise", "wilson", "render_markdown", "render_terminal"]
+           "summarise", "summarise_with_trials", "wilson", "render_markdown", "render_terminal"]

@@ -18,12 +18,12 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, NamedTuple
 
 from ..errors import FormatError
 from ..records import Record
 
-__all__ = ["ExperimentData", "RunView", "CallView", "view_run", "lured_tasks", "parse_cell",
+__all__ = ["ExperimentData", "RunView", "RunTally", "CallView", "view_run", "lured_tasks", "parse_cell",
            "task_key", "usd", "spec_from_bytes", "registered_digest", "merge_journal",
            "experiment_data", "ledger_reservations", "SpecView", "spec_view"]
 
@@ -65,6 +65,18 @@ class CallView:
     model_mismatch: bool = False  # the provider echoed a model id other than the one requested
 
 
+class RunTally(NamedTuple):
+    """What a run's calls add to a row's token, finish and unknown-cost counts."""
+
+    usage: tuple[int, int, int, int, int]  # USAGE_KEYS order, over calls that reported usage
+    calls: int
+    unknown_usage: int
+    outcomes: dict[str, int]
+    model_mismatch: int
+    errors: dict[str, int]  # error kind ("unknown" when none) -> calls
+    unknown_cost: int
+
+
 @dataclass(frozen=True)
 class RunView:
     """One sealed run as the analysis sees it."""
@@ -104,6 +116,28 @@ class RunView:
     @functools.cached_property
     def cost_high(self) -> Decimal:
         return sum_exact(c.cost_high for c in self.calls)
+
+    @functools.cached_property
+    def tally(self) -> RunTally:
+        """Counts over this run's calls, summed once instead of once per table row."""
+        usage = [0, 0, 0, 0, 0]
+        unknown_usage = mismatch = unknown_cost = 0
+        outcomes: dict[str, int] = {}
+        errors: dict[str, int] = {}
+        for c in self.calls:
+            if c.usage is None:
+                unknown_usage += 1
+            else:
+                for i, val in enumerate(c.usage):
+                    usage[i] += val
+            outcomes[c.outcome] = outcomes.get(c.outcome, 0) + 1
+            mismatch += c.model_mismatch
+            unknown_cost += not c.known
+            if c.outcome == "error":
+                kind = c.error_kind or "unknown"
+                errors[kind] = errors.get(kind, 0) + 1
+        return RunTally(tuple(usage), len(self.calls), unknown_usage, outcomes, mismatch, errors,
+                        unknown_cost)
 
 
 def sum_exact(values) -> Decimal:

@@ -130,13 +130,11 @@ class Row:
         out: dict[str, dict[str, int]] = {}
         for r in self.all_runs:
             row = out.setdefault(r.tier, dict.fromkeys(USAGE_KEYS + ("calls", "unknown_usage"), 0))
-            for c in r.calls:
-                row["calls"] += 1
-                if c.usage is None:
-                    row["unknown_usage"] += 1
-                    continue
-                for key, val in zip(USAGE_KEYS, c.usage):
-                    row[key] += val
+            t = r.tally
+            row["calls"] += t.calls
+            row["unknown_usage"] += t.unknown_usage
+            for key, val in zip(USAGE_KEYS, t.usage):
+                row[key] += val
         return dict(sorted(out.items()))
 
     def finishes(self) -> dict:
@@ -144,12 +142,12 @@ class Row:
                   "model_mismatch": 0}
         errors: dict[str, int] = {}
         for r in self.all_runs:
-            for c in r.calls:
-                counts[c.outcome] = counts.get(c.outcome, 0) + 1
-                counts["model_mismatch"] += c.model_mismatch
-                if c.outcome == "error":
-                    kind = c.error_kind or "unknown"
-                    errors[kind] = errors.get(kind, 0) + 1
+            t = r.tally
+            for outcome, n in t.outcomes.items():
+                counts[outcome] = counts.get(outcome, 0) + n
+            counts["model_mismatch"] += t.model_mismatch
+            for kind, n in t.errors.items():
+                errors[kind] = errors.get(kind, 0) + n
         return {**dict(sorted(counts.items())), "errors": dict(sorted(errors.items()))}
 
     def statuses(self) -> dict[str, int]:
@@ -159,7 +157,7 @@ class Row:
         return dict(sorted(out.items()))
 
     def unknown_calls(self) -> int:
-        return sum(not c.known for r in self.all_runs for c in r.calls)
+        return sum(r.tally.unknown_cost for r in self.all_runs)
 
     def injection(self) -> dict[str, int]:
         exposed = [r for r in self.all_runs if self.lures is None or r.task in self.lures]

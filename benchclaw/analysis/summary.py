@@ -34,8 +34,8 @@ from .rules import RuleError, parse_rule
 from .trials import ORACLE, Trial, live_trials, replayed_trials
 from .wilson import fixed, rate_obj
 
-__all__ = ["summarise", "SUMMARY_VERSION", "Analysis", "analyse_selection", "spec_tiers",
-           "policy_trials"]
+__all__ = ["summarise", "summarise_with_trials", "SUMMARY_VERSION", "Analysis",
+           "analyse_selection", "spec_tiers", "policy_trials"]
 
 SUMMARY_VERSION = 1
 MODES = ("live", "replayed")
@@ -93,12 +93,15 @@ def _is_cell(cell: str) -> bool:
 # ---------------------------------------------------------------------------- 2. analysis
 
 class Analysis:
-    """The rows of one analysis and the metric lookup its decision rules use."""
+    """The rows of one analysis and the metric lookup its decision rules use; ``trials``
+    holds the trials behind the policy rows, ``{(policy, mode): {cell: Trial}}``."""
 
     def __init__(self, sel: Selection, tiers: list[str], live: list[str],
-                 rows: dict[tuple[str, str], Row], tier_rows: dict[str, Row]):
+                 rows: dict[tuple[str, str], Row], tier_rows: dict[str, Row],
+                 trials: dict[tuple[str, str], dict[str, Trial]] | None = None):
         self.sel, self.tiers, self.live = sel, tiers, live
         self.rows, self.tier_rows = rows, tier_rows
+        self.trials = trials or {}
 
     def known_policies(self) -> list[str]:
         return policies.policy_names(self.tiers) + [ORACLE]
@@ -167,30 +170,31 @@ def _tier_row(sel: Selection, tier: str, all_tiers: bool, lures) -> Row:
     return make_row(samples, [], list(cells), missing, lures)
 
 
-def analyse_selection(sel: Selection, spec: SpecView, tiers: list[str], lures) -> Analysis:
-    live = _live_names(spec, sel)
-    rows: dict[tuple[str, str], Row] = {}
-    for name, trials in live_trials(sel, tiers, live).items():
-        rows[(name, "live")] = _trial_row(trials, sel.cells, lures)
+def _all_trials(sel: Selection, spec: SpecView, tiers: list[str]) -> dict[tuple[str, str], dict[str, Trial]]:
+    out = {(n, "live"): t for n, t in live_trials(sel, tiers, _live_names(spec, sel)).items()}
     names = policies.policy_names(tiers) + [ORACLE]
-    for name, trials in replayed_trials(sel, tiers, names).items():
-        rows[(name, "replayed")] = _trial_row(trials, sel.cells, lures)
+    out.update({(n, "replayed"): t for n, t in replayed_trials(sel, tiers, names).items()})
+    return out
+
+
+def analyse_selection(sel: Selection, spec: SpecView, tiers: list[str], lures) -> Analysis:
+    trials = _all_trials(sel, spec, tiers)
+    rows = {key: _trial_row(by_cell, sel.cells, lures) for key, by_cell in trials.items()}
     tier_rows = {t: _tier_row(sel, t, spec.all_tiers, lures) for t in tiers}
-    return Analysis(sel, tiers, live, rows, tier_rows)
+    return Analysis(sel, tiers, _live_names(spec, sel), rows, tier_rows, trials)
 
 
 def policy_trials(data: ExperimentData, *, with_reruns: bool = False):
     """The trials behind the policy rows, for a consumer that shows them cell by cell (the
     site): ``(selection, tiers, {(policy, mode): {cell: Trial}})``. Raises as
-    ``summarise`` does for a bad spec."""
-    spec = spec_view(data.spec, f"{data.experiment} spec")
-    views, _ = _views(data)
-    tiers = spec_tiers(spec, views)
-    sel = select(views, _declared_cells(data), with_reruns=with_reruns)
-    out = {(n, "live"): t for n, t in live_trials(sel, tiers, _live_names(spec, sel)).items()}
-    names = policies.policy_names(tiers) + [ORACLE]
-    out.update({(n, "replayed"): t for n, t in replayed_trials(sel, tiers, names).items()})
-    return sel, tiers, out
+    ``summarise`` does for a bad spec. (``summarise_with_trials`` gives the primary
+    analysis's trials together with the summary, without computing them twice.)"""
+    with gc_paused():
+        spec = spec_view(data.spec, f"{data.experiment} spec")
+        views, _ = _views(data)
+        tiers = spec_tiers(spec, views)
+        sel = select(views, _declared_cells(data), with_reruns=with_reruns)
+        return sel, tiers, _all_trials(sel, spec, tiers)
 
 
 # ---------------------------------------------------------------------------- JSON objects
@@ -359,22 +363,31 @@ def summarise(data: ExperimentData) -> dict:
     """The summary.json object (FORMAT.md, "Summary"). Never raises for odd or partial runs:
     an empty experiment gives empty tables, a bad rule a decision ``error``, an unreadable
     run a line in ``unreadable_runs``. Raises FormatError for a spec of the wrong shape."""
+    return summarise_with_trials(data)[0]
+
+
+def summarise_with_trials(data: ExperimentData):
+    """``(summarise(data), (selection, tiers, {(policy, mode): {cell: Trial}}))``: the
+    summary and the primary analysis's trials behind its policy rows (what
+    ``policy_trials(data)`` returns), computed once, for a consumer that shows both (the
+    site's experiment and cell pages). Raises as ``summarise`` does."""
     with gc_paused():
         return _summarise(data)
 
 
-def _summarise(data: ExperimentData) -> dict:
+def _summarise(data: ExperimentData):
     spec = spec_view(data.spec, f"{data.experiment} spec")
     views, unreadable = _views(data)
     tiers = spec_tiers(spec, views)
     declared = _declared_cells(data)
-    analyses = {}
+    analyses, primary = {}, None
     for label, reruns in (("primary", False), ("secondary", True)):
         if reruns and not any(v.rerun for v in views):
             analyses[label] = None
             continue
         sel = select(views, declared, with_reruns=reruns)
         an = analyse_selection(sel, spec, tiers, data.tasks_with_lures)
+        primary = primary or (sel, tiers, an.trials)
         analyses[label] = _analysis_obj(an, spec, label)
     return {
         "v": SUMMARY_VERSION, "format": "benchclaw.summary", "experiment": data.experiment,
@@ -385,4 +398,4 @@ def _summarise(data: ExperimentData) -> dict:
         "deviations": _deviations(data, views), "stops": _stops(data),
         "registration_problems": _registration_problems(data, views),
         "unreadable_runs": unreadable,
-    }
+    }, primary

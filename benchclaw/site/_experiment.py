@@ -89,61 +89,23 @@ def load_spec(store: Store, digest: str | None) -> tuple[dict, str | None]:
         return {}, f"spec {digest}: {e}"
 
 
-_FORKED: dict = {}
-PARALLEL_MIN = 1000  # runs: below this, a second process costs more than it saves
-
-
-def _summarise_forked():
-    from ..analysis import summarise
-
-    return summarise(_FORKED["data"])
-
-
 def analyse(exp: str, spec: dict, spec_digest: str | None, journal: tuple, runs: dict[str, tuple],
             lures, *, workers: int = 1) -> dict:
     """``{"summary": summary.json object, "cells": {cell: [policy trial, …]}, "grid",
-    "cell_order"}`` (JSON-able). With ``workers`` > 1 and many runs, ``summarise`` runs in a
-    forked process while this one derives the per-cell trials (both read the same views)."""
-    import multiprocessing
-    import os
-
-    from ..analysis import ExperimentData, summarise
+    "cell_order"}`` (JSON-able). One pass of the analysis gives both the summary and the
+    per-cell trials behind its primary policy rows (``summarise_with_trials``), so a cell
+    page cannot disagree with the experiment's table. (``workers`` is accepted for
+    compatibility; the single pass is faster than the two forked ones it replaced.)"""
+    from ..analysis import ExperimentData, summarise_with_trials
 
     data = ExperimentData(exp, spec, spec_digest, journal, runs, lures)
-    if workers > 1 and len(runs) >= PARALLEL_MIN and hasattr(os, "fork"):
-        _FORKED["data"] = data
-        try:
-            with multiprocessing.get_context("fork").Pool(1) as pool:
-                pending = pool.apply_async(_summarise_forked)
-                cells = _cell_trials(data, spec)
-                summary = pending.get()
-        finally:
-            _FORKED.clear()
-    else:
-        summary = summarise(data)
-        cells = _cell_trials(data, spec)
-    return {"summary": summary, **cells}
-
-
-def _cell_trials(data, spec: dict) -> dict:
-    """What each policy did in each cell, from the analysis's own selection and trials."""
-    from ..analysis.cells import select
-    from ..analysis.summary import _declared_cells, _live_names, _views, spec_tiers
-    from ..analysis.trials import ORACLE, live_trials, replayed_trials
-    from .. import policies
-
-    views, _ = _views(data)
-    tiers = spec_tiers(spec, views)
-    sel = select(views, _declared_cells(data), with_reruns=False)
+    summary, (sel, _tiers, trials) = summarise_with_trials(data)
     cells: dict[str, list] = {}
-    names = policies.policy_names(tiers) + [ORACLE]
-    for mode, table in (("live", live_trials(sel, tiers, _live_names(spec, sel))),
-                        ("replayed", replayed_trials(sel, tiers, names))):
-        for name, by_cell in table.items():
-            for cell, trial in by_cell.items():
-                cells.setdefault(cell, []).append(_trial_obj(name, mode, trial))
+    for (name, mode), by_cell in trials.items():
+        for cell, trial in by_cell.items():
+            cells.setdefault(cell, []).append(_trial_obj(name, mode, trial))
     grid = {cell: {t: r.run_id for t, r in slot.items()} for cell, slot in sel.grid.items()}
-    return {"cells": cells, "grid": grid, "cell_order": list(sel.cells)}
+    return {"summary": summary, "cells": cells, "grid": grid, "cell_order": list(sel.cells)}
 
 
 def _trial_obj(name: str, mode: str, trial) -> dict:
