@@ -190,11 +190,13 @@ def markdown(text):
 
 def renderer_digest(templates_dir: Path, public: bool) -> str:
     """Digest of everything that shapes a page besides its data: every template and static
-    file, this package's code, and the public flag. A change re-renders every page."""
+    file, this package's code, the analysis code (a cached summary is only as good as the
+    code that computed it), and the public flag. A change re-renders every page."""
     h = hashlib.sha256(b"benchclaw-site 1\n" + (b"public\n" if public else b"full\n"))
-    for base in (templates_dir, _SITE_PKG):
+    for base in (templates_dir, _SITE_PKG, _SITE_PKG.parent / "analysis"):
         for path in sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             h.update(path.relative_to(base).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    h.update(b"policies.py\0" + (_SITE_PKG.parent / "policies.py").read_bytes())
     return h.hexdigest()
 
 

@@ -10,6 +10,7 @@ work is done in-process: starting processes would cost more than it saves.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from pathlib import Path
@@ -30,6 +31,11 @@ def _init(runs_dir: str, templates: str, out: str, public: bool, scrub: Scrubber
     _W.update(store=Store(runs_dir, fsync=False), env=make_env(Path(templates)), out=Path(out),
               public=public, scrub=scrub)
     _W["template"] = _W["env"].get_template("run.html")
+
+
+def _init_worker(*args) -> None:
+    gc.enable()  # a forked worker inherits the parent's paused collector (see _build)
+    _init(*args)
 
 
 def copy_object(store: Store, out: Path, digest: str) -> None:
@@ -74,7 +80,7 @@ def _map(fn, items: list, args: tuple, workers: int) -> list:
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    with ctx.Pool(workers, initializer=_init, initargs=args) as pool:
+    with ctx.Pool(workers, initializer=_init_worker, initargs=args) as pool:
         return list(pool.imap_unordered(fn, items, chunksize=32))
 
 
