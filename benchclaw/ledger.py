@@ -16,6 +16,10 @@ Why it is built this way (FORMAT.md "Ledgers"):
   the ledger's lock file plus a thread mutex), after folding in whatever other writers
   appended, so threads and processes sharing a ledger can never jointly pass a limit.
 
+The replay arithmetic and the refusal rule are the pure ``benchclaw.ledger_replay`` (the
+offline verifier replays bundles with it); ``Limits`` and ``LedgerState`` live there and are
+re-exported here.
+
 Trade-off: one fsync per reservation (a settlement rides on the next fsync: losing one
 in a crash only leaves its reservation counted at the upper bound, the safe side). Model
 calls take hundreds of milliseconds; an fsync takes a fraction of one.
@@ -26,46 +30,22 @@ from __future__ import annotations
 import fcntl
 import os
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable
 
-from .errors import BudgetError, FormatError, InputError, IntegrityError
-from .money import fmt_usd, parse_usd
+from .errors import BudgetError, InputError, IntegrityError
+from .ledger_replay import LEDGER_KINDS, LedgerState, Limits
+from .ledger_replay import apply_record as _apply
+from .ledger_replay import refusal as _refusal
+from .ledger_replay import totals as _totals
+from .money import fmt_usd
 from .records import Record, encode, line_hash, parse_line, split_lines, utc_now, verify_chain
 from .store import ChainFile, Store, safe_name, storage_error
 
 __all__ = ["Ledger", "Limits", "Reservation", "LedgerState", "ledger_path", "new_ledger_id",
            "read_ledger", "LEDGER_KINDS"]
-
-LEDGER_KINDS = ("ledger.open", "reserve", "settle", "refuse", "ledger.close")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What a benchmark may spend. ``usd`` is required (fail closed); ``tokens`` and
-    ``per_call_usd`` are ``None`` when not limited."""
-
-    usd: Decimal
-    tokens: int | None = None
-    per_call_usd: Decimal | None = None
-
-    def to_dict(self) -> dict:
-        return {"usd": fmt_usd(self.usd), "tokens": self.tokens,
-                "per_call_usd": None if self.per_call_usd is None else fmt_usd(self.per_call_usd)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping, where: str) -> "Limits":
-        """Raises FormatError naming ``where``."""
-        if not isinstance(d, Mapping):
-            raise FormatError(f"{where}: limits must be an object")
-        tokens = d.get("tokens")
-        if tokens is not None and (type(tokens) is not int or tokens < 0):
-            raise FormatError(f"{where}.tokens: expected a non-negative int or null")
-        per_call = d.get("per_call_usd")
-        return cls(parse_usd(d.get("usd"), f"{where}.usd"), tokens,
-                   None if per_call is None else parse_usd(per_call, f"{where}.per_call_usd"))
 
 
 @dataclass(frozen=True)
@@ -78,134 +58,6 @@ class Reservation:
     tokens: int
     usd: Decimal
     attempt: str | None = None
-
-
-@dataclass
-class _Open:
-    tokens: int
-    usd: Decimal
-
-
-@dataclass
-class LedgerState:
-    """The ledger replayed. Worst-case spend = carried + settled + unknown + open."""
-
-    ledger: str = ""
-    experiment: str | None = None
-    invocation: str | None = None
-    limits: Limits | None = None
-    carried_usd: Decimal = Decimal(0)
-    carried_tokens: int = 0
-    open: dict[str, _Open] = field(default_factory=dict)
-    settled_calls: int = 0
-    settled_tokens: int = 0
-    settled_usd: Decimal = Decimal(0)
-    unknown_calls: int = 0
-    unknown_tokens: int = 0
-    unknown_usd: Decimal = Decimal(0)
-    refused: int = 0
-    closed: bool = False
-
-    @property
-    def open_tokens(self) -> int:
-        return sum(o.tokens for o in self.open.values())
-
-    @property
-    def open_usd(self) -> Decimal:
-        return sum((o.usd for o in self.open.values()), Decimal(0))
-
-    @property
-    def spent_usd(self) -> Decimal:
-        """Worst-case spend: what has been or may have been spent."""
-        return self.carried_usd + self.settled_usd + self.unknown_usd + self.open_usd
-
-    @property
-    def spent_tokens(self) -> int:
-        return self.carried_tokens + self.settled_tokens + self.unknown_tokens + self.open_tokens
-
-    @property
-    def remaining_usd(self) -> Decimal | None:
-        return None if self.limits is None else self.limits.usd - self.spent_usd
-
-    @property
-    def remaining_tokens(self) -> int | None:
-        if self.limits is None or self.limits.tokens is None:
-            return None
-        return self.limits.tokens - self.spent_tokens
-
-    def summary(self) -> dict:
-        """A JSON-ready snapshot (decimal strings, ints): what ``ledger show --json`` prints."""
-        rem_usd = self.remaining_usd
-        return {
-            "ledger": self.ledger, "experiment": self.experiment, "invocation": self.invocation,
-            "limits": None if self.limits is None else self.limits.to_dict(),
-            "carried": {"usd": fmt_usd(self.carried_usd), "tokens": self.carried_tokens},
-            "reserved": {"calls": len(self.open), "tokens": self.open_tokens, "usd": fmt_usd(self.open_usd)},
-            "settled": {"calls": self.settled_calls, "tokens": self.settled_tokens,
-                        "usd": fmt_usd(self.settled_usd)},
-            "unknown": {"calls": self.unknown_calls, "tokens": self.unknown_tokens,
-                        "usd": fmt_usd(self.unknown_usd)},
-            "refused": self.refused,
-            "spent": {"usd": fmt_usd(self.spent_usd), "tokens": self.spent_tokens},
-            "remaining": {"usd": None if rem_usd is None else fmt_usd(rem_usd),
-                          "tokens": self.remaining_tokens},
-            "closed": self.closed,
-        }
-
-
-# ------------------------------------------------------------------------ replay (one registry)
-
-def _apply_open(st: LedgerState, b: dict, where: str) -> None:
-    st.ledger, st.experiment, st.invocation = b.get("ledger", ""), b.get("experiment"), b.get("invocation")
-    st.limits = Limits.from_dict(b.get("limits"), f"{where}.limits")
-    carried = b.get("carried") or {}
-    st.carried_usd = parse_usd(carried.get("usd", "0"), f"{where}.carried.usd")
-    st.carried_tokens = _int(carried.get("tokens", 0), f"{where}.carried.tokens")
-
-
-def _apply_reserve(st: LedgerState, b: dict, where: str) -> None:
-    st.open[str(b.get("id"))] = _Open(_int(b.get("tokens"), f"{where}.tokens"),
-                                      parse_usd(b.get("usd"), f"{where}.usd"))
-
-
-def _apply_settle(st: LedgerState, b: dict, where: str) -> None:
-    res = st.open.pop(str(b.get("id")), None)
-    if res is None:
-        raise IntegrityError(f"{where}: settles reservation {b.get('id')!r}, which is not open")
-    if b.get("known"):
-        st.settled_calls += 1
-        st.settled_tokens += _int(b.get("tokens"), f"{where}.tokens")
-        st.settled_usd += parse_usd(b.get("usd"), f"{where}.usd")
-    else:  # no usage: spent at the reservation's upper bound
-        st.unknown_calls += 1
-        st.unknown_tokens += res.tokens
-        st.unknown_usd += res.usd
-
-
-def _apply_refuse(st: LedgerState, b: dict, where: str) -> None:
-    st.refused += 1
-
-
-def _apply_close(st: LedgerState, b: dict, where: str) -> None:
-    st.closed = True
-
-
-_APPLY: dict[str, Callable[[LedgerState, dict, str], None]] = {
-    "ledger.open": _apply_open, "reserve": _apply_reserve, "settle": _apply_settle,
-    "refuse": _apply_refuse, "ledger.close": _apply_close,
-}
-
-
-def _int(v, where: str) -> int:
-    if type(v) is not int or v < 0:
-        raise FormatError(f"{where}: expected a non-negative int, got {v!r}")
-    return v
-
-
-def _apply(st: LedgerState, rec: Record, where: str) -> None:
-    fn = _APPLY.get(rec.kind)
-    if fn is not None:  # unknown kinds are kept, never rejected (FORMAT.md §2)
-        fn(st, rec.body, f"{where}:{rec.seq + 1}")
 
 
 # ------------------------------------------------------------------------ the ledger file
@@ -449,27 +301,6 @@ class _FileLock:
             fcntl.flock(self.led._fds()[0], fcntl.LOCK_UN)
         finally:
             self.led._mutex.release()
-
-
-def _refusal(st: LedgerState, tokens: int, usd: Decimal) -> tuple[str, str] | None:
-    lim = st.limits
-    if lim is None:
-        return "usd", "the ledger has no limits (no ledger.open record): refusing every call"
-    if lim.per_call_usd is not None and usd > lim.per_call_usd:
-        return "per_call_usd", (f"this call could cost up to ${fmt_usd(usd)}, above the per-call stop "
-                                f"of ${fmt_usd(lim.per_call_usd)}")
-    if st.spent_usd + usd > lim.usd:
-        return "usd", (f"worst-case spend would reach ${fmt_usd(st.spent_usd + usd)}, above the "
-                       f"limit of ${fmt_usd(lim.usd)}")
-    if lim.tokens is not None and st.spent_tokens + tokens > lim.tokens:
-        return "tokens", (f"worst-case tokens would reach {st.spent_tokens + tokens}, above the "
-                          f"limit of {lim.tokens}")
-    return None
-
-
-def _totals(st: LedgerState) -> dict:
-    s = st.summary()
-    return {k: s[k] for k in ("reserved", "settled", "unknown", "refused", "spent")}
 
 
 def read_ledger(store: Store, ledger_id: str, *, tolerate_torn: bool = False) -> LedgerState:

@@ -70,11 +70,7 @@ def _append_line(f, path: Path, good_size: int, line: bytes, fsync: bool, what: 
         raise storage_error(path, what, e) from None
 
 
-def safe_name(name: str, what: str) -> str:
-    """Reject names that could escape their folder (experiment ids, writer ids)."""
-    if not name or name.startswith(".") or any(c not in _SAFE_NAME for c in name) or len(name) > 128:
-        raise InputError(f"{what} {name!r}: use letters, digits, '-', '_' and '.' only")
-    return name
+from .names import safe_name  # noqa: E402,F401  (moved to the pure benchclaw.names; re-exported)
 
 
 @dataclass(frozen=True)

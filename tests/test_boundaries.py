@@ -61,11 +61,16 @@ def test_a_whole_verification_imports_nothing_impure_and_no_network(bundle_path)
     assert _bad(got["modules"], IMPURE) == []
     assert _bad(got["modules"], NETWORK) == []
     assert got["third_party"] == []
+    # one definition each: the verifier replays ledgers and reads catalogs with the
+    # runtime's own (pure) modules, not with copies of its own
+    assert {"benchclaw.ledger_replay", "benchclaw.catalog_format"} <= set(got["modules"])
 
 
 @pytest.mark.parametrize("module", ["benchclaw.analysis", "benchclaw.checks", "benchclaw.money",
                                     "benchclaw.records", "benchclaw.policies", "benchclaw.jsonio",
-                                    "benchclaw.checks.digest", "benchclaw.tasks"])
+                                    "benchclaw.checks.digest", "benchclaw.tasks", "benchclaw.names",
+                                    "benchclaw.ledger_replay", "benchclaw.catalog_format",
+                                    "benchclaw.spec_format"])
 def test_pure_module_imports_only_the_standard_library_and_pure_modules(module):
     got = _probe(f"import {module}")
     assert _bad(got["modules"], IMPURE) == [], module
@@ -75,3 +80,14 @@ def test_pure_module_imports_only_the_standard_library_and_pure_modules(module):
 def test_the_probe_would_notice_an_impure_import():
     got = _probe("import benchclaw.store")
     assert _bad(got["modules"], IMPURE) == ["benchclaw.store"]
+
+
+def test_the_writer_modules_use_the_pure_ones_they_share_with_the_verifier():
+    from benchclaw import catalog_format, ledger, ledger_replay, names, spec_format, store
+    from benchclaw.experiments import spec
+    from benchclaw.providers import catalog
+
+    assert ledger.LedgerState is ledger_replay.LedgerState and ledger.Limits is ledger_replay.Limits
+    assert catalog.Catalog is catalog_format.Catalog and catalog.Tier is catalog_format.Tier
+    assert spec.parse_spec is spec_format.parse_spec and spec.Spec is spec_format.Spec
+    assert store.safe_name is names.safe_name

@@ -31,6 +31,7 @@ class RunData:
     path: str
     records: list[Record]
     _kinds: dict = field(default_factory=dict, repr=False)
+    call_costs: dict = field(default_factory=dict, repr=False)  # line -> CostBounds step 4 confirmed
 
     @property
     def start(self) -> dict:

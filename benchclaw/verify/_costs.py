@@ -7,28 +7,26 @@ usage from the raw usage blob (``money.normalise_usage``); the cost, or the
 ``[0, upper bound]`` of a call whose usage is unknown, from both (``money.cost_bounds``),
 bit for bit as decimal strings. ``run.end`` totals must be the sums over the calls.
 
-The catalog is read here with ``tomllib`` rather than ``providers.catalog`` so that the
-verifier imports nothing from ``benchclaw.providers``; only the ``tiers.<name>.prices``
-tables are needed and the field-by-field ``extends`` merge is FORMAT.md's.
+The catalog is parsed with ``benchclaw.catalog_format``, the parser the runtime loads
+catalogs with (pure, so the verifier imports nothing from ``benchclaw.providers``);
+``extends`` is resolved from the bundle by the digest the run recorded. Results that later
+steps need again (a call's confirmed cost, an upper bound) are kept, never recomputed.
 """
 
 from __future__ import annotations
 
-import tomllib
-
 from .. import jsonio
-from ..errors import BenchClawError
-from ..money import (USAGE_FIELDS, CostBounds, Prices, Usage, cost_bounds,
-                     estimate_prompt_tokens, normalise_usage, sum_usage)
+from ..catalog_format import MAX_EXTENDS, Catalog, parse_catalog
+from ..errors import BenchClawError, FormatError
+from ..money import (USAGE_FIELDS, CostBounds, Prices, Usage, cost_bounds, cost_upper_bound,
+                     estimate_prompt_tokens, fmt_usd, normalise_usage, sum_usage)
 from ..records import DIGEST_RE
 from ._context import Bundle, RunData
 from ._errors import VerificationError
 from ._report import Section
 from .manifest import object_path
 
-__all__ = ["verify_costs", "catalog_prices"]
-
-_MAX_EXTENDS = 8
+__all__ = ["verify_costs", "catalog_prices", "upper_bound"]
 
 
 def verify_costs(b: Bundle, sec: Section) -> None:
@@ -43,19 +41,25 @@ def _blob(b: Bundle, run: RunData, digest, line: int, what: str) -> bytes:
     return b.read(object_path(digest), run.path, line)
 
 
-def _tier_prices(b: Bundle, run: RunData, ref, tier: str, depth: int = 0) -> dict:
-    if not isinstance(ref, dict) or depth > _MAX_EXTENDS:
+def _catalog(b: Bundle, run: RunData, ref, depth: int = 0) -> Catalog:
+    """The catalog ``ref`` ({name, digest, extends?}) names, parsed from its blob."""
+    if not isinstance(ref, dict) or depth > MAX_EXTENDS:
         raise VerificationError(run.path, "run.start.catalog is not {name, digest}", 1)
     data = _blob(b, run, ref.get("digest"), 1, "catalog")
+    where = object_path(ref["digest"])
+
+    def resolve(_name: str) -> Catalog:
+        if "extends" not in ref:
+            raise VerificationError(where, "the catalog extends another, which run.start.catalog does not record")
+        return _catalog(b, run, ref["extends"], depth + 1)
+
     try:
-        doc = tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise VerificationError(object_path(ref["digest"]), f"catalog is not TOML ({e})") from None
-    prices = _tier_prices(b, run, ref["extends"], tier, depth + 1) if "extends" in ref else {}
-    spec = (doc.get("tiers") or {}).get(tier) if isinstance(doc.get("tiers"), dict) else None
-    if isinstance(spec, dict) and isinstance(spec.get("prices"), dict):
-        prices = {**prices, **spec["prices"]}
-    return prices
+        cat = parse_catalog(data, where, resolve_base=resolve)
+    except FormatError as e:
+        raise VerificationError(where, str(e).removeprefix(f"{where}: ")) from None
+    if "extends" in ref and cat.base is None:
+        raise VerificationError(where, "run.start.catalog records a base catalog this catalog does not extend")
+    return cat
 
 
 def _cached_prices(b: Bundle, run: RunData, tier) -> Prices:
@@ -63,8 +67,9 @@ def _cached_prices(b: Bundle, run: RunData, tier) -> Prices:
     key = ("prices", jsonio.dumps(run.start.get("catalog")), tier)
     if key not in b.memo:
         try:
-            raw = _tier_prices(b, run, run.start.get("catalog"), tier if isinstance(tier, str) else "")
-            b.memo[key] = Prices.from_dict(raw, f"catalog tier {tier}")
+            b.memo[key] = _catalog(b, run, run.start.get("catalog")).tier(tier if isinstance(tier, str) else "").prices
+        except VerificationError as e:
+            b.memo[key] = e
         except (BenchClawError, ValueError) as e:
             b.memo[key] = VerificationError(run.path, str(e), 1)
     if isinstance(b.memo[key], VerificationError):
@@ -114,7 +119,18 @@ def _call(b: Bundle, run: RunData, line: int, body: dict, prices: Prices) -> tup
     if body.get("cost") != want.to_dict():
         raise VerificationError(run.path, f"call cost {body.get('cost')} differs from the "
                                 f"recomputed {want.to_dict()}", line)
+    run.call_costs[line] = want
     return usage, want
+
+
+def upper_bound(b: Bundle, prices: Prices, estimate: int, max_tokens: int) -> str:
+    """``fmt_usd(cost_upper_bound(...))``, once per (prices, estimate, max_tokens): many calls
+    of a grid share them. Raises what ``cost_upper_bound`` raises."""
+    key = ("bound", prices, estimate, max_tokens)
+    got = b.memo.get(key)
+    if got is None:
+        got = b.memo[key] = fmt_usd(cost_upper_bound(estimate, max_tokens, prices))
+    return got
 
 
 def _check_estimate(b: Bundle, run: RunData, line: int, body: dict, estimate: int, max_tokens: int) -> None:
@@ -149,15 +165,23 @@ def _check_usage(b: Bundle, run: RunData, line: int, body: dict) -> Usage | None
     recorded = body.get("usage")
     want = None
     if body.get("usage_raw") is not None:
-        data = _blob(b, run, body["usage_raw"], line, "usage_raw")
-        try:
-            want = normalise_usage(jsonio.loads(data))
-        except (BenchClawError, ValueError, TypeError):
-            want = None  # kept raw, costed as unknown (FORMAT.md "Catalogs", usage shapes)
+        want = _normalised(b, run, line, body["usage_raw"])
     if (want.to_dict() if want else None) != recorded:
         raise VerificationError(run.path, f"call usage {recorded} differs from the raw usage "
                                 f"normalised: {want.to_dict() if want else None}", line)
     return want
+
+
+def _normalised(b: Bundle, run: RunData, line: int, digest) -> Usage | None:
+    """The raw usage blob normalised, once per blob (step 2 tied its bytes to its digest)."""
+    key = ("usage", digest)
+    if key not in b.memo:
+        data = _blob(b, run, digest, line, "usage_raw")
+        try:
+            b.memo[key] = normalise_usage(jsonio.loads(data))
+        except (BenchClawError, ValueError, TypeError):
+            b.memo[key] = None  # kept raw, costed as unknown (FORMAT.md "Catalogs", usage shapes)
+    return b.memo[key]
 
 
 def _totals(run: RunData, calls: int, usages: list[Usage], total: CostBounds) -> None:

@@ -10,8 +10,11 @@ its reservation (same attempt id and ``turn.attempt`` key) with the recomputed b
 its settlement carries exactly the call's usage and cost; a known settlement without a
 call, or a reservation under an attempt no run in the bundle carries, is evidence dropped.
 
-The replay is written here rather than imported: ``benchclaw.ledger`` holds the writer
-side (file locks, the store), which the verifier must not import.
+The arithmetic is ``benchclaw.ledger_replay``, the very fold the ledger writer uses (and its
+refusal rule decides whether a reservation could have passed a limit); this step adds
+what a writer cannot see: ids reused, unknown settlements that do not repeat their bound,
+close totals, carried spend, and the tie to the runs. A call's bound and cost come from
+step 4, which recomputed them from the same prices.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from ..errors import BenchClawError
-from ..money import Prices, Usage, call_cost, cost_upper_bound, fmt_usd, parse_usd
-from ..records import Record
+from ..ledger_replay import LedgerState, apply_record, refusal, totals
+from ..money import Prices, Usage, call_cost, fmt_usd, parse_usd
 from ._context import Bundle, RunData
+from ._costs import catalog_prices, upper_bound
 from ._errors import VerificationError
 from ._report import Section
 from ._journal import journal_of
+from ._runs import from_error
 from ._shape import LEDGER, check_body
 from .experiment import chain_records
 
@@ -36,37 +41,18 @@ _PREFIX = "ledgers/"
 
 @dataclass
 class LedgerReplay:
+    """One ledger replayed: the shared fold's ``state`` plus the indexes the tie to the runs needs."""
+
     name: str
-    limits: dict | None = None
-    carried_usd: Decimal = Decimal(0)
-    carried_tokens: int = 0
+    state: LedgerState = field(default_factory=LedgerState)
     carried_from: list = field(default_factory=list)
-    open: dict = field(default_factory=dict)        # reservation id -> reserve body
+    open: dict = field(default_factory=dict)        # reservation id -> reserve body (+ line)
     reserves: dict = field(default_factory=dict)    # (attempt, key) -> (line, reserve body)
     settles: dict = field(default_factory=dict)     # reservation id -> (line, settle body)
     refusals: list = field(default_factory=list)    # refuse bodies
-    settled: list = field(default_factory=lambda: [0, 0, Decimal(0)])   # calls, tokens, usd
-    unknown: list = field(default_factory=lambda: [0, 0, Decimal(0)])
-
-    @property
-    def open_tokens(self) -> int:
-        return sum(b["tokens"] for b in self.open.values())
-
-    @property
-    def open_usd(self) -> Decimal:
-        return sum((Decimal(b["usd"]) for b in self.open.values()), Decimal(0))
 
     def spent(self) -> tuple[Decimal, int]:
-        usd = self.carried_usd + self.settled[2] + self.unknown[2] + self.open_usd
-        return usd, self.carried_tokens + self.settled[1] + self.unknown[1] + self.open_tokens
-
-    def totals(self) -> dict:
-        usd, tokens = self.spent()
-        def part(p):
-            return {"calls": p[0], "tokens": p[1], "usd": fmt_usd(p[2])}
-        return {"reserved": {"calls": len(self.open), "tokens": self.open_tokens, "usd": fmt_usd(self.open_usd)},
-                "settled": part(self.settled), "unknown": part(self.unknown), "refused": len(self.refusals),
-                "spent": {"usd": fmt_usd(usd), "tokens": tokens}}
+        return self.state.spent_usd, self.state.spent_tokens
 
 
 def verify_ledgers(b: Bundle, sec: Section) -> None:
@@ -87,100 +73,96 @@ def verify_ledgers(b: Bundle, sec: Section) -> None:
 def _replay_into(b: Bundle, name: str, lid: str, replays: dict) -> None:
     records = chain_records(b.files, name)
     b.memo[("chain", name)] = records
-    rep = LedgerReplay(lid)
+    rep = LedgerReplay(lid, LedgerState(ledger=lid))
     for i, rec in enumerate(records, 1):
         check_body(rec.kind, rec.body, LEDGER, name, i)
-        _apply(rep, rec, name, i)
+        _CHECK.get(rec.kind, _no_check)(rep, rec.body, name, i)
+        try:
+            apply_record(rep.state, rec, name)
+        except BenchClawError as e:
+            raise from_error(e, name) from None
+        _INDEX.get(rec.kind, _no_check)(rep, rec.body, name, i)
     replays[lid] = rep
 
 
-def _int(v, name: str, line: int, what: str) -> int:
-    if type(v) is not int or v < 0:
-        raise VerificationError(name, f"{what} is not a non-negative integer: {v!r}", line)
-    return v
+def _no_check(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
+    return None
 
 
-def _usd(v, name: str, line: int, what: str) -> Decimal:
+def _open_check(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
+    if not isinstance(body.get("limits"), dict):
+        raise VerificationError(name, "ledger.open has no limits", line)
+    named = (body.get("carried") or {}).get("ledgers") or []
+    if not isinstance(named, list) or not all(isinstance(x, str) for x in named):
+        raise VerificationError(name, "carried.ledgers is not a list of ledger ids", line)
+    rep.carried_from = named
+
+
+def _reserve_check(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
+    """Before the fold: the reservation could not have passed a limit (the writer's rule)."""
+    tokens = body.get("tokens")
+    if type(tokens) is not int or tokens < 0:
+        raise VerificationError(name, f"reserve tokens is not a non-negative integer: {tokens!r}", line)
     try:
-        return parse_usd(v, what)
+        usd = parse_usd(body.get("usd"), "reserve usd")
     except BenchClawError as e:
         raise VerificationError(name, str(e), line) from None
-
-
-def _apply(rep: LedgerReplay, rec: Record, name: str, line: int) -> None:
-    body = rec.body
-    if rec.kind == "ledger.open":
-        lim = body.get("limits")
-        if not isinstance(lim, dict):
-            raise VerificationError(name, "ledger.open has no limits", line)
-        rep.limits = {"usd": _usd(lim.get("usd"), name, line, "limits.usd"),
-                      "tokens": None if lim.get("tokens") is None else _int(lim["tokens"], name, line, "limits.tokens"),
-                      "per_call_usd": None if lim.get("per_call_usd") is None else
-                      _usd(lim["per_call_usd"], name, line, "limits.per_call_usd")}
-        carried = body.get("carried") or {}
-        rep.carried_usd = _usd(carried.get("usd", "0"), name, line, "carried.usd")
-        rep.carried_tokens = _int(carried.get("tokens", 0), name, line, "carried.tokens")
-        named = carried.get("ledgers") or []
-        if not isinstance(named, list) or not all(isinstance(x, str) for x in named):
-            raise VerificationError(name, "carried.ledgers is not a list of ledger ids", line)
-        rep.carried_from = named
-    elif rec.kind == "reserve":
-        _reserve(rep, body, name, line)
-    elif rec.kind == "settle":
-        _settle(rep, body, name, line)
-    elif rec.kind == "refuse":
-        rep.refusals.append(body)
-    elif rec.kind == "ledger.close":
-        _close(rep, body, name, line)
-
-
-def _reserve(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
-    tokens = _int(body.get("tokens"), name, line, "reserve tokens")
-    usd = _usd(body.get("usd"), name, line, "reserve usd")
-    lim = rep.limits
-    if lim is None:
+    st = rep.state
+    if st.limits is None:
         raise VerificationError(name, "a reservation before ledger.open (no limits)", line)
-    spent_usd, spent_tokens = rep.spent()
-    if lim["per_call_usd"] is not None and usd > lim["per_call_usd"]:
-        raise VerificationError(name, f"reservation of ${fmt_usd(usd)} passes the per-call stop "
-                                f"${fmt_usd(lim['per_call_usd'])}", line)
-    if spent_usd + usd > lim["usd"]:
-        raise VerificationError(name, f"reservation takes worst-case spend to ${fmt_usd(spent_usd + usd)}, "
-                                f"past the limit ${fmt_usd(lim['usd'])}", line)
-    if lim["tokens"] is not None and spent_tokens + tokens > lim["tokens"]:
-        raise VerificationError(name, f"reservation takes worst-case tokens to {spent_tokens + tokens}, "
-                                f"past the limit {lim['tokens']}", line)
+    why = refusal(st, tokens, usd)
+    if why is not None:
+        raise VerificationError(name, _REFUSED[why[0]](st, tokens, usd), line)
     rid = body.get("id")
     if not isinstance(rid, str) or rid in rep.open or rid in rep.settles:
         raise VerificationError(name, f"reservation id {rid!r} is not new", line)
-    rep.open[rid] = {"tokens": tokens, "usd": fmt_usd(usd), "line": line, **body}
-    rep.reserves[(body.get("attempt"), body.get("key"))] = (line, rep.open[rid])
 
 
-def _settle(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
-    res = rep.open.pop(body.get("id"), None)
+_REFUSED = {
+    "per_call_usd": lambda st, tokens, usd: (f"reservation of ${fmt_usd(usd)} passes the per-call stop "
+                                             f"${fmt_usd(st.limits.per_call_usd)}"),
+    "usd": lambda st, tokens, usd: (f"reservation takes worst-case spend to ${fmt_usd(st.spent_usd + usd)}, "
+                                    f"past the limit ${fmt_usd(st.limits.usd)}"),
+    "tokens": lambda st, tokens, usd: (f"reservation takes worst-case tokens to {st.spent_tokens + tokens}, "
+                                       f"past the limit {st.limits.tokens}"),
+}
+
+
+def _settle_check(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
+    res = rep.open.get(body.get("id"))
     if res is None:
         raise VerificationError(name, f"settles reservation {body.get('id')!r}, which is not open", line)
-    rep.settles[body.get("id")] = (line, body)
-    if body.get("known") is True:
-        rep.settled[0] += 1
-        rep.settled[1] += _int(body.get("tokens"), name, line, "settle tokens")
-        rep.settled[2] += _usd(body.get("usd"), name, line, "settle usd")
-    else:
-        if body.get("tokens") != res["tokens"] or body.get("usd") != res["usd"]:
-            raise VerificationError(name, "an unknown settlement does not repeat its reservation's bound "
-                                    f"({res['tokens']} tokens, ${res['usd']})", line)
-        rep.unknown[0] += 1
-        rep.unknown[1] += res["tokens"]
-        rep.unknown[2] += Decimal(res["usd"])
+    if body.get("known") is not True and (body.get("tokens") != res["tokens"] or body.get("usd") != res["usd"]):
+        raise VerificationError(name, "an unknown settlement does not repeat its reservation's bound "
+                                f"({res['tokens']} tokens, ${res['usd']})", line)
 
 
-def _close(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
-    want = rep.totals()
-    for key, value in want.items():
+def _close_check(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
+    for key, value in totals(rep.state).items():
         if body.get(key) != value:
             raise VerificationError(name, f"ledger.close {key} {body.get(key)} differs from the "
                                     f"replayed {value}", line)
+
+
+_CHECK = {"ledger.open": _open_check, "reserve": _reserve_check, "settle": _settle_check,
+          "ledger.close": _close_check}
+
+
+def _index_reserve(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
+    rep.open[body["id"]] = res = {"line": line, **body}  # tokens and usd as written
+    rep.reserves[(body.get("attempt"), body.get("key"))] = (line, res)
+
+
+def _index_settle(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
+    rep.open.pop(body.get("id"))
+    rep.settles[body.get("id")] = (line, body)
+
+
+def _index_refuse(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
+    rep.refusals.append(body)
+
+
+_INDEX = {"reserve": _index_reserve, "settle": _index_settle, "refuse": _index_refuse}
 
 
 def _check_carried(rep: LedgerReplay, replays: dict) -> None:
@@ -188,10 +170,11 @@ def _check_carried(rep: LedgerReplay, replays: dict) -> None:
     present = [replays[lid] for lid in rep.carried_from if lid in replays]
     if len(present) != len(rep.carried_from):
         return  # a ledger of another machine's shard: its spend cannot be recomputed here
-    usd = sum((p.spent()[0] - p.carried_usd for p in present), Decimal(0))
-    tokens = sum(p.spent()[1] - p.carried_tokens for p in present)
-    if (usd, tokens) != (rep.carried_usd, rep.carried_tokens):
-        raise VerificationError(name, f"carries ${fmt_usd(rep.carried_usd)} / {rep.carried_tokens} tokens, "
+    usd = sum((p.state.spent_usd - p.state.carried_usd for p in present), Decimal(0))
+    tokens = sum(p.state.spent_tokens - p.state.carried_tokens for p in present)
+    st = rep.state
+    if (usd, tokens) != (st.carried_usd, st.carried_tokens):
+        raise VerificationError(name, f"carries ${fmt_usd(st.carried_usd)} / {st.carried_tokens} tokens, "
                                 f"the ledgers it names spent ${fmt_usd(usd)} / {tokens}", 1)
 
 
@@ -224,12 +207,10 @@ def _runs_by_attempt(b: Bundle, replays: dict, sec: Section) -> dict:
 
 
 def _check_run_calls(b: Bundle, run: RunData, rep: LedgerReplay, attempt) -> None:
-    from ._costs import catalog_prices
-
     prices = catalog_prices(b, run)
     for line, rec in run.of_kind("call"):
         try:
-            _check_call(run, line, rec.body, rep, attempt, prices)
+            _check_call(b, run, line, rec.body, rep, attempt, prices)
         except (BenchClawError, ArithmeticError, TypeError, ValueError) as e:
             if isinstance(e, VerificationError):
                 raise
@@ -239,14 +220,15 @@ def _check_run_calls(b: Bundle, run: RunData, rep: LedgerReplay, attempt) -> Non
                                 len(run.records))
 
 
-def _check_call(run: RunData, line: int, body: dict, rep: LedgerReplay, attempt, prices: Prices) -> None:
+def _check_call(b: Bundle, run: RunData, line: int, body: dict, rep: LedgerReplay, attempt,
+                prices: Prices) -> None:
     key = f"{body.get('turn')}.{body.get('attempt')}"
     found = rep.reserves.get((attempt, key))
     if found is None:
         raise VerificationError(run.path, f"call {key} has no reservation in ledger {rep.name}", line)
     _, res = found
     estimate, max_tokens = body.get("prompt_estimate"), (body.get("params") or {}).get("max_tokens")
-    bound = fmt_usd(cost_upper_bound(estimate, max_tokens, prices))
+    bound = upper_bound(b, prices, estimate, max_tokens)
     if res["tokens"] != estimate + max_tokens or res["usd"] != bound:
         raise VerificationError(run.path, f"call {key}: its reservation ({res['tokens']} tokens, ${res['usd']}) "
                                 f"is not its bound ({estimate + max_tokens} tokens, ${bound})", line)
@@ -260,7 +242,8 @@ def _check_call(run: RunData, line: int, body: dict, rep: LedgerReplay, attempt,
             raise VerificationError(run.path, f"call {key} reported no usage but ledger {rep.name} settled "
                                     "it as known", line)
         return
-    want = (True, usage.total, fmt_usd(call_cost(usage, prices)))
+    done = run.call_costs.get(line)  # step 4 recomputed it from this usage and these prices
+    want = (True, usage.total, fmt_usd(done.low if done is not None and done.known else call_cost(usage, prices)))
     if (s.get("known"), s.get("tokens"), s.get("usd")) != want:
         raise VerificationError(run.path, f"call {key}: ledger {rep.name} settled {s.get('tokens')} tokens "
                                 f"${s.get('usd')}, the call's usage gives {want[1]} tokens ${want[2]}", line)

@@ -7,8 +7,8 @@ read from the zip. Both end in ``analysis.experiment_data``, the constructor
 difference can only come from the bytes. What this module adds is reading the zip's
 files: every ``journals/<experiment>/<writer>.jsonl`` (chains verified, merged in reader
 order), every run log of the experiment, the ledgers the grid or runs name, and blobs by
-digest. (``benchclaw.experiments.spec`` imports the store, so the spec is read the
-analysis' way, as a mapping.)
+digest. (The registered spec is read by the analysis itself, from its blob; the one spec
+parser is the pure ``benchclaw.spec_format``.)
 """
 
 from __future__ import annotations
