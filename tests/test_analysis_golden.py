@@ -161,3 +161,22 @@ def test_the_fixed_experiment_exercises_every_path():
     assert set(p["runs"]["excluded"]) >= {"rerun", "no_model_call"}
     decisions = {d["id"]: d["decision"] for d in p["decisions"]}
     assert decisions["H8"] == "error" and set(decisions.values()) - {"error"}
+
+
+def test_cached_views_give_the_same_summary_bytes():
+    from benchclaw.analysis import view_from_json, view_run, view_to_json
+    from benchclaw.errors import FormatError
+
+    data = random_data(40, 1)
+    views, unreadable = {}, {}
+    for run_id, records in data.runs.items():
+        try:
+            view = view_run(run_id, records, data.reservations)
+        except FormatError:
+            unreadable[run_id] = records
+            continue
+        views[run_id] = view_from_json(jsonio.loads(jsonio.dumps(view_to_json(view))))
+        assert views[run_id] == view
+    assert unreadable and views
+    cached = replace(data, runs=unreadable, views=views)
+    assert summary_digest(cached) == GOLDEN[(40, 1)]

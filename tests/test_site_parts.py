@@ -120,3 +120,51 @@ def test_site_summary_is_the_reports_summary(tmp_path):
     build_site(tmp_path / "runs", tmp_path / "site")
     state = jsonio.loads((tmp_path / "site" / ".benchclaw-build" / "state.json").read_bytes())
     assert state["experiments"]["E01"]["summary"] == build_summary(Store(tmp_path / "runs"), "E01")
+
+
+def _denials_and_mismatches(tmp_path):
+    from tests.analysis_factories import Exp, call, write_store
+
+    e = Exp()
+    mismatch = {**call("0.003"), "model_mismatch": True, "model_echoed": "other"}
+    e.grid("quotes-a@1/direct/1", {"lightning": False, "ultra": True}, injection_attempts=1, denials=2)
+    e.add("quotes-a@1/direct/1", "super", True, calls=[mismatch])
+    store = Store(tmp_path / "runs")
+    write_store(e, store)
+    return store, e.experiment
+
+
+def test_site_experiment_summary_is_the_report_summary(tmp_path):
+    """The site's cached view of a run is condensed from its full records: denials (whose
+    reason the condensed records used to drop) and model mismatches count as in the report."""
+    import json
+
+    from benchclaw.report import build_summary
+    from benchclaw.site import build_site
+
+    store, exp = _denials_and_mismatches(tmp_path)
+    build_site(store.root, tmp_path / "site")
+    state = json.loads((tmp_path / "site" / ".benchclaw-build" / "state.json").read_bytes())
+    expected = build_summary(store, exp)
+    assert state["experiments"][exp]["summary"] == json.loads(json.dumps(expected))
+    tiers = {t["tier"]: t for t in expected["primary"]["tiers"]}
+    assert tiers["lightning"]["injection"]["denials"] == 2 and tiers["super"]["finish"]["model_mismatch"] == 1
+
+
+def test_a_damaged_analysis_cache_heals_instead_of_misreporting(tmp_path):
+    from benchclaw.site import build_site
+    from benchclaw.site._synth import add_run
+
+    synth_runs(tmp_path / "runs", 12)
+    out = tmp_path / "site"
+    build_site(tmp_path / "runs", out)
+    cache = out / ".benchclaw-build" / "records.jsonl"
+    lines = cache.read_bytes().splitlines()
+    cache.write_bytes(b"\n".join([b'["' + lines[0][2:66] + b'", {"view": [1, 2]}]'] + lines[2:]) + b"\n")
+    add_run(tmp_path / "runs", experiment="E01", seed=77)  # the experiment is analysed again
+    build_site(tmp_path / "runs", out)
+    fresh = tmp_path / "fresh"
+    build_site(tmp_path / "runs", fresh)
+    page = "experiments/E01.html"
+    assert (out / page).read_bytes() == (fresh / page).read_bytes()
+    assert "unreadable" not in (out / page).read_text().lower()

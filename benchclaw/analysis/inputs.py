@@ -25,7 +25,8 @@ from ..records import Record
 
 __all__ = ["ExperimentData", "RunView", "RunTally", "CallView", "view_run", "lured_tasks", "parse_cell",
            "task_key", "usd", "spec_from_bytes", "registered_digest", "merge_journal",
-           "experiment_data", "ledger_reservations", "SpecView", "spec_view"]
+           "experiment_data", "ledger_reservations", "SpecView", "spec_view", "view_to_json",
+           "view_from_json"]
 
 _USD_RE = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
 _EXACT = decimal.Context(prec=60, traps=[decimal.Inexact, decimal.InvalidOperation])
@@ -42,7 +43,10 @@ class ExperimentData:
     registered digest). ``tasks_with_lures``: ``"<task id>@<version>"`` keys of tasks that
     carry an injection, or None when unknown. ``reservations``: ledger reservations by
     the runner's attempt id (``ledger_reservations``), so a call cut off before its
-    ``call`` record was written still counts, at its bounds.
+    ``call`` record was written still counts, at its bounds. ``views``: run id ->
+    ``RunView`` already condensed from that run's records and these reservations (a
+    cache: the site keeps them between builds, see ``view_to_json``); a run listed here
+    needs no records in ``runs``.
     """
 
     experiment: str
@@ -52,6 +56,7 @@ class ExperimentData:
     runs: Mapping[str, tuple[Record, ...]] = field(default_factory=dict)
     tasks_with_lures: frozenset[str] | None = None
     reservations: Mapping[str, tuple[tuple[str, Decimal, Decimal], ...]] = field(default_factory=dict)
+    views: Mapping[str, "RunView"] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,10 @@ class RunView:
                 errors[kind] = errors.get(kind, 0) + 1
         return RunTally(tuple(usage), len(self.calls), unknown_usage, outcomes, mismatch, errors,
                         unknown_cost)
+
+
+_VIEW_FIELDS = tuple(RunView.__dataclass_fields__)
+_CALLS_AT = _VIEW_FIELDS.index("calls")
 
 
 def sum_exact(values) -> Decimal:
@@ -266,6 +275,28 @@ def view_run(run_id: str, records: tuple[Record, ...] | list[Record],
         turns=_get(end, "turns", int, 0, where), calls=tuple(calls),
         injection_attempts=attempts, denials=denials,
         simulated=bool(start.get("simulated")))
+
+
+def view_to_json(view: RunView) -> list:
+    """A ``RunView`` as a JSON-able list (money as exact decimal strings) that
+    ``view_from_json`` turns back into an equal view, so a builder can cache views."""
+    row = [getattr(view, name) for name in _VIEW_FIELDS]
+    row[_CALLS_AT] = [[c.outcome, c.error_kind, c.usage, str(c.cost_low), str(c.cost_high), c.known,
+                       c.model_mismatch] for c in view.calls]
+    return row
+
+
+def view_from_json(row: list) -> RunView:
+    """The inverse of ``view_to_json``. Raises FormatError for a row of another shape."""
+    try:
+        if len(row) != len(_VIEW_FIELDS):
+            raise ValueError("wrong length")
+        row = list(row)
+        row[_CALLS_AT] = tuple(CallView(o, k, None if u is None else tuple(u), Decimal(lo), Decimal(hi), kn, mm)
+                               for o, k, u, lo, hi, kn, mm in row[_CALLS_AT])
+        return RunView(*row)
+    except (TypeError, ValueError, decimal.InvalidOperation) as e:
+        raise FormatError(f"cached run view: {e}") from None
 
 
 @dataclass(frozen=True)

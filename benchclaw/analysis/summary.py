@@ -45,12 +45,15 @@ MODES = ("live", "replayed")
 
 def _views(data: ExperimentData) -> tuple[list[RunView], list[dict]]:
     views, bad = [], []
-    for run_id in sorted(data.runs):
-        try:
-            view = view_run(run_id, data.runs[run_id], data.reservations)
-        except FormatError as e:
-            bad.append({"run": run_id, "error": str(e)})
-            continue
+    cached = data.views
+    for run_id in sorted(set(data.runs) | set(cached) if cached else data.runs):
+        view = cached.get(run_id) if cached else None
+        if view is None:
+            try:
+                view = view_run(run_id, data.runs[run_id], data.reservations)
+            except FormatError as e:
+                bad.append({"run": run_id, "error": str(e)})
+                continue
         if view.experiment == data.experiment:
             views.append(view)
     return views, bad

@@ -13,7 +13,7 @@ Same inputs, same bytes: nothing reads a clock or the machine's paths into a pag
 list is sorted, and pages are rewritten only when their bytes change.
 
 Speed: the parent process holds a few million small objects (the cache's run summaries
-and condensed records, the analysis's views), which the cyclic garbage collector would
+and the analysis's views of every run), which the cyclic garbage collector would
 rescan on every generation-2 collection, costing seconds per build; it is paused in the
 parent while the stages run (reference counting still frees everything) and re-enabled in
 the worker processes, which render pages and hold little.
@@ -71,10 +71,11 @@ class Build:
     warnings: list[str] = field(default_factory=list)
     rendered: int = 0
 
-    def records(self, run_id: str) -> list:
-        """The condensed records of a run (rendered now, or cached by an earlier build)."""
+    def payload(self, run_id: str) -> dict | None:
+        """What the analysis reads of a run (``_experiment.run_payload``), from this build or
+        cached by an earlier one; None when the cache lost it."""
         found = self.new_records.get(run_id)
-        return found if found is not None else self.cache.records().get(run_id, [])
+        return found if found is not None else self.cache.records().get(run_id)
 
 
 def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundle_path=None,
@@ -143,9 +144,9 @@ def _stage2_runs(b: Build) -> None:
             todo.append(run_id)
     fresh = render_runs(todo, runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
                         scrub=b.scrub, workers=b.workers)
-    for run_id, entry, condensed in sorted(fresh, key=lambda f: f[0]):
+    for run_id, entry, payload in sorted(fresh, key=lambda f: f[0]):
         b.runs[run_id] = entry
-        b.new_records[run_id] = condensed
+        b.new_records[run_id] = payload
         b.pages.record(run_url(run_id), run_id, written=True)
     b.rendered = len(todo)
     b.summaries = sorted((e["s"] for e in b.runs.values()), key=lambda s: (s["at"], s["id"]))

@@ -1,8 +1,8 @@
 """The build cache and the page writer: rewrite only what changed.
 
-The output folder keeps ``.benchclaw-build.json``: the renderer digest it was built with,
-each page's input key, and per sealed run the facts other pages need (summary, condensed
-records for the analysis, blobs it links). A run id names immutable bytes, so its cached
+The output folder keeps ``.benchclaw-build/``: the renderer digest it was built with,
+each page's input key, and per sealed run the facts other pages need (summary, the
+analysis's view of the run, blobs it links). A run id names immutable bytes, so its cached
 entry never goes stale; a new renderer digest (templates, CSS, site or analysis code, the
 public flag) discards the whole cache.
 
@@ -23,7 +23,7 @@ from .. import jsonio
 __all__ = ["BuildCache", "PageWriter", "write_atomic", "fast_dumps", "CACHE_DIR"]
 
 CACHE_DIR = ".benchclaw-build"
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: records.jsonl holds the analysis's view of each run
 
 
 def fast_dumps(obj) -> bytes:
@@ -51,9 +51,10 @@ def write_atomic(path: Path, data: bytes) -> None:
 class BuildCache:
     """What the previous build of this output folder left behind.
 
-    ``state.json`` holds pages, run summaries, experiments and copied blobs; the condensed
-    records the analysis reads are in ``records.jsonl`` (append-only, one run per line),
-    loaded only when an experiment must be analysed again.
+    ``state.json`` holds pages, run summaries, experiments and copied blobs; what the
+    analysis reads of each run (``_experiment.run_payload``) is in ``records.jsonl``
+    (append-only, one run per line; a later line for a run wins), loaded only when an
+    experiment must be analysed again.
     """
 
     def __init__(self, out: Path, renderer: str):
@@ -65,7 +66,7 @@ class BuildCache:
         self.objects: list[str] = []
         self.previous_pages: set[str] = set()  # every page of the previous build (to prune)
         self.valid = False
-        self._records: dict[str, list] | None = None
+        self._records: dict[str, dict] | None = None
 
     @classmethod
     def load(cls, out: Path, renderer: str) -> "BuildCache":
@@ -87,8 +88,8 @@ class BuildCache:
         cache.valid = True
         return cache
 
-    def records(self) -> dict[str, list]:
-        """Run id -> condensed records of every run a previous build saw."""
+    def records(self) -> dict[str, dict]:
+        """Run id -> the analysis payload of every run a previous build saw."""
         if self._records is None:
             self._records = {}
             if self.valid:
@@ -98,14 +99,14 @@ class BuildCache:
                     data = b""
                 for line in data.splitlines():
                     try:
-                        run_id, recs = jsonio.loads(line)
+                        run_id, payload = jsonio.loads(line)
                     except (ValueError, TypeError):
                         continue
-                    self._records[run_id] = recs
+                    self._records[run_id] = payload
         return self._records
 
     def save(self, pages: dict[str, str], runs: dict[str, dict], experiments: dict[str, dict],
-             objects: list[str], new_records: dict[str, list]) -> None:
+             objects: list[str], new_records: dict[str, dict]) -> None:
         lines = b"".join(fast_dumps([k, new_records[k]]) + b"\n" for k in sorted(new_records))
         path = self.dir / "records.jsonl"
         if self.valid and path.is_file():

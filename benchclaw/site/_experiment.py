@@ -7,10 +7,13 @@ the analysis's own trial functions over the same selection, so a cell page canno
 disagree with the experiment's table.
 
 Speed: ``summarise`` reads run records. Re-reading 10,000 run logs for every rebuild
-would cost seconds, so the builder keeps for each run a *condensed* copy of its records
-(``condense``): only the fields the analysis reads (a test checks that a summary from
-condensed records equals one from the full logs). A sealed run never changes, so the
-condensed copy is cached by run id.
+would cost seconds, so when a run's page is rendered the builder also condenses the run,
+from its full records, into the analysis's own ``RunView`` (``run_payload``) and caches it
+by run id as JSON (``analysis.view_to_json``): a sealed run never changes, and loading
+10,000 cached views costs a tenth of a second where parsing condensed records and
+condensing them again cost half a second. A run whose records the analysis cannot read is
+cached as its condensed records instead (``condense``), so the summary lists it as
+unreadable with the analysis's own message.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from decimal import Decimal
 from ..records import GENESIS, Record
 from ..store import SealedRun, Store
 
-__all__ = ["condense", "expand", "analyse", "load_spec", "journal_facts"]
+__all__ = ["condense", "expand", "run_payload", "analysis_inputs", "analyse", "load_spec",
+           "journal_facts"]
 
 _START_KEYS = ("task", "tier", "policy", "simulated")
 _CALL_KEYS = ("outcome", "cost", "usage")
@@ -53,6 +57,44 @@ def condense(run: SealedRun) -> list:
 
 def expand(condensed: list) -> tuple[Record, ...]:
     return tuple(Record(seq, GENESIS, at, kind, body) for seq, at, kind, body in condensed)
+
+
+def run_payload(run: SealedRun) -> dict:
+    """What the cache keeps for the analysis of a run: ``{"view": view_to_json(...)}``, or
+    ``{"records": condense(run)}`` when ``view_run`` rejects the run."""
+    from ..analysis import view_run, view_to_json
+    from ..errors import FormatError
+
+    try:
+        return {"view": view_to_json(view_run(run.run_id, tuple(run.records)))}
+    except FormatError:
+        return {"records": condense(run)}
+
+
+def analysis_inputs(payloads: dict[str, dict | None], read_run) -> tuple[dict, dict, dict]:
+    """``(views, records, healed)`` from cached payloads by run id: cached views, records
+    to view now, and fresh payloads for runs whose payload is missing or unreadable (read
+    again with ``read_run(run_id) -> SealedRun``: a damaged cache heals instead of
+    misreporting)."""
+    from ..analysis import view_from_json
+    from ..errors import FormatError
+
+    views, records, healed = {}, {}, {}
+
+    def load(run_id: str, payload: dict) -> None:
+        if "view" in payload:
+            views[run_id] = view_from_json(payload["view"])
+        else:
+            records[run_id] = expand(payload["records"])
+
+    for run_id, payload in payloads.items():
+        try:
+            load(run_id, payload)
+        except (FormatError, KeyError, TypeError, ValueError):
+            run = read_run(run_id)
+            healed[run_id] = run_payload(run)
+            records[run_id] = tuple(run.records)
+    return views, records, healed
 
 
 def journal_facts(store: Store, exp: str) -> dict:
@@ -90,15 +132,16 @@ def load_spec(store: Store, digest: str | None) -> tuple[dict, str | None]:
 
 
 def analyse(exp: str, spec: dict, spec_digest: str | None, journal: tuple, runs: dict[str, tuple],
-            lures, *, workers: int = 1) -> dict:
+            lures, *, workers: int = 1, views: dict | None = None) -> dict:
     """``{"summary": summary.json object, "cells": {cell: [policy trial, …]}, "grid",
     "cell_order"}`` (JSON-able). One pass of the analysis gives both the summary and the
     per-cell trials behind its primary policy rows (``summarise_with_trials``), so a cell
     page cannot disagree with the experiment's table. (``workers`` is accepted for
-    compatibility; the single pass is faster than the two forked ones it replaced.)"""
+    compatibility; the single pass is faster than the two forked ones it replaced.)
+    ``views``: cached ``RunView``s by run id, for runs not in ``runs``."""
     from ..analysis import ExperimentData, summarise_with_trials
 
-    data = ExperimentData(exp, spec, spec_digest, journal, runs, lures)
+    data = ExperimentData(exp, spec, spec_digest, journal, runs, lures, views=views or {})
     summary, (sel, _tiers, trials) = summarise_with_trials(data)
     cells: dict[str, list] = {}
     for (name, mode), by_cell in trials.items():

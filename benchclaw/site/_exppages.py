@@ -13,7 +13,7 @@ import hashlib
 from ..analysis import lured_tasks
 from ._build import Build, digest_of
 from ._charts import pass_vs_cost, time_per_policy, tokens_per_tier
-from ._experiment import analyse, expand, journal_facts, load_spec
+from ._experiment import analyse, analysis_inputs, journal_facts, load_spec
 from ._runpages import render_pages
 from ._render import cell_url, cells_list_url, exp_dir, exp_url
 
@@ -46,9 +46,10 @@ def _experiment(b: Build, exp: str) -> None:
         full = journal_facts(b.store, exp)
         facts = {k: v for k, v in full.items() if k != "records"}
         spec, spec_error = load_spec(b.store, facts["spec_digest"])
-        records = {s["id"]: expand(b.records(s["id"])) for s in runs}
-        lures = lured_tasks([recs[0].body for recs in records.values() if recs], b.store.get_blob)
-        result = analyse(exp, spec, facts["spec_digest"], full["records"], records, lures, workers=b.workers)
+        views, records, healed = analysis_inputs({s["id"]: b.payload(s["id"]) for s in runs}, b.store.read_run)
+        b.new_records.update(healed)
+        lures = lured_tasks([{"task": s["task"]} for s in runs], b.store.get_blob)  # run.start's task
+        result = analyse(exp, spec, facts["spec_digest"], full["records"], records, lures, views=views)
         summary = result["summary"]
         _cell_pages(b, exp, result, runs, summary)
     b.experiments[exp] = {"key": key, "summary": summary, "facts": facts}

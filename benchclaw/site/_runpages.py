@@ -4,7 +4,7 @@ A run page depends only on its run id and the renderer (FORMAT.md run ids name i
 bytes), so pages are independent and render in parallel. Each worker compiles the
 templates once (``_init``), reads a run (verifying its hash and chain), writes its page,
 copies the blobs the page links into ``site/objects/`` and returns only small facts
-(summary, condensed records, linked digests) to the parent. Below ``POOL_MIN`` runs the
+(summary, the analysis's view of the run, linked digests) to the parent. Below ``POOL_MIN`` runs the
 work is done in-process: starting processes would cost more than it saves.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..store import Store
 from ._cache import write_atomic
-from ._experiment import condense
+from ._experiment import run_payload
 from ._render import Scrubber, make_env, object_url, run_url
 from ._runview import Blobs, run_view, summarise_run
 
@@ -64,7 +64,7 @@ def _one(run_id: str) -> tuple:
     linked = sorted(blobs.linked)
     for digest in linked:
         copy_object(store, out, digest)
-    return run_id, {"s": summary, "l": linked}, condense(run)
+    return run_id, {"s": summary, "l": linked}, run_payload(run)
 
 
 def _page(job: tuple[str, str, dict]) -> None:
@@ -93,6 +93,6 @@ def render_pages(jobs: list[tuple[str, str, dict]], *, runs_dir: Path, templates
 def render_runs(run_ids: list[str], *, runs_dir: Path, templates: Path, out: Path, public: bool,
                 scrub: Scrubber, workers: int) -> list[tuple[str, dict, list]]:
     """Render the replay page of every run in ``run_ids``; returns (run id, cache entry,
-    condensed records) per run, in no particular order.
+    analysis payload (``run_payload``)) per run, in no particular order.
     Raises IntegrityError/FormatError (naming the file) for a damaged run log."""
     return _map(_one, run_ids, (str(runs_dir), str(templates), str(out), public, scrub), workers)
