@@ -70,9 +70,22 @@ def verify_ledgers(b: Bundle, sec: Section) -> None:
     b.ledgers = replays
 
 
+def parse_ledger_chains(b: Bundle) -> None:
+    """Parse and chain-check every ledger once (the summary reads them too); a broken one
+    is kept as its error, which step 5 reports."""
+    for name in b.view.names:
+        if name.startswith(_PREFIX) and ("chain", name) not in b.memo and ("chain-error", name) not in b.memo:
+            try:
+                b.memo[("chain", name)] = chain_records(b.files, name)
+            except VerificationError as e:
+                b.memo[("chain-error", name)] = e
+
+
 def _replay_into(b: Bundle, name: str, lid: str, replays: dict) -> None:
-    records = chain_records(b.files, name)
-    b.memo[("chain", name)] = records
+    parse_ledger_chains(b)
+    if ("chain-error", name) in b.memo:
+        raise b.memo[("chain-error", name)]
+    records = b.memo[("chain", name)]
     rep = LedgerReplay(lid, LedgerState(ledger=lid))
     for i, rec in enumerate(records, 1):
         check_body(rec.kind, rec.body, LEDGER, name, i)

@@ -66,6 +66,7 @@ class Limits:
     name_bytes: int = 512
     line_bytes: int = 1 << 20
     json_depth: int = 64
+    worker_seconds: float = 3600.0  # a forked verification worker still running is stopped (exit 2)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ recomputation has, by definition, not been verified. A step that did not run cou
 a failure too (fail closed).
 
 No network, no disk writes: the bundle is read into memory once (bounded by
-``Limits.archive_bytes``) and every member is inflated in memory with a size cap.
+``Limits.archive_bytes``) and every member is inflated in memory with a size cap. Steps
+6-8 run in a forked worker (``_workers``) while steps 3-5 run here: two cores, one report.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ._context import Bundle
 from ._errors import UnreadableBundle, VerificationError
 from ._report import Section, VerifyReport
 from ._runs import verify_runs
+from ._workers import start
 from ._zip import Limits, ZipView
 
 __all__ = ["verify_bundle", "STEPS"]
@@ -88,18 +90,67 @@ def _load(source, limits: Limits) -> bytes:
         raise UnreadableBundle(str(path), f"cannot read ({e.strerror or e})") from None
 
 
+# Steps 6-8 read only what steps 1-2 established (and the ledger chains, parsed before the
+# fork), never what steps 3-5 add, so they run in a forked child on the second core while
+# this process runs steps 3-5. The report is the same as in order: each step fills its own
+# section, and the sections are numbered, not timed.
+_SERIAL, _FORKED = 2, 5
+
+
 def _run_steps(b: Bundle, report: VerifyReport) -> None:
-    for name, step in STEPS():
-        sec = report.section(name)
-        try:
-            step(b, sec)
-        except UnreadableBundle:
-            raise
-        except VerificationError as e:
-            sec.fail(e)
-        except Exception as e:  # noqa: BLE001 - a crafted bundle must never produce a traceback
-            sec.fail(VerificationError("", f"recomputation failed: {type(e).__name__}: {e}"[:500]))
-        sec.ran = True
-        if name == "container":
-            report.manifest_digest = b.manifest.digest
-            report.experiments = b.manifest.experiments
+    steps = STEPS()
+    for name, step in steps[:_SERIAL]:
+        _run_step(b, report, name, step)
+    from ._ledgers import parse_ledger_chains
+
+    parse_ledger_chains(b)
+    later = steps[_FORKED:]
+    pending = start(_run_in_child, b, later, timeout=b.limits.worker_seconds)
+    try:
+        for name, step in steps[_SERIAL:_FORKED]:
+            _run_step(b, report, name, step)
+        _merge(report, pending.result())
+    finally:
+        pending.cancel()
+
+
+def _run_step(b: Bundle, report: VerifyReport, name: str, step) -> None:
+    sec = report.section(name)
+    try:
+        step(b, sec)
+    except UnreadableBundle:
+        raise
+    except VerificationError as e:
+        sec.fail(e)
+    except Exception as e:  # noqa: BLE001 - a crafted bundle must never produce a traceback
+        sec.fail(VerificationError("", f"recomputation failed: {type(e).__name__}: {e}"[:500]))
+    sec.ran = True
+    if name == "container":
+        report.manifest_digest = b.manifest.digest
+        report.experiments = b.manifest.experiments
+
+
+def _run_in_child(b: Bundle, steps) -> dict:
+    """Run ``steps`` on a scratch report; their sections (or the fatal error) as JSON values."""
+    scratch = VerifyReport.empty("")
+    try:
+        for name, step in steps:
+            _run_step(b, scratch, name, step)
+    except UnreadableBundle as e:
+        return {"fatal": e.to_dict()}
+    except (MemoryError, RecursionError) as e:
+        return {"fatal": {"path": "", "message": f"not a readable bundle: {type(e).__name__} while reading",
+                          "record": None}}
+    return {"sections": [scratch.section(name).to_dict() for name, _ in steps]}
+
+
+def _merge(report: VerifyReport, got: dict) -> None:
+    if got.get("fatal"):
+        f = got["fatal"]
+        raise UnreadableBundle(f["path"], f["message"], f["record"])
+    for d in got["sections"]:
+        sec = report.section(d["name"])
+        sec.counts.update(d["counts"])
+        sec.failures.extend(VerificationError(f["path"], f["message"], f["record"]) for f in d["failures"])
+        sec.failure_count += d["failure_count"]
+        sec.ran = d["ran"]

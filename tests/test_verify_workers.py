@@ -1,0 +1,79 @@
+"""The forked verification worker: steps 6-8 run on a second core, and whatever goes wrong
+in that child is a clean answer (exit 2, or a failed section), never a hang or a traceback.
+
+Each case swaps one of the steps that run in the child for a misbehaving one; the parent
+runs steps 1-5 as usual.
+"""
+
+import os
+import time
+
+import pytest
+
+from benchclaw.bundle import export_bundle
+from benchclaw.verify import Limits, verify_bundle, verifier
+
+from tests.test_bundle_support import EXP, honest_runs
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the worker forks")
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> bytes:
+    root = tmp_path_factory.mktemp("workers")
+    honest_runs(root / "runs")
+    export_bundle(root / "runs", EXP, root / "b.zip")
+    return (root / "b.zip").read_bytes()
+
+
+def _with_summary_step(monkeypatch, step) -> None:
+    steps = verifier.STEPS()
+    swapped = tuple((name, step if name == "summary" else fn) for name, fn in steps)
+    monkeypatch.setattr(verifier, "STEPS", lambda: swapped)
+
+
+def test_the_sections_computed_in_the_worker_reach_the_report(bundle):
+    rep = verify_bundle(bundle)
+    assert rep.exit_code == 0, rep.to_dict()
+    for name in ("summary", "prereg", "complete"):
+        assert rep.section(name).ran and rep.section(name).counts, name
+
+
+def test_a_worker_that_dies_is_a_clean_exit_2(bundle, monkeypatch):
+    _with_summary_step(monkeypatch, lambda b, sec: os._exit(7))
+    rep = verify_bundle(bundle)
+    assert rep.exit_code == 2
+    assert "worker crashed" in rep.fatal.message and "exit status 7" in rep.fatal.message
+    assert rep.section("ledgers").ran  # the parent's steps still ran
+
+
+def test_a_worker_that_hangs_is_stopped_at_the_limit(bundle, monkeypatch):
+    _with_summary_step(monkeypatch, lambda b, sec: time.sleep(60))
+    t0 = time.monotonic()
+    rep = verify_bundle(bundle, limits=Limits(worker_seconds=1))
+    assert time.monotonic() - t0 < 30
+    assert rep.exit_code == 2
+    assert "took longer than 1 s" in rep.fatal.message
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # the child was reaped, no zombie left
+
+
+def test_a_step_that_raises_in_the_worker_fails_its_section_only(bundle, monkeypatch):
+    def broken(b, sec):
+        raise KeyError("boom")
+    _with_summary_step(monkeypatch, broken)
+    rep = verify_bundle(bundle)
+    assert rep.exit_code == 1
+    assert [f.message for f in rep.section("summary").failures] == ["recomputation failed: KeyError: 'boom'"]
+    assert rep.section("prereg").ok and rep.section("complete").ok
+
+
+def test_an_unreadable_verdict_in_the_worker_stops_the_verification(bundle, monkeypatch):
+    from benchclaw.verify import UnreadableBundle
+
+    def unreadable(b, sec):
+        raise UnreadableBundle("summary.json", "not a readable bundle: crafted")
+    _with_summary_step(monkeypatch, unreadable)
+    rep = verify_bundle(bundle)
+    assert rep.exit_code == 2
+    assert (rep.fatal.path, rep.fatal.message) == ("summary.json", "not a readable bundle: crafted")
