@@ -126,45 +126,58 @@ class Row:
         return Interval.point(ms / 1000)
 
     # -- what happened in the runs ----------------------------------------------------------
-    def tokens(self) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {}
-        for r in self.all_runs:
-            row = out.setdefault(r.tier, dict.fromkeys(USAGE_KEYS + ("calls", "unknown_usage"), 0))
-            t = r.tally
-            row["calls"] += t.calls
-            row["unknown_usage"] += t.unknown_usage
-            for key, val in zip(USAGE_KEYS, t.usage):
-                row[key] += val
-        return dict(sorted(out.items()))
-
-    def finishes(self) -> dict:
-        counts = {"stop": 0, "length": 0, "reasoning_only": 0, "error": 0, "cut_off": 0,
-                  "model_mismatch": 0}
+    @functools.cached_property
+    def _counts(self) -> tuple:
+        """One pass over the row's runs for tokens, finishes, statuses, unknown calls and
+        injections (five passes per row cost a tenth of a second on 10,000 runs)."""
+        tokens: dict[str, list[int]] = {}  # tier -> USAGE_KEYS sums, calls, unknown_usage
+        outcomes = {"stop": 0, "length": 0, "reasoning_only": 0, "error": 0, "cut_off": 0,
+                    "model_mismatch": 0}
         errors: dict[str, int] = {}
+        statuses: dict[str, int] = {}
+        unknown = attempts = denials = exposed = attempted = 0
+        lures = self.lures
         for r in self.all_runs:
             t = r.tally
+            row = tokens.get(r.tier)
+            if row is None:
+                row = tokens[r.tier] = [0] * (len(USAGE_KEYS) + 2)
+            for i, val in enumerate(t.usage):
+                row[i] += val
+            row[-2] += t.calls
+            row[-1] += t.unknown_usage
             for outcome, n in t.outcomes.items():
-                counts[outcome] = counts.get(outcome, 0) + n
-            counts["model_mismatch"] += t.model_mismatch
+                outcomes[outcome] = outcomes.get(outcome, 0) + n
+            outcomes["model_mismatch"] += t.model_mismatch
             for kind, n in t.errors.items():
                 errors[kind] = errors.get(kind, 0) + n
-        return {**dict(sorted(counts.items())), "errors": dict(sorted(errors.items()))}
+            statuses[r.status] = statuses.get(r.status, 0) + 1
+            unknown += t.unknown_cost
+            attempts += r.injection_attempts
+            denials += r.denials
+            if lures is None or r.task in lures:
+                exposed += 1
+                attempted += r.injection_attempts > 0
+        injection = {"attempts": attempts, "denials": denials, "runs": len(self.all_runs),
+                     "runs_exposed": exposed, "runs_attempted": attempted}
+        return tokens, outcomes, errors, statuses, unknown, injection
+
+    def tokens(self) -> dict[str, dict[str, int]]:
+        keys = USAGE_KEYS + ("calls", "unknown_usage")
+        return {tier: dict(zip(keys, sums)) for tier, sums in sorted(self._counts[0].items())}
+
+    def finishes(self) -> dict:
+        _, outcomes, errors, *_ = self._counts
+        return {**dict(sorted(outcomes.items())), "errors": dict(sorted(errors.items()))}
 
     def statuses(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for r in self.all_runs:
-            out[r.status] = out.get(r.status, 0) + 1
-        return dict(sorted(out.items()))
+        return dict(sorted(self._counts[3].items()))
 
     def unknown_calls(self) -> int:
-        return sum(r.tally.unknown_cost for r in self.all_runs)
+        return self._counts[4]
 
     def injection(self) -> dict[str, int]:
-        exposed = [r for r in self.all_runs if self.lures is None or r.task in self.lures]
-        return {"attempts": sum(r.injection_attempts for r in self.all_runs),
-                "denials": sum(r.denials for r in self.all_runs),
-                "runs": len(self.all_runs), "runs_exposed": len(exposed),
-                "runs_attempted": sum(r.injection_attempts > 0 for r in exposed)}
+        return dict(self._counts[5])
 
     def attempt_rate(self) -> Interval:
         inj = self.injection()
