@@ -100,8 +100,10 @@ def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundl
         stage_lists(b)
         _stage6_static(b)
         _stage7_cleanup(b)
-    return BuildReport(b.pages.written, b.pages.skipped, round(time.perf_counter() - t0, 3), len(b.runs),
-                       b.rendered, tuple(b.warnings))
+        report = BuildReport(b.pages.written, b.pages.skipped, round(time.perf_counter() - t0, 3),
+                             len(b.runs), b.rendered, tuple(b.warnings))
+        del b  # freed now, so the collector does not scan it once resumed
+    return report
 
 
 # ---------------------------------------------------------------------------- 1. inputs
@@ -123,7 +125,7 @@ def _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers) -
     cache = BuildCache.load(out, renderer)
     scrub = Scrubber([store.root, out, templates, tasks_dir, Path.cwd(),
                       Path(bundle_path).parent if bundle_path else None])
-    env = make_env(templates)
+    env = make_env(templates, renderer)
     pages = PageWriter(out, env, scrub, cache.pages, {"public": public})
     n = workers if workers is not None else min(2, os.cpu_count() or 1)
     return Build(store, out, templates, Path(tasks_dir) if tasks_dir else None, public,
@@ -143,7 +145,7 @@ def _stage2_runs(b: Build) -> None:
         else:
             todo.append(run_id)
     fresh = render_runs(todo, runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
-                        scrub=b.scrub, workers=b.workers)
+                        scrub=b.scrub, workers=b.workers, renderer=b.cache.renderer)
     for run_id, entry, payload in sorted(fresh, key=lambda f: f[0]):
         b.runs[run_id] = entry
         b.new_records[run_id] = payload

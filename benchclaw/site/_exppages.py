@@ -108,7 +108,7 @@ def _cell_pages(b: Build, exp: str, result: dict, runs: list[dict], summary: dic
         rows.append({"cell": cell, "grid": {t: (g["status"] if g else None) for t, g in grid.items()},
                      "ladder": next((t for t in trials if t["policy"] == "ladder" and t["mode"] == "replayed"), None)})
     render_pages(jobs, runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
-                 scrub=b.scrub, workers=b.workers)
+                 scrub=b.scrub, workers=b.workers, renderer=b.cache.renderer)
     pages = max(1, -(-len(rows) // CELLS_PER_PAGE))
     for i in range(pages):
         chunk = rows[i * CELLS_PER_PAGE:(i + 1) * CELLS_PER_PAGE]

@@ -18,6 +18,7 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from decimal import Decimal, InvalidOperation
@@ -43,6 +44,7 @@ def exp_url(exp_id: str) -> str:
     return f"experiments/{_safe(exp_id)}.html"
 
 
+@functools.lru_cache(maxsize=65536)  # every cell's url is asked for several times a build
 def cell_slug(cell: str) -> str:
     """A file-name-safe, unique slug of a cell id (``quotes-x@1/direct/2``)."""
     plain = cell.replace("/", "~")
@@ -200,10 +202,27 @@ def renderer_digest(templates_dir: Path, public: bool) -> str:
     return h.hexdigest()
 
 
-def make_env(templates_dir: Path):
+_ENVS: dict[tuple[str, str], object] = {}
+
+
+def make_env(templates_dir: Path, renderer: str | None = None):
     """A jinja2 environment over ``templates_dir`` with autoescape on for every file.
     (No bytecode cache: compiled templates embed their absolute file names, and nothing
-    holding a machine path may be written into the site.)"""
+    holding a machine path may be written into the site.) With ``renderer`` (the
+    ``renderer_digest`` of these templates) the environment and the templates it compiled
+    are reused for the rest of the process: the builder's own pages, in-process page
+    rendering and forked workers then compile each template once, not once each."""
+    key = (str(templates_dir), renderer)
+    if renderer is not None and key in _ENVS:
+        return _ENVS[key]
+    env = _new_env(templates_dir)
+    if renderer is not None:
+        _ENVS.clear()  # one renderer at a time: a changed template set replaces the old
+        _ENVS[key] = env
+    return env
+
+
+def _new_env(templates_dir: Path):
     import jinja2
 
     env = jinja2.Environment(

@@ -27,10 +27,10 @@ POOL_MIN = 200
 _W: dict = {}
 
 
-def _init(runs_dir: str, templates: str, out: str, public: bool, scrub: Scrubber) -> None:
-    _W.update(store=Store(runs_dir, fsync=False), env=make_env(Path(templates)), out=Path(out),
+def _init(runs_dir: str, templates: str, out: str, public: bool, scrub: Scrubber,
+          renderer: str | None = None) -> None:
+    _W.update(store=Store(runs_dir, fsync=False), env=make_env(Path(templates), renderer), out=Path(out),
               public=public, scrub=scrub)
-    _W["template"] = _W["env"].get_template("run.html")
 
 
 def _init_worker(*args) -> None:
@@ -58,8 +58,9 @@ def _one(run_id: str) -> tuple:
     blobs = Blobs(store, public=_W["public"])
     summary = summarise_run(run)
     rel = run_url(run_id)
-    html = _W["template"].render(root="../../", public=_W["public"], simulated=summary["simulated"],
-                                 title=f"Run {run_id[:12]}", summary=summary, view=run_view(run, blobs))
+    html = _W["env"].get_template("run.html").render(
+        root="../../", public=_W["public"], simulated=summary["simulated"], title=f"Run {run_id[:12]}",
+        summary=summary, view=run_view(run, blobs))
     write_atomic(out / rel, _W["scrub"](html).encode("utf-8"))
     linked = sorted(blobs.linked)
     for digest in linked:
@@ -85,14 +86,15 @@ def _map(fn, items: list, args: tuple, workers: int) -> list:
 
 
 def render_pages(jobs: list[tuple[str, str, dict]], *, runs_dir: Path, templates: Path, out: Path,
-                 public: bool, scrub: Scrubber, workers: int) -> None:
-    """Render many independent pages ``(rel, template, context)`` (cell pages) in parallel."""
-    _map(_page, jobs, (str(runs_dir), str(templates), str(out), public, scrub), workers)
+                 public: bool, scrub: Scrubber, workers: int, renderer: str | None = None) -> None:
+    """Render many independent pages ``(rel, template, context)`` (cell pages) in parallel.
+    ``renderer``: reuse this process's compiled templates (``make_env``)."""
+    _map(_page, jobs, (str(runs_dir), str(templates), str(out), public, scrub, renderer), workers)
 
 
 def render_runs(run_ids: list[str], *, runs_dir: Path, templates: Path, out: Path, public: bool,
-                scrub: Scrubber, workers: int) -> list[tuple[str, dict, list]]:
+                scrub: Scrubber, workers: int, renderer: str | None = None) -> list[tuple[str, dict, dict]]:
     """Render the replay page of every run in ``run_ids``; returns (run id, cache entry,
     analysis payload (``run_payload``)) per run, in no particular order.
     Raises IntegrityError/FormatError (naming the file) for a damaged run log."""
-    return _map(_one, run_ids, (str(runs_dir), str(templates), str(out), public, scrub), workers)
+    return _map(_one, run_ids, (str(runs_dir), str(templates), str(out), public, scrub, renderer), workers)
