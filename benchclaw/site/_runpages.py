@@ -34,7 +34,11 @@ def _init(runs_dir: str, templates: str, out: str, public: bool, scrub: Scrubber
 
 
 def _init_worker(*args) -> None:
-    gc.enable()  # a forked worker inherits the parent's paused collector (see _build)
+    # A forked worker inherits the parent's paused collector (see _build) and its millions
+    # of objects, all still in the young generation: freeze them first, so the worker's
+    # collections scan only its own objects (and do not copy every inherited page).
+    gc.freeze()
+    gc.enable()
     _init(*args)
 
 
