@@ -204,6 +204,36 @@ def _get(body: Mapping, key: str, typ: type, default, where: str):
     return val
 
 
+def _plain_call_view(body: Mapping) -> CallView | None:
+    """``_call_view`` for the usual shape (plain dicts, strings and ints of the right type),
+    without building an error location per field; None for anything else, which
+    ``_call_view`` then reads (and reports) field by field. Same result either way."""
+    cost, usage, err, outcome = body.get("cost"), body.get("usage"), body.get("error"), body.get("outcome")
+    if type(cost) is not dict or (err is not None and type(err) is not dict):
+        return None
+    low_s = cost.get("low", "0")
+    high_s = cost.get("high", low_s)
+    if type(low_s) is not str or type(high_s) is not str or not _USD_RE.match(low_s) or not _USD_RE.match(high_s):
+        return None
+    if usage is None:
+        uv = None
+    elif type(usage) is dict:
+        uv = tuple([usage.get(k, 0) for k in USAGE_KEYS])
+        if any(type(v) is not int for v in uv):
+            return None
+    else:
+        return None
+    if outcome is None:
+        outcome = "error" if err else "stop"
+    elif type(outcome) is not str:
+        return None
+    kind = None if err is None else err.get("kind")
+    low, high = Decimal(low_s), Decimal(high_s)
+    return CallView(outcome, str(kind) if kind is not None else None, uv, low, high,
+                    bool(cost.get("known", uv is not None)) and low == high,
+                    body.get("model_mismatch") is True)
+
+
 def _call_view(body: Mapping, where: str) -> CallView:
     cost = body.get("cost")
     if not _is_map(cost):
@@ -245,15 +275,19 @@ def view_run(run_id: str, records: tuple[Record, ...] | list[Record],
     calls, attempts, denials = [], 0, 0
     for rec in records:
         if rec.kind == "call":
-            calls.append(_call_view(rec.body, f"{where} line {rec.seq + 1}"))
+            body = rec.body
+            calls.append((type(body) is dict and _plain_call_view(body))
+                         or _call_view(body, f"{where} line {rec.seq + 1}"))
         elif rec.kind == "action":
             denials += is_denial(rec.body)
             attempts += bool(rec.body.get("injection"))
-    seen = {f"{c.get('turn')}.{c.get('attempt')}" for c in (r.body for r in records if r.kind == "call")}
     attempt = pol.get("attempt") if isinstance(pol.get("attempt"), str) else None
-    for key, low, high in (reservations or {}).get(attempt, ()):
-        if key not in seen:
-            calls.append(CallView("cut_off", None, None, low, high, low == high))
+    reserved = (reservations or {}).get(attempt, ())
+    if reserved:
+        seen = {f"{c.get('turn')}.{c.get('attempt')}" for c in (r.body for r in records if r.kind == "call")}
+        for key, low, high in reserved:
+            if key not in seen:
+                calls.append(CallView("cut_off", None, None, low, high, low == high))
     task = _get(start, "task", dict, {}, where)
     cell = _get(pol, "cell", str, f"{task_key(task)}/?/?", where)
     try:
