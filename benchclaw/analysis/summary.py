@@ -173,15 +173,18 @@ def _tier_row(sel: Selection, tier: str, all_tiers: bool, lures) -> Row:
     return make_row(samples, [], list(cells), missing, lures)
 
 
-def _all_trials(sel: Selection, spec: SpecView, tiers: list[str]) -> dict[tuple[str, str], dict[str, Trial]]:
+def _all_trials(sel: Selection, spec: SpecView, tiers: list[str],
+                memo: dict | None = None) -> dict[tuple[str, str], dict[str, Trial]]:
     out = {(n, "live"): t for n, t in live_trials(sel, tiers, _live_names(spec, sel)).items()}
     names = policies.policy_names(tiers) + [ORACLE]
-    out.update({(n, "replayed"): t for n, t in replayed_trials(sel, tiers, names).items()})
+    out.update({(n, "replayed"): t for n, t in replayed_trials(sel, tiers, names, memo).items()})
     return out
 
 
-def analyse_selection(sel: Selection, spec: SpecView, tiers: list[str], lures) -> Analysis:
-    trials = _all_trials(sel, spec, tiers)
+def analyse_selection(sel: Selection, spec: SpecView, tiers: list[str], lures,
+                      memo: dict | None = None) -> Analysis:
+    """``memo``: see ``trials.replayed_trials`` (shared by analyses with the same tiers)."""
+    trials = _all_trials(sel, spec, tiers, memo)
     rows = {key: _trial_row(by_cell, sel.cells, lures) for key, by_cell in trials.items()}
     tier_rows = {t: _tier_row(sel, t, spec.all_tiers, lures) for t in tiers}
     return Analysis(sel, tiers, _live_names(spec, sel), rows, tier_rows, trials)
@@ -383,13 +386,13 @@ def _summarise(data: ExperimentData):
     views, unreadable = _views(data)
     tiers = spec_tiers(spec, views)
     declared = _declared_cells(data)
-    analyses, primary = {}, None
+    analyses, primary, memo = {}, None, {}
     for label, reruns in (("primary", False), ("secondary", True)):
         if reruns and not any(v.rerun for v in views):
             analyses[label] = None
             continue
         sel = select(views, declared, with_reruns=reruns)
-        an = analyse_selection(sel, spec, tiers, data.tasks_with_lures)
+        an = analyse_selection(sel, spec, tiers, data.tasks_with_lures, memo)
         primary = primary or (sel, tiers, an.trials)
         analyses[label] = _analysis_obj(an, spec, label)
     return {

@@ -57,17 +57,29 @@ def _replay_one(name: str, tiers: list[str], grid: dict[str, Attempt],
     return out, not rest
 
 
-def replayed_trials(sel: Selection, tiers: list[str], names: list[str]) -> dict[str, dict[str, Trial]]:
-    """policy name -> cell -> replayed Trial, for every cell of the selection."""
+def replayed_trials(sel: Selection, tiers: list[str], names: list[str],
+                    memo: dict | None = None) -> dict[str, dict[str, Trial]]:
+    """policy name -> cell -> replayed Trial, for every cell of the selection.
+
+    ``memo`` (a dict the caller keeps for one set of tiers) reuses a replay over the same
+    grid runs: the primary and secondary analyses share most cells."""
     result: dict[str, dict[str, Trial]] = {n: {} for n in names}
     memory: dict[tuple[str, str], str] = {}
+    memo = {} if memo is None else memo
     for cell in sel.cells:
         runs = sel.grid.get(cell, {})
-        grid = {t: attempt_of(r) for t, r in runs.items() if t in tiers}
+        slot = tuple(sorted((t, r.run_id) for t, r in runs.items() if t in tiers))
+        grid = None
         group = parse_cell(cell)[:2]
         for name in names:
             start = memory.get(group) if name == "memory" else None
-            out, complete = _replay_one(name, tiers, grid, start)
+            key = (name, start, slot)
+            found = memo.get(key)
+            if found is None:
+                if grid is None:
+                    grid = {t: attempt_of(r) for t, r in runs.items() if t in tiers}
+                found = memo[key] = _replay_one(name, tiers, grid, start)
+            out, complete = found
             used = tuple(runs[a.tier] for a in out.attempts)
             result[name][cell] = Trial(cell, out, complete, used)
             if name == "memory" and complete and out.passed and out.taken:
