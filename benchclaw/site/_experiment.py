@@ -133,13 +133,12 @@ def load_spec(store: Store, digest: str | None) -> tuple[dict, str | None]:
 
 
 def analyse(exp: str, spec: dict, spec_digest: str | None, journal: tuple, runs: dict[str, tuple],
-            lures, *, workers: int = 1, views: dict | None = None) -> dict:
+            lures, *, views: dict | None = None) -> dict:
     """``{"summary": summary.json object, "cells": {cell: [policy trial, …]}, "grid",
     "cell_order"}`` (JSON-able). One pass of the analysis gives both the summary and the
     per-cell trials behind its primary policy rows (``summarise_with_trials``), so a cell
-    page cannot disagree with the experiment's table. (``workers`` is accepted for
-    compatibility; the single pass is faster than the two forked ones it replaced.)
-    ``views``: cached ``RunView``s by run id, for runs not in ``runs``."""
+    page cannot disagree with the experiment's table. ``views``: cached ``RunView``s by
+    run id, for runs not in ``runs``."""
     from ..analysis import ExperimentData, summarise_with_trials
 
     data = ExperimentData(exp, spec, spec_digest, journal, runs, lures, views=views or {})
