@@ -56,8 +56,12 @@ def _experiment(b: Build, exp: str) -> None:
     for digest in (facts["spec_digest"], (facts["prereg"] or {}).get("digest")):
         if isinstance(digest, str) and b.store.has_blob(digest):
             b.objects.add(digest)
+    page_key = digest_of({"experiment": key, "summary": summary, "facts": facts, "spec_error": spec_error})
+    if b.pages.unchanged(exp_url(exp), page_key):  # its charts need not be drawn again
+        return
     view = experiment_view(exp, summary, spec, spec_error, facts, runs)
-    b.pages.render(exp_url(exp), "experiment.html", title=view["title"], simulated=view["simulated"], exp=view)
+    b.pages.render(exp_url(exp), "experiment.html", key=page_key, title=view["title"],
+                   simulated=view["simulated"], exp=view)
 
 
 def experiment_view(exp: str, summary: dict, spec: dict, spec_error, facts: dict, runs: list[dict]) -> dict:
