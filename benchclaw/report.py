@@ -40,13 +40,14 @@ def load_experiment(store: Store, experiment: str, *,
         if isinstance(policy, dict) and policy.get("experiment") == experiment:
             runs[run.run_id] = run.records
     return experiment_data(experiment, entries, runs, store.get_blob,
-                           ledgers=_ledgers(store, entries, runs),
+                           ledgers=ledger_records(store, [rec for _, rec in entries], runs),
                            tasks_with_lures=tasks_with_lures)
 
 
-def _ledgers(store: Store, entries: list, runs: dict) -> list[list[Record]]:
-    """The records of every ledger the journal or the runs name (chains verified)."""
-    ids = {rec.body.get("ledger") for _, rec in entries if rec.kind == "grid.start"}
+def ledger_records(store: Store, journal: list, runs: dict) -> list[list[Record]]:
+    """The records of every ledger the journal records or the runs' records name (chains
+    verified): what the analysis needs to count calls cut off in flight."""
+    ids = {rec.body.get("ledger") for rec in journal if rec.kind == "grid.start"}
     ids |= {recs[0].body.get("ledger") for recs in runs.values() if recs}
     out = []
     for lid in sorted(i for i in ids if isinstance(i, str)):

@@ -168,3 +168,33 @@ def test_a_damaged_analysis_cache_heals_instead_of_misreporting(tmp_path):
     page = "experiments/E01.html"
     assert (out / page).read_bytes() == (fresh / page).read_bytes()
     assert "unreadable" not in (out / page).read_text().lower()
+
+
+def test_site_counts_calls_cut_off_in_flight_like_the_report(tmp_path):
+    """A call cut off mid-flight has no call record, only a ledger reservation: the site's
+    experiment page must count it at its bound exactly as `benchclaw report` does."""
+    import json
+
+    from benchclaw.report import build_summary
+    from benchclaw.site import build_site
+    from benchclaw.store import ChainFile
+    from tests.analysis_factories import Exp, call, write_store
+
+    e = Exp()
+    cell = "quotes-a@1/direct/1"
+    e.add(cell, "lightning", False, status="aborted", attempt="a1", calls=[call("0.001", turn=0)])
+    e.add(cell, "super", True, attempt="a2", calls=[call("0.003", turn=0)])
+    store = Store(tmp_path / "runs")
+    write_store(e, store)
+    ledger = ChainFile(store.root / "ledgers" / "l1.jsonl")
+    for kind, body in [("reserve", {"id": "r1", "attempt": "a1", "key": "0.0", "usd": "0.002"}),
+                       ("settle", {"id": "r1", "known": True, "usd": "0.001"}),
+                       ("reserve", {"id": "r2", "attempt": "a1", "key": "1.0", "usd": "0.005"}),
+                       ("settle", {"id": "r2", "known": False, "usd": "0.005"})]:
+        ledger.append(kind, body)
+    build_site(store.root, tmp_path / "site")
+    state = json.loads((tmp_path / "site" / ".benchclaw-build" / "state.json").read_bytes())
+    expected = build_summary(store, e.experiment)
+    lightning = {t["tier"]: t for t in expected["primary"]["tiers"]}["lightning"]
+    assert lightning["finish"]["cut_off"] == 1  # the report counts it ...
+    assert state["experiments"][e.experiment]["summary"] == json.loads(json.dumps(expected))  # ... and so does the site

@@ -23,7 +23,7 @@ from .. import jsonio
 __all__ = ["BuildCache", "PageWriter", "write_atomic", "fast_dumps", "CACHE_DIR"]
 
 CACHE_DIR = ".benchclaw-build"
-CACHE_VERSION = 3  # 3: records.jsonl holds the analysis's view of each run
+CACHE_VERSION = 4  # 3: records.jsonl holds the analysis's view of each run; 4: aborted runs are read whole
 
 
 def fast_dumps(obj) -> bytes:

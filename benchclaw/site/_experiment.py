@@ -66,6 +66,11 @@ def run_payload(run: SealedRun) -> dict:
     from ..analysis import view_run, view_to_json
     from ..errors import FormatError
 
+    if run.end.get("status") == "aborted":
+        # An aborted run may hold a call cut off in flight, known only from the ledger's
+        # reservation: its view is built at analysis time from the full records and the
+        # ledgers, as `benchclaw report` does. Aborted runs are few.
+        return {"aborted": True}
     try:
         return {"view": view_to_json(view_run(run.run_id, tuple(run.records)))}
     except FormatError:
@@ -85,6 +90,8 @@ def analysis_inputs(payloads: dict[str, dict | None], read_run) -> tuple[dict, d
     def load(run_id: str, payload: dict) -> None:
         if "view" in payload:
             views[run_id] = view_from_json(payload["view"])
+        elif payload.get("aborted") is True:
+            records[run_id] = tuple(read_run(run_id).records)
         else:
             records[run_id] = expand(payload["records"])
 
@@ -133,15 +140,16 @@ def load_spec(store: Store, digest: str | None) -> tuple[dict, str | None]:
 
 
 def analyse(exp: str, spec: dict, spec_digest: str | None, journal: tuple, runs: dict[str, tuple],
-            lures, *, views: dict | None = None) -> dict:
+            lures, *, views: dict | None = None, ledgers: list | None = None) -> dict:
     """``{"summary": summary.json object, "cells": {cell: [policy trial, …]}, "grid",
     "cell_order"}`` (JSON-able). One pass of the analysis gives both the summary and the
     per-cell trials behind its primary policy rows (``summarise_with_trials``), so a cell
     page cannot disagree with the experiment's table. ``views``: cached ``RunView``s by
     run id, for runs not in ``runs``."""
-    from ..analysis import ExperimentData, summarise_with_trials
+    from ..analysis import ExperimentData, ledger_reservations, summarise_with_trials
 
-    data = ExperimentData(exp, spec, spec_digest, journal, runs, lures, views=views or {})
+    data = ExperimentData(exp, spec, spec_digest, journal, runs, lures, views=views or {},
+                          reservations=ledger_reservations(ledgers or ()))
     summary, (sel, _tiers, trials) = summarise_with_trials(data)
     cells: dict[str, list] = {}
     for (name, mode), by_cell in trials.items():

@@ -49,7 +49,11 @@ def _experiment(b: Build, exp: str) -> None:
         views, records, healed = analysis_inputs({s["id"]: b.payload(s["id"]) for s in runs}, b.store.read_run)
         b.new_records.update(healed)
         lures = lured_tasks([{"task": s["task"]} for s in runs], b.store.get_blob)  # run.start's task
-        result = analyse(exp, spec, facts["spec_digest"], full["records"], records, lures, views=views)
+        from ..report import ledger_records
+
+        ledgers = ledger_records(b.store, full["records"], records)
+        result = analyse(exp, spec, facts["spec_digest"], full["records"], records, lures, views=views,
+                         ledgers=ledgers)
         summary = result["summary"]
         _cell_pages(b, exp, result, runs, summary)
     b.experiments[exp] = {"key": key, "summary": summary, "facts": facts}
