@@ -97,9 +97,11 @@ class Catalog:
             t = self.tier(name)
             if t.prices.unknown:
                 fields = ", ".join(f for f in PRICE_FIELDS if f in t.prices.unknown)
+                where = (f"in {self.path.name} (tier {name}'s prices)" if self.base is not None and self.path
+                         else f"in your own catalog file with extends = {self.name!r}")
                 raise ProviderConfigError(
                     f"catalog {self.name!r}, tier {name!r}: price {fields} is \"unknown\"; set it "
-                    f"(USD per 1M tokens) in a catalog that extends {self.name!r} before a costed run")
+                    f"(USD per 1M tokens) {where} before a costed run; BenchClaw never guesses a price")
 
     def ref(self) -> dict:
         """The ``catalog`` object of a ``run.start`` record."""

@@ -88,3 +88,18 @@ def test_extends_resolves_relative_paths_and_refuses_cycles(tmp_path):
     (tmp_path / "y.toml").write_text('v = 1\nname = "y"\nextends = "x.toml"\n')
     with pytest.raises(FormatError, match="cycle"):
         load_catalog(tmp_path / "x.toml")
+
+
+def test_unknown_price_message_says_which_file_to_edit(tmp_path):
+    import pytest
+
+    from benchclaw.errors import ProviderConfigError
+    from benchclaw.providers.catalog import load_catalog
+
+    with pytest.raises(ProviderConfigError, match=r"own catalog file with extends = 'nebius-nemotron'"):
+        load_catalog("nebius-nemotron").require_prices(["ultra"])
+    mine = tmp_path / "my-nebius.toml"
+    mine.write_text('v = 1\nname = "my-nebius"\nextends = "nebius-nemotron"\n'
+                    '[tiers.ultra.prices]\ninput = "0.6"\noutput = "1.8"\n')
+    with pytest.raises(ProviderConfigError, match=r"price cached_input is \"unknown\".* in my-nebius\.toml"):
+        load_catalog(str(mine)).require_prices(["ultra"])
