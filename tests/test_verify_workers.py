@@ -77,3 +77,27 @@ def test_an_unreadable_verdict_in_the_worker_stops_the_verification(bundle, monk
     rep = verify_bundle(bundle)
     assert rep.exit_code == 2
     assert (rep.fatal.path, rep.fatal.message) == ("summary.json", "not a readable bundle: crafted")
+
+
+def test_an_object_hashing_worker_that_dies_is_a_clean_exit_2(bundle, monkeypatch):
+    from benchclaw.verify import _container
+
+    monkeypatch.setattr(_container, "_hash_objects", lambda b, names: os._exit(9))
+    rep = verify_bundle(bundle)
+    assert rep.exit_code == 2
+    assert "worker crashed" in rep.fatal.message and "exit status 9" in rep.fatal.message
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # no child left behind
+
+
+def test_a_corrupt_object_is_reported_by_the_container_step_from_the_worker(bundle):
+    import zipfile, io
+    src = zipfile.ZipFile(io.BytesIO(bundle))
+    name = next(n for n in src.namelist() if n.startswith("objects/"))
+    info = src.getinfo(name)
+    data = bytearray(bundle)
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    data[start + info.compress_size // 2] ^= 0xFF  # corrupt the member's bytes, not its headers
+    rep = verify_bundle(bytes(data))
+    assert rep.exit_code == 1
+    assert any(f.path == name for f in rep.section("container").failures), rep.to_dict()

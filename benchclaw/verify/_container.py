@@ -1,7 +1,10 @@
 """Step 1, the container: the manifest lists exactly the entries present, with their bytes.
 
-Every entry is inflated (capped, CRC-checked by ``_zip``) and hashed once here; the
-digests and bytes are kept for the later steps. A missing or malformed manifest makes the
+Every entry is inflated (capped, CRC-checked by ``_zip``) and hashed once; the digests and
+the bytes of everything but the objects are kept for the later steps. The objects (most of
+a bundle's bytes, and read by step 2 only through their digests) are hashed in a forked
+worker (``start_object_hashing``) while this process hashes and parses the run logs; the
+section is the same, entry for entry and in archive order, as if one process did it all. A missing or malformed manifest makes the
 input unreadable (exit 2); a listed entry that is missing, unlisted, duplicated, or whose
 size or SHA-256 differs is a failure of this section (exit 1).
 """
@@ -13,18 +16,64 @@ import hashlib
 from ._context import Bundle
 from ._errors import UnreadableBundle, VerificationError
 from ._report import Section
+from ._workers import start
 from .manifest import MANIFEST, FileEntry, parse_manifest
 
-__all__ = ["verify_container"]
+__all__ = ["verify_container", "start_object_hashing", "cancel_object_hashing", "hash_entry"]
 
 _MANIFEST_LIMIT = 512 << 20
 
 
-def verify_container(b: Bundle, sec: Section) -> None:
-    """Raises UnreadableBundle when there is no readable manifest; records the rest in ``sec``."""
+def start_object_hashing(b: Bundle) -> None:
+    """Load the manifest, then start hashing every object in a forked worker (joined by
+    ``verify_container``). Raises UnreadableBundle when there is no readable manifest."""
     _load_manifest(b)
+    names = [n for n in b.view.names if n.startswith("objects/")]
+    b.object_hashing = (names, start(_hash_objects, b, names, timeout=b.limits.worker_seconds))
+
+
+def _hash_objects(b: Bundle, names: list[str]) -> dict:
+    """In the worker: each object's SHA-256 hex (None when unreadable) and its read error."""
+    digests, errors = [], {}
+    for name in names:
+        try:
+            digests.append(hashlib.sha256(b.view.read(name)).hexdigest())
+        except VerificationError as e:
+            digests.append(None)
+            errors[name] = e.to_dict()
+    return {"digests": digests, "errors": errors}
+
+
+def _join_object_hashing(b: Bundle) -> dict[str, VerificationError]:
+    """The worker's digests into ``b.digests``; its read errors by entry. Raises
+    UnreadableBundle when the worker crashed or overran ``Limits.worker_seconds``."""
+    names, pending = b.object_hashing
+    b.object_hashing = None
+    got = pending.result()
+    for name, hexd in zip(names, got["digests"]):
+        if hexd is not None:
+            b.digests[name] = "sha256:" + hexd
+    return {n: VerificationError(e["path"], e["message"], e["record"]) for n, e in got["errors"].items()}
+
+
+def cancel_object_hashing(b: Bundle) -> None:
+    """Stop a hashing worker that was not joined (safe to call when there is none)."""
+    if b.object_hashing is not None:
+        b.object_hashing[1].cancel()
+        b.object_hashing = None
+
+
+def verify_container(b: Bundle, sec: Section) -> None:
+    """Raises UnreadableBundle when there is no readable manifest (or the object hashing
+    worker failed); records the rest in ``sec``."""
+    if b.manifest is None:
+        _load_manifest(b)
+    hashed = _join_object_hashing(b) if b.object_hashing is not None else {}
     for name in b.view.names:
-        sec.attempt(_hash_entry, b, name)
+        if name in hashed:
+            sec.fail(hashed[name])
+        else:
+            sec.attempt(_hash_entry, b, name)
     seen: set[str] = set()
     for row in b.manifest.files:
         sec.attempt(_check_row, b, row, seen)
@@ -49,6 +98,8 @@ def _load_manifest(b: Bundle) -> None:
 
 
 def _hash_entry(b: Bundle, name: str) -> None:
+    if name in b.digests:
+        return  # hashed by the worker, or while step 2 parsed it
     data = b.content.get(name)
     if data is None:
         data = b.view.read(name)  # raises VerificationError for a corrupt entry
@@ -77,3 +128,12 @@ def _check_row(b: Bundle, row: FileEntry, seen: set[str]) -> None:
 def _check_listed(name: str, seen: set[str]) -> None:
     if name not in seen:
         raise VerificationError(name, "in the bundle but not listed in the manifest")
+
+
+def hash_entry(b: Bundle, name: str) -> None:
+    """Hash (and keep) one non-object entry ahead of step 1; a read error is left for step 1
+    to report in its place."""
+    try:
+        _hash_entry(b, name)
+    except VerificationError:
+        pass

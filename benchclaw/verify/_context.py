@@ -69,6 +69,8 @@ class Bundle:
     ledgers: dict = field(default_factory=dict)             # ledger id -> replay (step 5)
     journals: dict = field(default_factory=dict)            # experiment -> records or error
     memo: dict = field(default_factory=dict)                # pure recomputations, by their inputs
+    object_hashing: tuple | None = None                     # (object names, Pending) until step 1
+    parsed: dict = field(default_factory=dict)              # run entry -> step 2's parse, done early
 
     def has(self, name: str) -> bool:
         return name in self.view.entries

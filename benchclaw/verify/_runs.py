@@ -6,6 +6,10 @@ bytes); it starts with ``run.start`` and ends with ``run.end``; every ``sha256:`
 in a body names an object present in the bundle whose bytes hash to it; and the task
 files under ``tasks/<id>/v<N>/`` hash to the task digest the run recorded. Objects are
 checked against their names too, referenced or not.
+
+What needs no object digest (the run id, the chain, the record types) is done by
+``parse_run`` before step 1 has the objects' digests, while a forked worker hashes them;
+step 2 then reports each run's first fault exactly where a single pass would have.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from .. import jsonio
 from ..checks.digest import task_digest
 from ..errors import BenchClawError
 from ..records import blob_refs, split_lines, verify_chain
+from ._container import hash_entry
 from ._context import Bundle, RunData
 from ._errors import VerificationError
 from ._report import Section
@@ -23,7 +28,7 @@ from ._shape import RUN, check_body
 from .layout import task_entry
 from .manifest import OBJECT_PATH, RUN_PATH, object_path
 
-__all__ = ["verify_runs", "from_error"]
+__all__ = ["verify_runs", "from_error", "parse_run"]
 
 _WHERE = re.compile(r"^(?P<path>[^:]*):(?P<line>\d+): (?P<msg>.*)$", re.S)
 
@@ -56,14 +61,24 @@ def _check_object(b: Bundle, name: str) -> None:
         raise VerificationError(name, f"object bytes hash to {b.digests[name]}, not to its name")
 
 
-def _check_run(b: Bundle, name: str, sec: Section) -> None:
+def parse_run(b: Bundle, name: str) -> None:
+    """Hash and parse one run log ahead of step 2 (while the objects are hashed in a worker):
+    what ``_check_run`` needs no object digest for. Its outcome, error included, is kept for
+    step 2 to report in its place."""
+    hash_entry(b, name)
+    try:
+        b.parsed[name] = _parse(b, name)
+    except VerificationError as e:
+        b.parsed[name] = e
+
+
+def _parse(b: Bundle, name: str) -> tuple[list, int, VerificationError | None]:
+    """(records, line of the first record whose body is ill-typed or 0, its error)."""
     m = RUN_PATH.match(name)
     if not m or m.group(1) != m.group(2)[:2]:
         raise VerificationError(name, "not a run log name (runs/<aa>/<64 hex>.jsonl)")
-    run_id = m.group(2)
-    b.bad_runs.add(run_id)
     data = b.read(name)
-    if b.digests.get(name) != "sha256:" + run_id:
+    if b.digests.get(name) != "sha256:" + m.group(2):
         raise VerificationError(name, "file bytes do not hash to the run id (the file was altered)")
     records = _chain(b, name, data)
     if not records or records[0].kind != "run.start":
@@ -71,7 +86,26 @@ def _check_run(b: Bundle, name: str, sec: Section) -> None:
     if records[-1].kind != "run.end":
         raise VerificationError(name, "a sealed run must end with run.end", len(records))
     for i, rec in enumerate(records, 1):
-        check_body(rec.kind, rec.body, RUN, name, i)
+        try:
+            check_body(rec.kind, rec.body, RUN, name, i)
+        except VerificationError as e:
+            return records, i, e
+    return records, 0, None
+
+
+def _check_run(b: Bundle, name: str, sec: Section) -> None:
+    m = RUN_PATH.match(name)
+    if not m or m.group(1) != m.group(2)[:2]:
+        raise VerificationError(name, "not a run log name (runs/<aa>/<64 hex>.jsonl)")
+    run_id = m.group(2)
+    b.bad_runs.add(run_id)
+    parsed = b.parsed.pop(name, None) or _parse(b, name)
+    if isinstance(parsed, VerificationError):
+        raise parsed
+    records, bad_line, bad = parsed
+    for i, rec in enumerate(records, 1):  # in record order: a body's types, then its references
+        if i == bad_line:
+            raise bad
         _check_refs(b, name, i, rec.body, rec.line)
         if rec.kind not in _KNOWN:
             sec.count(f"unknown kind {rec.kind}"[:80])

@@ -20,11 +20,11 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from ._container import verify_container
+from ._container import cancel_object_hashing, start_object_hashing, verify_container
 from ._context import Bundle
 from ._errors import UnreadableBundle, VerificationError
 from ._report import Section, VerifyReport
-from ._runs import verify_runs
+from ._runs import parse_run, verify_runs
 from ._workers import start
 from ._zip import Limits, ZipView
 
@@ -99,8 +99,12 @@ _SERIAL, _FORKED = 2, 5
 
 def _run_steps(b: Bundle, report: VerifyReport) -> None:
     steps = STEPS()
-    for name, step in steps[:_SERIAL]:
-        _run_step(b, report, name, step)
+    try:
+        _parse_while_hashing(b)
+        for name, step in steps[:_SERIAL]:
+            _run_step(b, report, name, step)
+    finally:
+        cancel_object_hashing(b)
     from ._ledgers import parse_ledger_chains
 
     parse_ledger_chains(b)
@@ -112,6 +116,15 @@ def _run_steps(b: Bundle, report: VerifyReport) -> None:
         _merge(report, pending.result())
     finally:
         pending.cancel()
+
+
+def _parse_while_hashing(b: Bundle) -> None:
+    """Fork the object hashing of step 1, and meanwhile hash and parse the run logs (the
+    part of step 2 that needs no object digest). Raises UnreadableBundle (no manifest)."""
+    start_object_hashing(b)
+    for name in b.view.names:
+        if name.startswith("runs/"):
+            parse_run(b, name)
 
 
 def _run_step(b: Bundle, report: VerifyReport, name: str, step) -> None:
