@@ -101,3 +101,17 @@ def test_a_corrupt_object_is_reported_by_the_container_step_from_the_worker(bund
     rep = verify_bundle(bytes(data))
     assert rep.exit_code == 1
     assert any(f.path == name for f in rep.section("container").failures), rep.to_dict()
+
+
+def test_step_4_reads_from_the_hashing_worker_only_what_it_would_accept_itself():
+    from benchclaw.verify._costs import derive
+
+    req = b'{"messages":[{"role":"user","content":"hi"}],"max_tokens":64}'
+    kind, max_tokens, estimate = derive(req)
+    assert (kind, max_tokens) == ("r", 64) and estimate > 0
+    assert derive(b'{"prompt_tokens":3,"completion_tokens":2}')[1]["completion"] == 2
+    assert derive(b'{"prompt_tokens":-1}') == ["u", None]  # costed as unknown, as step 4 does
+    # anything step 4 would reject or treat specially is left for it to read itself
+    assert derive(b'{"messages":[{"role":"user"}],"max_tokens":true}') is None
+    assert derive(b'{"messages":["x"],"max_tokens":64}') is None
+    assert derive(b"not json") is None

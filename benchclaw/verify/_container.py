@@ -33,15 +33,22 @@ def start_object_hashing(b: Bundle) -> None:
 
 
 def _hash_objects(b: Bundle, names: list[str]) -> dict:
-    """In the worker: each object's SHA-256 hex (None when unreadable) and its read error."""
-    digests, errors = [], {}
+    """In the worker: each object's SHA-256 hex (None when unreadable), its read error, and
+    what step 4 derives from it (``_costs.derive``), so no object is inflated twice."""
+    from ._costs import derive
+
+    digests, errors, derived = [], {}, []
     for name in names:
         try:
-            digests.append(hashlib.sha256(b.view.read(name)).hexdigest())
+            data = b.view.read(name)
         except VerificationError as e:
             digests.append(None)
+            derived.append(None)
             errors[name] = e.to_dict()
-    return {"digests": digests, "errors": errors}
+            continue
+        digests.append(hashlib.sha256(data).hexdigest())
+        derived.append(derive(data))
+    return {"digests": digests, "errors": errors, "derived": derived}
 
 
 def _join_object_hashing(b: Bundle) -> dict[str, VerificationError]:
@@ -50,9 +57,11 @@ def _join_object_hashing(b: Bundle) -> dict[str, VerificationError]:
     names, pending = b.object_hashing
     b.object_hashing = None
     got = pending.result()
-    for name, hexd in zip(names, got["digests"]):
+    for name, hexd, derived in zip(names, got["digests"], got["derived"]):
         if hexd is not None:
             b.digests[name] = "sha256:" + hexd
+        if derived is not None:
+            b.derived[name] = derived
     return {n: VerificationError(e["path"], e["message"], e["record"]) for n, e in got["errors"].items()}
 
 

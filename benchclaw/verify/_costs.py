@@ -11,6 +11,11 @@ The catalog is parsed with ``benchclaw.catalog_format``, the parser the runtime 
 catalogs with (pure, so the verifier imports nothing from ``benchclaw.providers``);
 ``extends`` is resolved from the bundle by the digest the run recorded. Results that later
 steps need again (a call's confirmed cost, an upper bound) are kept, never recomputed.
+
+A request's estimate and a usage blob's normalised usage are derived (``derive``) while
+step 1's worker has the object's bytes in hand, so the objects are inflated once; only
+the fully well-formed readings are kept, and anything else is read again here and fails
+with the same message as without the worker.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from ._errors import VerificationError
 from ._report import Section
 from .manifest import object_path
 
-__all__ = ["verify_costs", "catalog_prices", "upper_bound"]
+__all__ = ["verify_costs", "catalog_prices", "upper_bound", "derive"]
 
 
 def verify_costs(b: Bundle, sec: Section) -> None:
@@ -133,7 +138,55 @@ def upper_bound(b: Bundle, prices: Prices, estimate: int, max_tokens: int) -> st
     return got
 
 
+def derive(data: bytes) -> list | None:
+    """What step 4 reads from an object, as JSON values: ``["r", max_tokens, estimate]`` for a
+    well-formed request (a message list of objects, an int ``max_tokens``), ``["u", usage
+    dict or None]`` for any other JSON value (``_normalised``'s answer), None when the bytes
+    are not JSON or reading them raised anything else (step 4 then reads the blob itself)."""
+    if data[:1] not in (b"{", b"["):
+        return None
+    try:
+        obj = jsonio.loads(data)
+    except ValueError:
+        return None
+    if isinstance(obj, dict) and "messages" in obj:
+        messages, max_tokens = obj["messages"], obj.get("max_tokens")
+        if type(max_tokens) is not int or not isinstance(messages, list) or \
+                not all(isinstance(m, dict) for m in messages):
+            return None
+        try:
+            return ["r", max_tokens, estimate_prompt_tokens(messages)]
+        except Exception:  # noqa: BLE001 - RecursionError and the like: step 4 reports it
+            return None
+    try:
+        usage = normalise_usage(obj)
+    except (BenchClawError, ValueError, TypeError):
+        return ["u", None]
+    except Exception:  # noqa: BLE001 - step 4 reads it again and reports what it raises
+        return None
+    return ["u", usage.to_dict()]
+
+
+def _derived(b: Bundle, run: RunData, digest, line: int, what: str, kind: str):
+    """``derive``'s reading of the blob ``digest`` when it is of ``kind``, else None.
+    Raises VerificationError for a malformed digest, as reading the blob would."""
+    if not isinstance(digest, str) or not DIGEST_RE.match(digest):
+        raise VerificationError(run.path, f"{what} {digest!r} is not a blob digest", line)
+    got = b.derived.get(object_path(digest))
+    return got if got is not None and got[0] == kind else None
+
+
 def _check_estimate(b: Bundle, run: RunData, line: int, body: dict, estimate: int, max_tokens: int) -> None:
+    known = _derived(b, run, body.get("request"), line, "request", "r")
+    if known is not None:
+        _, request_max, got = known
+        if request_max != max_tokens:
+            raise VerificationError(run.path, f"call: request max_tokens {request_max!r} "
+                                    f"!= params.max_tokens {max_tokens}", line)
+        if got != estimate:
+            raise VerificationError(run.path, f"call: prompt_estimate {estimate}, recomputed from the "
+                                    f"request {got}", line)
+        return
     request = _json_blob(b, run, line, body.get("request"), "request")
     messages = request.get("messages") if isinstance(request, dict) else None
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
@@ -176,6 +229,10 @@ def _normalised(b: Bundle, run: RunData, line: int, digest) -> Usage | None:
     """The raw usage blob normalised, once per blob (step 2 tied its bytes to its digest)."""
     key = ("usage", digest)
     if key not in b.memo:
+        known = _derived(b, run, digest, line, "usage_raw", "u")
+        if known is not None:
+            b.memo[key] = None if known[1] is None else Usage(**known[1])
+            return b.memo[key]
         data = _blob(b, run, digest, line, "usage_raw")
         try:
             b.memo[key] = normalise_usage(jsonio.loads(data))
