@@ -37,6 +37,7 @@ from .experiment import chain_records
 __all__ = ["verify_ledgers", "LedgerReplay"]
 
 _PREFIX = "ledgers/"
+PREFIX = _PREFIX  # the entries step 5 reads (the verifier hashes them early)
 
 
 @dataclass

@@ -72,8 +72,9 @@ def parse_run(b: Bundle, name: str) -> None:
         b.parsed[name] = e
 
 
-def _parse(b: Bundle, name: str) -> tuple[list, int, VerificationError | None]:
-    """(records, line of the first record whose body is ill-typed or 0, its error)."""
+def _parse(b: Bundle, name: str) -> tuple[list, int, VerificationError | None, list]:
+    """(records, line of the first record whose body is ill-typed or 0, its error, the
+    digests each record before it references)."""
     m = RUN_PATH.match(name)
     if not m or m.group(1) != m.group(2)[:2]:
         raise VerificationError(name, "not a run log name (runs/<aa>/<64 hex>.jsonl)")
@@ -85,12 +86,14 @@ def _parse(b: Bundle, name: str) -> tuple[list, int, VerificationError | None]:
         raise VerificationError(name, "a run must start with run.start", 1)
     if records[-1].kind != "run.end":
         raise VerificationError(name, "a sealed run must end with run.end", len(records))
+    refs = []
     for i, rec in enumerate(records, 1):
         try:
             check_body(rec.kind, rec.body, RUN, name, i)
         except VerificationError as e:
-            return records, i, e
-    return records, 0, None
+            return records, i, e, refs
+        refs.append(_refs(rec.line, rec.body))
+    return records, 0, None, refs
 
 
 def _check_run(b: Bundle, name: str, sec: Section) -> None:
@@ -102,11 +105,14 @@ def _check_run(b: Bundle, name: str, sec: Section) -> None:
     parsed = b.parsed.pop(name, None) or _parse(b, name)
     if isinstance(parsed, VerificationError):
         raise parsed
-    records, bad_line, bad = parsed
+    records, bad_line, bad, refs = parsed
+    good = _good_objects(b)
     for i, rec in enumerate(records, 1):  # in record order: a body's types, then its references
         if i == bad_line:
             raise bad
-        _check_refs(b, name, i, rec.body, rec.line)
+        for digest in refs[i - 1]:
+            if "objects/" + digest[7:9] + "/" + digest[7:] not in good:
+                _check_ref(b, name, i, digest)
         if rec.kind not in _KNOWN:
             sec.count(f"unknown kind {rec.kind}"[:80])
     _check_task(b, name, records[0].body.get("task"))
@@ -150,13 +156,21 @@ def _refs(raw: bytes, body: dict):
     return [m.decode() for m in _REF.findall(raw)]
 
 
-def _check_refs(b: Bundle, name: str, line: int, body: dict, raw: bytes = b"\\u") -> None:
-    for digest in _refs(raw, body):
-        obj = object_path(digest)
-        if obj not in b.view.entries:
-            raise VerificationError(name, f"references object {digest}, which the bundle lacks", line)
-        if b.digests.get(obj) != digest:
-            raise VerificationError(name, f"object {digest} does not hash to its digest", line)
+def _good_objects(b: Bundle) -> set[str]:
+    """The object entries whose bytes hash to their name (computed once, after step 1)."""
+    good = b.memo.get("good objects")
+    if good is None:
+        good = b.memo["good objects"] = {
+            n for n in b.view.entries if n.startswith("objects/") and b.digests.get(n) == "sha256:" + n[11:]}
+    return good
+
+
+def _check_ref(b: Bundle, name: str, line: int, digest: str) -> None:
+    obj = object_path(digest)
+    if obj not in b.view.entries:
+        raise VerificationError(name, f"references object {digest}, which the bundle lacks", line)
+    if b.digests.get(obj) != digest:
+        raise VerificationError(name, f"object {digest} does not hash to its digest", line)
 
 
 def task_files(b: Bundle, prefix: str) -> dict[str, bytes]:

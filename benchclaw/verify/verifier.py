@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from ._container import cancel_object_hashing, start_object_hashing, verify_container
+from ._container import cancel_object_hashing, hash_entry, start_object_hashing, verify_container
 from ._context import Bundle
 from ._errors import UnreadableBundle, VerificationError
 from ._report import Section, VerifyReport
@@ -105,9 +105,6 @@ def _run_steps(b: Bundle, report: VerifyReport) -> None:
             _run_step(b, report, name, step)
     finally:
         cancel_object_hashing(b)
-    from ._ledgers import parse_ledger_chains
-
-    parse_ledger_chains(b)
     later = steps[_FORKED:]
     pending = start(_run_in_child, b, later, timeout=b.limits.worker_seconds)
     try:
@@ -121,10 +118,15 @@ def _run_steps(b: Bundle, report: VerifyReport) -> None:
 def _parse_while_hashing(b: Bundle) -> None:
     """Fork the object hashing of step 1, and meanwhile hash and parse the run logs (the
     part of step 2 that needs no object digest). Raises UnreadableBundle (no manifest)."""
+    from ._ledgers import PREFIX, parse_ledger_chains
+
     start_object_hashing(b)
     for name in b.view.names:
         if name.startswith("runs/"):
             parse_run(b, name)
+        elif name.startswith(PREFIX):
+            hash_entry(b, name)  # kept for the chain parse below, which would inflate it again
+    parse_ledger_chains(b)
 
 
 def _run_step(b: Bundle, report: VerifyReport, name: str, step) -> None:
