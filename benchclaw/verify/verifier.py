@@ -9,8 +9,9 @@ recomputation has, by definition, not been verified. A step that did not run cou
 a failure too (fail closed).
 
 No network, no disk writes: the bundle is read into memory once (bounded by
-``Limits.archive_bytes``) and every member is inflated in memory with a size cap. Steps
-6-8 run in a forked worker (``_workers``) while steps 3-5 run here: two cores, one report.
+``Limits.archive_bytes``) and every member is inflated in memory with a size cap. Step 1's
+objects are hashed in a forked worker while the run logs are parsed here, and steps 3 and
+6-8 run in another while steps 4-5 run here (``_workers``): two cores, one report.
 """
 
 from __future__ import annotations
@@ -90,11 +91,13 @@ def _load(source, limits: Limits) -> bytes:
         raise UnreadableBundle(str(path), f"cannot read ({e.strerror or e})") from None
 
 
-# Steps 6-8 read only what steps 1-2 established (and the ledger chains, parsed before the
-# fork), never what steps 3-5 add, so they run in a forked child on the second core while
-# this process runs steps 3-5. The report is the same as in order: each step fills its own
-# section, and the sections are numbered, not timed.
-_SERIAL, _FORKED = 2, 5
+# Steps 3 and 6-8 read only what steps 1-2 established (and the ledger chains, parsed
+# before the fork), never what steps 4-5 add (step 5 reads the costs step 4 confirmed), so
+# they run in a forked child on the second core while this process runs steps 4-5: about
+# the same amount of work on each side. The report is the same as in order: each step
+# fills its own section, and the sections are numbered, not timed.
+_SERIAL = 2
+_IN_CHILD = frozenset({"checks", "summary", "prereg", "complete"})
 
 
 def _run_steps(b: Bundle, report: VerifyReport) -> None:
@@ -105,11 +108,12 @@ def _run_steps(b: Bundle, report: VerifyReport) -> None:
             _run_step(b, report, name, step)
     finally:
         cancel_object_hashing(b)
-    later = steps[_FORKED:]
+    later = [(name, step) for name, step in steps[_SERIAL:] if name in _IN_CHILD]
     pending = start(_run_in_child, b, later, timeout=b.limits.worker_seconds)
     try:
-        for name, step in steps[_SERIAL:_FORKED]:
-            _run_step(b, report, name, step)
+        for name, step in steps[_SERIAL:]:
+            if name not in _IN_CHILD:
+                _run_step(b, report, name, step)
         _merge(report, pending.result())
     finally:
         pending.cancel()
