@@ -17,7 +17,7 @@ from ._context import Bundle
 from ._errors import UnreadableBundle, VerificationError
 from ._report import Section
 from ._workers import start
-from .manifest import MANIFEST, FileEntry, parse_manifest
+from .manifest import MANIFEST, FileEntry, Manifest, parse_manifest
 
 __all__ = ["verify_container", "start_object_hashing", "cancel_object_hashing", "hash_entry"]
 
@@ -90,6 +90,8 @@ def verify_container(b: Bundle, sec: Section) -> None:
         if name != MANIFEST:
             sec.attempt(_check_listed, name, seen)
     sec.count("entries", len(b.view.names))
+    # the rows are checked; later steps read only the experiments and the digest
+    b.manifest = Manifest(b.manifest.experiments, (), b.manifest.digest)
     sec.count("bytes", sum(e.usize for e in b.view.entries.values()))
 
 
@@ -102,8 +104,8 @@ def _load_manifest(b: Bundle) -> None:
         data = b.view.read(MANIFEST)
     except VerificationError as e:
         raise UnreadableBundle(MANIFEST, e.message) from None
-    b.content[MANIFEST] = data
     b.manifest = parse_manifest(data)
+    b.digests[MANIFEST] = b.manifest.digest  # the SHA-256 of these bytes; they are not kept
 
 
 def _hash_entry(b: Bundle, name: str) -> None:

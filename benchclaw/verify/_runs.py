@@ -14,13 +14,13 @@ step 2 then reports each run's first fault exactly where a single pass would hav
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from .. import jsonio
 from ..checks.digest import task_digest
 from ..errors import BenchClawError
 from ..records import blob_refs, split_lines, verify_chain
-from ._container import hash_entry
 from ._context import Bundle, RunData
 from ._errors import VerificationError
 from ._report import Section
@@ -64,21 +64,29 @@ def _check_object(b: Bundle, name: str) -> None:
 def parse_run(b: Bundle, name: str) -> None:
     """Hash and parse one run log ahead of step 2 (while the objects are hashed in a worker):
     what ``_check_run`` needs no object digest for. Its outcome, error included, is kept for
-    step 2 to report in its place."""
-    hash_entry(b, name)
+    step 2 to report in its place.
+
+    The log's bytes are not kept: its records hold its lines, and a run that fails here is
+    read again where it is needed."""
     try:
-        b.parsed[name] = _parse(b, name)
+        data = b.view.read(name)
+        b.digests[name] = "sha256:" + hashlib.sha256(data).hexdigest()
+    except VerificationError:
+        data = None  # step 1 reports the corrupt entry, step 2 reads it again and fails
+    try:
+        b.parsed[name] = _parse(b, name, data)
     except VerificationError as e:
         b.parsed[name] = e
 
 
-def _parse(b: Bundle, name: str) -> tuple[list, int, VerificationError | None, list]:
+def _parse(b: Bundle, name: str, data: bytes | None = None) -> tuple[list, int, VerificationError | None, list]:
     """(records, line of the first record whose body is ill-typed or 0, its error, the
     digests each record before it references)."""
     m = RUN_PATH.match(name)
     if not m or m.group(1) != m.group(2)[:2]:
         raise VerificationError(name, "not a run log name (runs/<aa>/<64 hex>.jsonl)")
-    data = b.read(name)
+    if data is None:
+        data = b.read(name)
     if b.digests.get(name) != "sha256:" + m.group(2):
         raise VerificationError(name, "file bytes do not hash to the run id (the file was altered)")
     records = _chain(b, name, data)

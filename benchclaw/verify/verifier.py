@@ -131,6 +131,8 @@ def _parse_while_hashing(b: Bundle) -> None:
         elif name.startswith(PREFIX):
             hash_entry(b, name)  # kept for the chain parse below, which would inflate it again
     parse_ledger_chains(b)
+    for name in [n for n in b.content if n.startswith(PREFIX)]:
+        del b.content[name]  # parsed: later steps read the chains, not the bytes
 
 
 def _run_step(b: Bundle, report: VerifyReport, name: str, step) -> None:
