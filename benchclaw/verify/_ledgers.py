@@ -82,6 +82,15 @@ def parse_ledger_chains(b: Bundle) -> None:
                 b.memo[("chain-error", name)] = e
 
 
+def forget_ledger_lines(b: Bundle) -> None:
+    """Drop the parsed ledgers' line bytes: their chains are checked, and nothing after
+    reads them (a ledger's records hold its whole size again)."""
+    for key, records in b.memo.items():
+        if key[0] == "chain" and key[1].startswith(_PREFIX):
+            for rec in records:
+                object.__setattr__(rec, "line", b"")  # frozen: as its own __post_init__ would
+
+
 def _replay_into(b: Bundle, name: str, lid: str, replays: dict) -> None:
     parse_ledger_chains(b)
     if ("chain-error", name) in b.memo:

@@ -101,7 +101,14 @@ def _parse(b: Bundle, name: str, data: bytes | None = None) -> tuple[list, int, 
         except VerificationError as e:
             return records, i, e, refs
         refs.append(_refs(rec.line, rec.body))
+        _forget_line(rec)
     return records, 0, None, refs
+
+
+def _forget_line(rec) -> None:
+    """Drop a record's line bytes once its chain and references are checked: nothing after
+    step 2 reads them (``Record.hash`` would re-encode), and they are a run log's size again."""
+    object.__setattr__(rec, "line", b"")  # a frozen dataclass: as its own __post_init__ would
 
 
 def _check_run(b: Bundle, name: str, sec: Section) -> None:

@@ -122,7 +122,7 @@ def _run_steps(b: Bundle, report: VerifyReport) -> None:
 def _parse_while_hashing(b: Bundle) -> None:
     """Fork the object hashing of step 1, and meanwhile hash and parse the run logs (the
     part of step 2 that needs no object digest). Raises UnreadableBundle (no manifest)."""
-    from ._ledgers import PREFIX, parse_ledger_chains
+    from ._ledgers import PREFIX, forget_ledger_lines, parse_ledger_chains
 
     start_object_hashing(b)
     for name in b.view.names:
@@ -131,6 +131,7 @@ def _parse_while_hashing(b: Bundle) -> None:
         elif name.startswith(PREFIX):
             hash_entry(b, name)  # kept for the chain parse below, which would inflate it again
     parse_ledger_chains(b)
+    forget_ledger_lines(b)
     for name in [n for n in b.content if n.startswith(PREFIX)]:
         del b.content[name]  # parsed: later steps read the chains, not the bytes
 
