@@ -85,7 +85,15 @@ def _cached_prices(b: Bundle, run: RunData, tier) -> Prices:
 
 def catalog_prices(b: Bundle, run: RunData) -> Prices:
     """The prices of the run's tier in the catalog it names; must equal ``run.start.prices``.
-    Raises VerificationError."""
+    Raises VerificationError. Once confirmed for a run, kept (step 5 asks again)."""
+    key = ("run prices", run.run_id)
+    got = b.memo.get(key)
+    if got is None:
+        got = b.memo[key] = _confirmed_prices(b, run)
+    return got
+
+
+def _confirmed_prices(b: Bundle, run: RunData) -> Prices:
     tier = run.start.get("tier")
     prices = _cached_prices(b, run, tier)
     try:

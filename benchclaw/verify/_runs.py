@@ -192,8 +192,34 @@ def task_files(b: Bundle, prefix: str) -> dict[str, bytes]:
     """The files of one task version in the bundle, by path relative to ``prefix``."""
     if prefix not in b.task_files:
         start = prefix + "/"
-        b.task_files[prefix] = {n[len(start):]: b.read(n) for n in b.names_under(start)}
+        b.task_files[prefix] = {n[len(start):]: b.read(n) for n in _task_names(b).get(prefix, ())}
     return b.task_files[prefix]
+
+
+def _task_names(b: Bundle) -> dict[str, list[str]]:
+    """Every entry under ``tasks/<id>/v<N>/``, by that prefix (one pass over the names)."""
+    index = b.memo.get("task names")
+    if index is None:
+        index = b.memo["task names"] = {}
+        for n in b.view.entries:
+            if n.startswith("tasks/"):
+                parts = n.split("/", 3)
+                if len(parts) == 4:
+                    index.setdefault("/".join(parts[:3]), []).append(n)
+    return index
+
+
+def _task_digest(b: Bundle, prefix: str, files: dict[str, bytes]) -> str:
+    """``task_digest`` of a task version's files, once per version. Raises ValueError."""
+    key = ("task digest", prefix)
+    if key not in b.memo:
+        try:
+            b.memo[key] = task_digest(files)
+        except ValueError as e:
+            b.memo[key] = e
+    if isinstance(b.memo[key], ValueError):
+        raise b.memo[key]
+    return b.memo[key]
 
 
 def _check_task(b: Bundle, name: str, task) -> None:
@@ -205,7 +231,7 @@ def _check_task(b: Bundle, name: str, task) -> None:
         raise VerificationError(name, f"task {task['id']} v{task['version']}: {prefix}/ is missing "
                                 "from the bundle", 1)
     try:
-        got = task_digest(files)
+        got = _task_digest(b, prefix, files)
     except ValueError as e:
         raise VerificationError(prefix, str(e)) from None
     if got != task["digest"]:
