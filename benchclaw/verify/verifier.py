@@ -111,12 +111,35 @@ def _run_steps(b: Bundle, report: VerifyReport) -> None:
     later = [(name, step) for name, step in steps[_SERIAL:] if name in _IN_CHILD]
     pending = start(_run_in_child, b, later, timeout=b.limits.worker_seconds)
     try:
+        _release(b, "fork")
         for name, step in steps[_SERIAL:]:
             if name not in _IN_CHILD:
                 _run_step(b, report, name, step)
+                _release(b, name)
         _merge(report, pending.result())
     finally:
         pending.cancel()
+
+
+def _forget_digests(b: Bundle) -> None:
+    b.digests.clear()
+    b.memo.pop("good objects", None)
+
+
+def _forget_derived(b: Bundle) -> None:
+    b.derived.clear()
+
+
+# What this process no longer needs once the child has its copy (the digests serve steps
+# 1-2 and the child's step 7; steps 4-5 read neither), and once step 4 has read the objects' derived values: freed
+# so that step 5's replay reuses the memory instead of raising the peak.
+_RELEASE = {"fork": _forget_digests, "costs": _forget_derived}
+
+
+def _release(b: Bundle, after: str) -> None:
+    """Without ``fork`` the child's steps have already run here, so this holds too."""
+    if after in _RELEASE:
+        _RELEASE[after](b)
 
 
 def _parse_while_hashing(b: Bundle) -> None:
