@@ -128,6 +128,8 @@ def _forget_digests(b: Bundle) -> None:
 
 def _forget_derived(b: Bundle) -> None:
     b.derived.clear()
+    for key in [k for k in b.memo if k[0] == "usage"]:
+        del b.memo[key]  # step 4's normalised usages: step 5 reads the confirmed costs
 
 
 # What this process no longer needs once the child has its copy (the digests serve steps
