@@ -2,8 +2,8 @@
 
 Every entry is inflated (capped, CRC-checked by ``_zip``) and hashed once; the digests and
 the bytes of everything but the objects are kept for the later steps. The objects (most of
-a bundle's bytes, and read by step 2 only through their digests) are hashed in a forked
-worker (``start_object_hashing``) while this process hashes and parses the run logs; the
+a bundle's bytes, and read by step 2 only through their digests) and the run logs are
+hashed in a forked worker (``start_object_hashing``) while this process parses the logs; the
 section is the same, entry for entry and in archive order, as if one process did it all. A missing or malformed manifest makes the
 input unreadable (exit 2); a listed entry that is missing, unlisted, duplicated, or whose
 size or SHA-256 differs is a failure of this section (exit 1).
@@ -25,10 +25,10 @@ _MANIFEST_LIMIT = 512 << 20
 
 
 def start_object_hashing(b: Bundle) -> None:
-    """Load the manifest, then start hashing every object in a forked worker (joined by
-    ``verify_container``). Raises UnreadableBundle when there is no readable manifest."""
+    """Load the manifest, then start hashing every object and run log in a forked worker
+    (joined by ``verify_container``; this process parses the run logs meanwhile). Raises UnreadableBundle when there is no readable manifest."""
     _load_manifest(b)
-    names = [n for n in b.view.names if n.startswith("objects/")]
+    names = [n for n in b.view.names if n.startswith(("objects/", "runs/"))]
     b.object_hashing = (names, start(_hash_objects, b, names, timeout=b.limits.worker_seconds))
 
 
@@ -47,7 +47,7 @@ def _hash_objects(b: Bundle, names: list[str]) -> dict:
             errors[name] = e.to_dict()
             continue
         digests.append(hashlib.sha256(data).hexdigest())
-        derived.append(derive(data))
+        derived.append(derive(data) if name.startswith("objects/") else None)
     # one string of 64-character digests, not a list of strings: a fraction of the memory
     return {"digests": "".join(digests), "errors": errors, "derived": derived}
 

@@ -14,7 +14,6 @@ step 2 then reports each run's first fault exactly where a single pass would hav
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 from .. import jsonio
@@ -62,24 +61,24 @@ def _check_object(b: Bundle, name: str) -> None:
 
 
 def parse_run(b: Bundle, name: str) -> None:
-    """Hash and parse one run log ahead of step 2 (while the objects are hashed in a worker):
-    what ``_check_run`` needs no object digest for. Its outcome, error included, is kept for
-    step 2 to report in its place.
+    """Parse one run log ahead of step 2, while a worker hashes the objects and the run logs:
+    what ``_check_run`` needs no digest for. Its outcome, error included, is kept for step 2
+    to report in its place, after the run id check that comes first.
 
     The log's bytes are not kept: its records hold its lines, and a run that fails here is
     read again where it is needed."""
     try:
         data = b.view.read(name)
-        b.digests[name] = "sha256:" + hashlib.sha256(data).hexdigest()
     except VerificationError:
-        data = None  # step 1 reports the corrupt entry, step 2 reads it again and fails
+        return  # step 1 reports the corrupt entry, step 2 reads it again and fails
     try:
-        b.parsed[name] = _parse(b, name, data)
+        b.parsed[name] = _parse(b, name, data, check_id=False)
     except VerificationError as e:
         b.parsed[name] = e
 
 
-def _parse(b: Bundle, name: str, data: bytes | None = None) -> tuple[list, int, VerificationError | None, list]:
+def _parse(b: Bundle, name: str, data: bytes | None = None, *,
+           check_id: bool = True) -> tuple[list, int, VerificationError | None, list]:
     """(records, line of the first record whose body is ill-typed or 0, its error, the
     digests each record before it references)."""
     m = RUN_PATH.match(name)
@@ -87,8 +86,8 @@ def _parse(b: Bundle, name: str, data: bytes | None = None) -> tuple[list, int, 
         raise VerificationError(name, "not a run log name (runs/<aa>/<64 hex>.jsonl)")
     if data is None:
         data = b.read(name)
-    if b.digests.get(name) != "sha256:" + m.group(2):
-        raise VerificationError(name, "file bytes do not hash to the run id (the file was altered)")
+    if check_id:
+        _check_id(b, name, m.group(2))
     records = _chain(b, name, data)
     if not records or records[0].kind != "run.start":
         raise VerificationError(name, "a run must start with run.start", 1)
@@ -117,7 +116,11 @@ def _check_run(b: Bundle, name: str, sec: Section) -> None:
         raise VerificationError(name, "not a run log name (runs/<aa>/<64 hex>.jsonl)")
     run_id = m.group(2)
     b.bad_runs.add(run_id)
-    parsed = b.parsed.pop(name, None) or _parse(b, name)
+    parsed = b.parsed.pop(name, None)
+    if parsed is None:
+        parsed = _parse(b, name)
+    else:
+        _check_id(b, name, run_id)  # parsed early: the id check comes first, as in _parse
     if isinstance(parsed, VerificationError):
         raise parsed
     records, bad_line, bad, refs = parsed
@@ -134,6 +137,11 @@ def _check_run(b: Bundle, name: str, sec: Section) -> None:
     b.bad_runs.discard(run_id)
     b.runs[run_id] = RunData(run_id, name, records)
     sec.count("records", len(records))
+
+
+def _check_id(b: Bundle, name: str, run_id: str) -> None:
+    if b.digests.get(name) != "sha256:" + run_id:
+        raise VerificationError(name, "file bytes do not hash to the run id (the file was altered)")
 
 
 _KNOWN = frozenset({"run.start", "call", "action", "check", "artifact", "run.end"})
