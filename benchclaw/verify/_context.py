@@ -1,10 +1,12 @@
 """What the steps share: the validated zip, the manifest, and what earlier steps established.
 
-Step 1 inflates and hashes every entry once and keeps the bytes of everything but the
-objects (runs, journals, ledgers, tasks: what several steps read); an object is inflated
-again when a later step needs it, because objects are most of a bundle's bytes and each
-is read at most once more. ``Bundle.read`` never touches the disk; ``Bundle.files`` is a
-read-only mapping over every entry for the analysis. Later steps only build on what earlier ones accepted: a run whose chain is
+Every entry is inflated and hashed once, before step 2 ends (the objects and run logs in a
+forked worker, ``_container``). Only the bytes several steps read are kept (journals,
+tasks, small entries); the run logs and ledgers are kept as their parsed records (without
+their line bytes, once the chains are checked), the objects as what step 4 derives from
+them, and anything else is inflated again when a later step needs it. ``Bundle.read``
+never touches the disk; ``Bundle.files`` is a read-only mapping over every entry for the
+analysis. Later steps only build on what earlier ones accepted: a run whose chain is
 broken is reported by step 2 and left out of steps 3-6, so one fault is reported where
 it is, not five times downstream.
 """
