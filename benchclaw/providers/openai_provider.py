@@ -90,12 +90,10 @@ class OpenAIProvider(Provider):
             redact=self._redact)
 
     def _params(self, req: ChatRequest) -> dict:
-        params: dict[str, Any] = {"model": req.model, "messages": [dict(m) for m in req.messages],
-                                  "max_tokens": req.max_tokens, "temperature": float(req.temperature)}
-        if req.seed is not None:
-            params["seed"] = req.seed
-        if req.json_mode:
-            params["response_format"] = {"type": "json_object"}
+        """What the SDK sends: the recorded request body (``req.body()``, one definition for
+        both), with temperature as the number the SDK wants and the call's timeout."""
+        params: dict[str, Any] = req.body()
+        params["temperature"] = float(req.temperature)  # a sampling knob, not money
         if req.timeout_s is not None:
             params["timeout"] = req.timeout_s
         return params
