@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import jsonio
-from .errors import FormatError, InputError, IntegrityError, StorageError
+from .errors import InputError, IntegrityError, StorageError
 from .records import (GENESIS, Record, blob_refs, encode, line_hash, parse_line, split_lines,
                       utc_now, verify_chain)
 
@@ -454,15 +454,6 @@ def default_writer() -> str:
     """A per-machine writer id, so shards of a grid on two machines never share a file."""
     host = "".join(c if c in _SAFE_NAME else "-" for c in socket.gethostname())[:48] or "host"
     return os.environ.get("BENCHCLAW_WRITER") or host
-
-
-def parse_lines_lenient(data: bytes, where: str) -> tuple[list[Record], bytes, FormatError | None]:
-    """Parse complete lines up to the first bad one; return (records, torn tail, error)."""
-    lines, torn = split_lines(data)
-    try:
-        return verify_chain(lines, where), torn, None
-    except (FormatError, IntegrityError) as e:
-        return [], torn, e if isinstance(e, FormatError) else FormatError(str(e))
 
 
 __all__ += ["default_writer", "safe_name", "blob_refs", "storage_error"]
