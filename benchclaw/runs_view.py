@@ -11,7 +11,7 @@ from typing import Callable, Iterator
 from . import jsonio
 from .errors import InputError, UsageError
 from .records import Record
-from .store import SealedRun, Store
+from .store import Store
 
 __all__ = ["run_rows", "resolve_run_id", "timeline"]
 

@@ -18,7 +18,7 @@ import abc
 import email.utils
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, Callable, Mapping
 
