@@ -47,7 +47,7 @@ from .records import parse_line
 from .store import Store
 
 __all__ = ["run_experiment", "run_experiment_sync", "GridResult", "GridInterrupted", "Backends",
-           "default_backends"]
+           "default_backends", "runner_lock"]
 
 
 class GridInterrupted(BenchClawError):
@@ -129,7 +129,7 @@ class _Grid:
 
     # -- the story ---------------------------------------------------------------------
     async def run(self, *, handle_signals: bool) -> GridResult:
-        with _runner_lock(self.store):
+        with runner_lock(self.store):
             return await self._run(handle_signals)
 
     async def _run(self, handle_signals: bool) -> GridResult:
@@ -411,16 +411,17 @@ class _Grid:
 # ------------------------------------------------------------------------------ helpers
 
 @contextlib.contextmanager
-def _runner_lock(store: Store):
-    """One grid runner per runs directory at a time: the next one's crash recovery would
-    otherwise seal this one's open runs under it. Raises UsageError when the lock is held."""
+def runner_lock(store: Store):
+    """One process that runs agents (a grid runner, the demo, the studio) per runs directory
+    at a time: the next one's crash recovery would otherwise seal this one's open runs
+    under it. Raises UsageError when the lock is held."""
     store._ensure()
     path = store.root / ".runner.lock"
     with open(path, "a") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UsageError(f"{store.root}: another grid runner (benchclaw run or demo) is using this "
+            raise UsageError(f"{store.root}: another process running agents (benchclaw run, demo or studio) is using this "
                              f"runs directory ({path} is locked); wait for it or use another --runs") from None
         try:
             yield

@@ -24,7 +24,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from . import jsonio
 from .errors import InputError, IntegrityError, StorageError
@@ -221,11 +221,15 @@ class JournalEntry:
 
 
 class RunWriter:
-    """An open run: ``open/<uuid>.jsonl``, appended and fsynced record by record."""
+    """An open run: ``open/<uuid>.jsonl``, appended and fsynced record by record.
 
-    def __init__(self, store: "Store", path: Path):
+    ``on_append``, when given, is called with each record once it is on disk (a live view
+    follows a run this way); what it raises propagates to the appender, so it must not."""
+
+    def __init__(self, store: "Store", path: Path, on_append: Callable[[Record], None] | None = None):
         self.store = store
         self.path = path
+        self.on_append = on_append
         self.records: list[Record] = []
         self._prev = GENESIS
         self._hash = hashlib.sha256()
@@ -258,6 +262,8 @@ class RunWriter:
         self._prev = line_hash(line)
         rec = Record(rec.seq, rec.prev, rec.at, kind, body, line)
         self.records.append(rec)
+        if self.on_append is not None:
+            self.on_append(rec)
         return rec
 
     def seal(self) -> str:
@@ -360,9 +366,10 @@ class Store:
         return data
 
     # -- runs -----------------------------------------------------------------------------
-    def open_run(self) -> RunWriter:
+    def open_run(self, *, on_append: Callable[[Record], None] | None = None) -> RunWriter:
+        """A new open run; ``on_append`` observes each record as it lands (``RunWriter``)."""
         self._ensure()
-        return RunWriter(self, self.root / "open" / f"{uuid.uuid4().hex}.jsonl")
+        return RunWriter(self, self.root / "open" / f"{uuid.uuid4().hex}.jsonl", on_append)
 
     def _seal_file(self, open_path: Path, hexd: str) -> str:
         target = self.root / "runs" / hexd[:2] / f"{hexd}.jsonl"

@@ -338,6 +338,6 @@ def test_a_second_runner_on_the_same_runs_directory_is_refused(tmp_path):
     store, _ = setup(tmp_path, live="[]")
     with open(store.root / ".runner.lock", "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.raises(UsageError, match="another grid runner"):
+        with pytest.raises(UsageError, match="another process running agents"):
             run(store, FakeAgent())
     assert not store.open_run_paths() and "grid.start" not in kinds(store)

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "build": ("site", "build", "Build the static replay site."),
     "serve": ("site", "serve", "Preview the built site on 127.0.0.1."),
     "export": ("bundle", "export", "Export a reproducible evidence bundle (zip)."),
+    "studio": ("studio", "studio", "Serve the live public studio: visitors run tasks within budgets."),
 }
 
 

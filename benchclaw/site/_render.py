@@ -24,7 +24,7 @@ import os
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-__all__ = ["make_env", "renderer_digest", "Scrubber", "markdown", "run_url", "cell_slug", "object_url",
+__all__ = ["make_env", "make_overlay_env", "renderer_digest", "Scrubber", "markdown", "run_url", "cell_slug", "object_url",
            "task_url", "exp_url", "cell_url", "exp_dir", "cells_list_url"]
 
 _SITE_PKG = Path(__file__).resolve().parent
@@ -222,11 +222,21 @@ def make_env(templates_dir: Path, renderer: str | None = None):
     return env
 
 
-def _new_env(templates_dir: Path):
+def make_overlay_env(overlay_dir: Path, templates_dir: Path):
+    """An environment like ``make_env``'s where templates in ``overlay_dir`` take
+    precedence: the studio renders the site's very ``run.html`` inside its own ``base.html``.
+    Not cached (one per studio process)."""
+    return _new_env(templates_dir, overlay_dir)
+
+
+def _new_env(templates_dir: Path, overlay_dir: Path | None = None):
     import jinja2
 
+    loader = jinja2.FileSystemLoader(str(templates_dir))
+    if overlay_dir is not None:
+        loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(str(overlay_dir)), loader])
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir)),
+        loader=loader,
         autoescape=True, undefined=jinja2.ChainableUndefined,
         trim_blocks=True, lstrip_blocks=True, auto_reload=False, cache_size=-1,
     )

@@ -1,0 +1,201 @@
+"""The studio's money: one durable ledger per session and one per UTC day for the studio.
+
+Why it is built this way: every call of a studio run is reserved in *both* ledgers before
+it is made, with the very ``benchclaw.ledger.Ledger`` benchmarks use, so the guarantees
+are the ledger's (fail closed, fsynced before the call, replayed after a crash, open
+reservations counted at their upper bound). ``CallBudget`` is the agent's ``ledger``
+argument for one run and does the pairing:
+
+1. reserve in the session's ledger (a visitor running out is the common refusal, and it
+   then never touches the shared day ledger);
+2. reserve in the day ledger; if that refuses, release the session reservation by
+   settling it at zero (the call was never made);
+3. settle both with the usage the provider reported (or as unknown, at the upper bound).
+
+A crash between 1 and 2 leaves the session reservation open, which replay counts as spent:
+the safe side. On start-up ``recover`` settles reservations left open by a killed process
+as unknown (the same arithmetic as leaving them open, made explicit in the file).
+
+Trade-off: two fsyncs per call instead of one; a model call takes hundreds of milliseconds.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import threading
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Callable
+
+from ..errors import BudgetError
+from ..ledger import Ledger, Limits, Reservation, ledger_path, read_ledger
+from ..ledger_replay import LedgerState
+from ..store import Store
+from .config import Budgets
+
+__all__ = ["StudioBudgets", "CallBudget", "PairedReservation", "Standing"]
+
+
+@dataclass(frozen=True)
+class PairedReservation:
+    session: Reservation
+    day: Reservation
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What a session (or the studio today) has left, for pages and refusals."""
+
+    spent_usd: Decimal
+    limit_usd: Decimal
+    spent_tokens: int
+    limit_tokens: int
+    refused: int
+
+    @property
+    def remaining_usd(self) -> Decimal:
+        return max(self.limit_usd - self.spent_usd, Decimal(0))
+
+    @property
+    def remaining_tokens(self) -> int:
+        return max(self.limit_tokens - self.spent_tokens, 0)
+
+    @property
+    def exhausted(self) -> bool:
+        """Out of money or tokens, or a call was already refused (fail closed: a refused
+        ledger takes no new run, even if a smaller call might still fit)."""
+        return self.refused > 0 or self.remaining_usd <= 0 or self.remaining_tokens <= 0
+
+
+def _standing(st: LedgerState | None, usd: Decimal, tokens: int) -> Standing:
+    if st is None:
+        return Standing(Decimal(0), usd, 0, tokens, 0)
+    return Standing(st.spent_usd, usd, st.spent_tokens, tokens, st.refused)
+
+
+class StudioBudgets:
+    """The ledgers of one studio in one runs directory (``studio-<label>-s-<session>``
+    and ``studio-<label>-day-<yyyymmdd>``). Thread-safe; the process holds the runs
+    directory's runner lock, so no other process writes these ledgers."""
+
+    def __init__(self, store: Store, budgets: Budgets, label: str, *,
+                 today: Callable[[], str] | None = None):
+        self.store, self.budgets, self.label = store, budgets, label
+        self._today = today or (lambda: _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d"))
+        self._ledgers: dict[str, Ledger] = {}
+        self._lock = threading.Lock()
+
+    # -- ids ------------------------------------------------------------------------------
+    def session_ledger_id(self, session: str) -> str:
+        return f"studio-{self.label}-s-{session}"
+
+    def day_ledger_id(self, day: str | None = None) -> str:
+        return f"studio-{self.label}-day-{day or self._today()}"
+
+    # -- ledgers --------------------------------------------------------------------------
+    def _ledger(self, lid: str, limits: Limits) -> Ledger:
+        with self._lock:
+            led = self._ledgers.get(lid)
+            if led is None:
+                if ledger_path(self.store, lid).is_file():
+                    led = Ledger.open(self.store, lid)
+                else:
+                    led = Ledger.create(self.store, lid, limits, experiment=f"studio-{self.label}",
+                                        invocation=lid)
+                self._ledgers[lid] = led
+            return led
+
+    def session_ledger(self, session: str) -> Ledger:
+        b = self.budgets
+        return self._ledger(self.session_ledger_id(session),
+                            Limits(b.session_usd, b.session_tokens, b.per_call_usd))
+
+    def day_ledger(self) -> Ledger:
+        b = self.budgets
+        return self._ledger(self.day_ledger_id(), Limits(b.day_usd, b.day_tokens, b.per_call_usd))
+
+    def for_run(self, session: str) -> "CallBudget":
+        """The ``ledger`` argument of ``run_agent`` for one run of ``session``."""
+        return CallBudget(self.session_ledger(session), self.day_ledger())
+
+    # -- standing (no ledger file is created just to look) ---------------------------------
+    def _state(self, lid: str) -> LedgerState | None:
+        with self._lock:
+            led = self._ledgers.get(lid)
+        if led is not None:
+            return led.state()
+        if not ledger_path(self.store, lid).is_file():
+            return None
+        return read_ledger(self.store, lid, tolerate_torn=True)
+
+    def session_standing(self, session: str) -> Standing:
+        b = self.budgets
+        return _standing(self._state(self.session_ledger_id(session)), b.session_usd, b.session_tokens)
+
+    def day_standing(self) -> Standing:
+        b = self.budgets
+        return _standing(self._state(self.day_ledger_id()), b.day_usd, b.day_tokens)
+
+    # -- start-up -------------------------------------------------------------------------
+    def recover(self) -> int:
+        """Settle as unknown every reservation a killed studio left open in this studio's
+        ledgers (each stays counted at its upper bound). Returns how many."""
+        n = 0
+        prefix = f"studio-{self.label}-"
+        for path in sorted((self.store.root / "ledgers").glob(f"{prefix}*.jsonl")):
+            led = Ledger.open(self.store, path.stem)
+            for rid, o in list(led.state().open.items()):
+                led.settle(Reservation(rid, "", "", o.tokens, o.usd), tokens=None, usd=None,
+                           reason="studio restarted: the call was cut off")
+                n += 1
+            led.release()
+        return n
+
+    def close(self) -> None:
+        with self._lock:
+            for led in self._ledgers.values():
+                led.release()
+
+
+class CallBudget:
+    """Both ledgers as one run sees them (the agent's ``reserve``/``settle`` interface).
+    ``refused_by`` says which budget ended the run, when one did."""
+
+    def __init__(self, session: Ledger, day: Ledger):
+        self.session, self.day = session, day
+        self.refused_by: str | None = None
+        self.open: dict[str, PairedReservation] = {}
+
+    @property
+    def id(self) -> str:
+        """The ledger named in ``run.start.ledger``: the session's."""
+        return self.session.id
+
+    def reserve(self, *, run: str, key: str, tokens: int, usd: Decimal) -> PairedReservation:
+        """Reserve in the session's ledger, then the day's. Raises BudgetError naming the
+        budget that refused; nothing stays reserved then."""
+        try:
+            s = self.session.reserve(run=run, key=key, tokens=tokens, usd=usd)
+        except BudgetError as e:
+            self.refused_by = "session"
+            raise BudgetError(f"this session's budget is spent ({e})") from None
+        try:
+            d = self.day.reserve(run=run, key=key, tokens=tokens, usd=usd)
+        except BudgetError as e:
+            self.session.settle(s, tokens=0, usd=Decimal(0), reason="refused by the studio's day budget")
+            self.refused_by = "day"
+            raise BudgetError(f"the studio's budget for today is spent ({e})") from None
+        pair = PairedReservation(s, d)
+        self.open[s.id] = pair
+        return pair
+
+    def settle(self, reservation: PairedReservation, *, tokens: int | None, usd: Decimal | None,
+               reason: str | None = None) -> None:
+        self.session.settle(reservation.session, tokens=tokens, usd=usd, reason=reason)
+        self.day.settle(reservation.day, tokens=tokens, usd=usd, reason=reason)
+        self.open.pop(reservation.session.id, None)
+
+    def settle_open(self, reason: str) -> None:
+        """Settle what a cut-off run left open as unknown (upper bound)."""
+        for pair in list(self.open.values()):
+            self.settle(pair, tokens=None, usd=None, reason=reason)
