@@ -11,7 +11,10 @@ are sealed ``aborted``) and release the runs directory. Budgets are durable ledg
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,17 +33,45 @@ def serve_studio(config: StudioConfig, runs_dir: Path | str, *, host: str = "127
     import uvicorn
 
     from .app import create_app
+
+    _Server = _server_class()
     from .sessions import SessionKeys, load_secret
 
     studio = Studio(config, runs_dir, sim_options=sim_options, fsync=fsync)
     keys = SessionKeys(load_secret(config.secret_file))
     studio.open()
     app = create_app(studio, keys)
-    server = uvicorn.Server(uvicorn.Config(
+    server = _Server(uvicorn.Config(
         app, host=host, port=port, lifespan="off", log_level=log_level, server_header=False,
         proxy_headers=True, forwarded_allow_ips="127.0.0.1", timeout_graceful_shutdown=3,
         h11_max_incomplete_event_size=16 * 1024, limit_concurrency=1000, timeout_keep_alive=5))
     asyncio.run(_serve(server, studio, on_ready or _announce))
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, except that SIGINT/SIGTERM only ask it to exit: uvicorn
+        re-raises a captured signal after serving, which would end the process before the
+        studio seals its running jobs."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            loop = asyncio.get_running_loop()
+            sigs = (signal.SIGINT, signal.SIGTERM)
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            for s in sigs:
+                loop.add_signal_handler(s, self.handle_exit, s, None)
+            try:
+                yield
+            finally:
+                for s in sigs:
+                    loop.remove_signal_handler(s)
+
+    return Server
 
 
 def _announce(url: str) -> None:

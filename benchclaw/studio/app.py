@@ -41,6 +41,7 @@ log = logging.getLogger("benchclaw.studio")
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 MAX_BODY = 2048            # bytes of a form post: three ids and a token
+MAX_HEAD = 8192            # bytes of a request's path and headers
 KEEPALIVE_S = 15.0
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _RUN = re.compile(r"^[0-9a-f]{64}$")
@@ -52,9 +53,17 @@ _HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-option
             (b"cross-origin-opener-policy", b"same-origin"), (b"cross-origin-resource-policy", b"same-origin")]
 
 
+async def _plain(send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode())] + _HEADERS})
+    await send({"type": "http.response.body", "body": body})
+
+
 class _SecurityHeaders:
-    """Pure ASGI middleware: the headers above on every response, ``no-store`` on
-    everything but static files. (Pure ASGI, so event streams are not buffered.)"""
+    """Pure ASGI middleware: refuses oversized request heads (431), and puts the headers
+    above on every response, ``no-store`` on everything but static files. (Pure ASGI, so
+    event streams are not buffered.)"""
 
     def __init__(self, app):
         self.app = app
@@ -63,6 +72,9 @@ class _SecurityHeaders:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         static = scope.get("path", "").startswith("/static/")
+        size = sum(len(k) + len(v) for k, v in scope.get("headers", ())) + len(scope.get("raw_path") or b"")
+        if size > MAX_HEAD:
+            return await _plain(send, 431, b"request headers too large\n")
 
         async def send_with_headers(message):
             if message["type"] == "http.response.start":

@@ -92,7 +92,7 @@ def load_config(path: str | Path | None) -> StudioConfig:
 
 def _parse(doc: dict, where: str) -> StudioConfig:
     top = _Table(doc, where, "")
-    if top.get("v", _int(1)) != CONFIG_VERSION:
+    if top.get("v", _int(1), CONFIG_VERSION) != CONFIG_VERSION:
         raise FormatError(f"{where}: v: this BenchClaw reads studio config v = {CONFIG_VERSION}")
     d = StudioConfig()
     kw: dict[str, Any] = dict(
