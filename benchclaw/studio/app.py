@@ -13,7 +13,8 @@ Why it is built this way:
   served only when a studio run's replay page links them.
 - **Every response** gets a strict Content-Security-Policy (scripts, styles and event
   streams from this origin only, no inline anything, no frames, forms only to this
-  origin), ``nosniff``, ``no-referrer`` and ``no-store``. Request bodies are bounded
+  origin), ``nosniff``, a same-origin referrer policy (browsers then send ``Origin`` on
+  the form post, which the forgery check reads) and ``no-store``. Request bodies are bounded
   before they are read, and POSTs need the session cookie, its form token and a
   same-origin ``Origin``/``Sec-Fetch-Site`` when the browser sends them.
 """
@@ -49,7 +50,7 @@ _FORM_FIELDS = ("csrf", "task", "policy", "profile")
 _STATIC = {"style.css": ("static/style.css", "text/css"), "studio.css": ("studio/studio.css", "text/css"),
            "studio.js": ("studio/studio.js", "text/javascript")}
 _HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
-            (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY"),
+            (b"referrer-policy", b"same-origin"), (b"x-frame-options", b"DENY"),
             (b"cross-origin-opener-policy", b"same-origin"), (b"cross-origin-resource-policy", b"same-origin")]
 
 
