@@ -227,7 +227,8 @@ class Studio:
         by_attempt = self._runs_by_attempt(set(started), recovered)
         for attempt, b in started.items():
             run_id, end = by_attempt.get(attempt, (None, {}))
-            body = self._run_body(b["session"], b["job"], b["step"], b["tier"], attempt, run_id, end)
+            body = self._run_body(b["session"], b["job"], b["step"], b["tier"], attempt, run_id, end,
+                                  task=b.get("task", ""), profile=b.get("profile", ""))
             self.journal.append("studio.run", body)
             self._note_run(body)
         for job, b in jobs_open.items():
@@ -356,7 +357,8 @@ class Studio:
         attempt = uuid.uuid4().hex
         t = self.tasks[job.task]
         self.journal.append("studio.run.start", {"exploratory": True, "session": job.session, "job": job.id,
-                                                 "step": step, "tier": tier, "attempt": attempt})
+                                                 "step": step, "tier": tier, "attempt": attempt,
+                                                 "task": job.task, "profile": job.profile})
         self._runs_started[job.session] = self._runs_started.get(job.session, 0) + 1
         job.emit("run", {"step": step, "tier": tier})
         ctx = {"studio": self.journal_id, "exploratory": True, "session": job.session, "job": job.id,
