@@ -174,6 +174,9 @@ def test_jobs_run_sealed_journaled_and_replayable_by_build(tmp_path):
     assert job.status in ("passed", "failed") and job.runs
     kinds = [k for _, k, _ in job.events]
     assert kinds[0] == "job" and kinds[-1] == "done" and "call" in kinds and "check" in kinds
+    assert kinds.count("run") == len(job.runs) and kinds.count("escalate") == len(job.runs) - 1
+    if len(job.runs) > 1:  # the ladder moved up because the cheaper tier failed its gate
+        assert not job.runs[0]["gate_passed"] and job.runs[1]["tier"] != job.runs[0]["tier"]
     store = Store(tmp_path / "runs")
     assert store.check().ok
     for r in job.runs:

@@ -287,3 +287,19 @@ def test_sigkill_mid_runs_then_restart(tmp_path):
     finally:
         assert restarted.stop() == 0, restarted.output()
     _assert_books(tmp_path / "runs", session_usd, day_usd)
+
+
+def test_sigterm_seals_running_jobs_and_exits_0(tmp_path):
+    config = write_config(tmp_path / "studio.toml", latency_scale=0.5, policies=("ladder",))
+    studio = StudioProcess(config, tmp_path / "runs").start()
+    v = Visitor(studio.url)
+    r = v.start("quotes-incident", "ladder")
+    assert r.status == 303
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not list((tmp_path / "runs" / "open").glob("*.jsonl")):
+        time.sleep(0.05)
+    assert studio.stop() == 0, studio.output()
+    books = _assert_books(tmp_path / "runs", Decimal("0.01"), Decimal("1.00"))
+    assert [b["status"] for b in books["runs"].values()][-1] == "aborted"
+    ends = [e.body for e in _journal(tmp_path / "runs") if e.kind == "studio.job.end"]
+    assert [b["status"] for b in ends] == ["aborted"]
