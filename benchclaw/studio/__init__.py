@@ -38,6 +38,7 @@ def serve_studio(config: StudioConfig, runs_dir: Path | str, *, host: str = "127
     from .sessions import SessionKeys, load_secret
 
     studio = Studio(config, runs_dir, sim_options=sim_options, fsync=fsync)
+    _redact_logs()
     keys = SessionKeys(load_secret(config.secret_file))
     studio.open()
     app = create_app(studio, keys)
@@ -72,6 +73,19 @@ def _server_class():
                     loop.remove_signal_handler(s)
 
     return Server
+
+
+def _redact_logs() -> None:
+    """The vault's redacting filter on the studio's and uvicorn's loggers too (the provider
+    installs it on the SDK's): no log line can carry a live key."""
+    import logging
+
+    from ..providers.vault import RedactingFilter
+
+    for name in ("benchclaw.studio", "uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactingFilter) for f in logger.filters):
+            logger.addFilter(RedactingFilter())
 
 
 def _announce(url: str) -> None:
