@@ -4,6 +4,7 @@ its runs as evidence (``benchclaw build`` replays them, ``runs check`` is clean)
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from decimal import Decimal
 
 import pytest
@@ -179,8 +180,16 @@ def test_jobs_run_sealed_journaled_and_replayable_by_build(tmp_path):
         assert not job.runs[0]["gate_passed"] and job.runs[1]["tier"] != job.runs[0]["tier"]
     store = Store(tmp_path / "runs")
     assert store.check().ok
+    day = read_ledger(store, f"studio-public-day-{dt.datetime.now(dt.timezone.utc):%Y%m%d}")
+    assert day.settled_calls == sum(len(store.read_run(r["run_id"]).of_kind("call")) for r in job.runs)
     for r in job.runs:
         run = store.read_run(r["run_id"])
+        attempts = {rec.body["attempt"] for rec in Store(tmp_path / "runs").read_journal("studio-public")
+                    if rec.kind == "studio.run" and rec.body["run_id"] == r["run_id"]}
+        assert attempts == {run.start["policy"]["attempt"]}
+        reserves = [ln for ln in (tmp_path / "runs" / "ledgers" / f"{run.start['ledger']}.jsonl").read_text().splitlines()
+                    if '"reserve"' in ln and run.start["policy"]["attempt"] in ln]
+        assert len(reserves) == len(run.of_kind("call"))  # each call reserved under the run's attempt
         assert run.start["policy"]["studio"] == "studio-public" and run.start["policy"]["exploratory"] is True
         assert "experiment" not in run.start["policy"]          # never part of an experiment
     journal = store.read_journal("studio-public")

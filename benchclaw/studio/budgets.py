@@ -114,9 +114,10 @@ class StudioBudgets:
         b = self.budgets
         return self._ledger(self.day_ledger_id(), Limits(b.day_usd, b.day_tokens, b.per_call_usd))
 
-    def for_run(self, session: str) -> "CallBudget":
-        """The ``ledger`` argument of ``run_agent`` for one run of ``session``."""
-        return CallBudget(self.session_ledger(session), self.day_ledger())
+    def for_run(self, session: str, attempt: str | None = None) -> "CallBudget":
+        """The ``ledger`` argument of ``run_agent`` for one run of ``session``; ``attempt``
+        (the run's ``run.start.policy.attempt``) tags its reservations in both ledgers."""
+        return CallBudget(self.session_ledger(session), self.day_ledger(), attempt)
 
     # -- standing (no ledger file is created just to look) ---------------------------------
     def _state(self, lid: str) -> LedgerState | None:
@@ -161,8 +162,8 @@ class CallBudget:
     """Both ledgers as one run sees them (the agent's ``reserve``/``settle`` interface).
     ``refused_by`` says which budget ended the run, when one did."""
 
-    def __init__(self, session: Ledger, day: Ledger):
-        self.session, self.day = session, day
+    def __init__(self, session: Ledger, day: Ledger, attempt: str | None = None):
+        self.session, self.day, self.attempt = session, day, attempt
         self.refused_by: str | None = None
         self.open: dict[str, PairedReservation] = {}
 
@@ -175,12 +176,12 @@ class CallBudget:
         """Reserve in the session's ledger, then the day's. Raises BudgetError naming the
         budget that refused; nothing stays reserved then."""
         try:
-            s = self.session.reserve(run=run, key=key, tokens=tokens, usd=usd)
+            s = self.session.reserve(run=run, key=key, tokens=tokens, usd=usd, attempt=self.attempt)
         except BudgetError as e:
             self.refused_by = "session"
             raise BudgetError(f"this session's budget is spent ({e})") from None
         try:
-            d = self.day.reserve(run=run, key=key, tokens=tokens, usd=usd)
+            d = self.day.reserve(run=run, key=key, tokens=tokens, usd=usd, attempt=self.attempt)
         except BudgetError as e:
             self.session.settle(s, tokens=0, usd=Decimal(0), reason="refused by the studio's day budget")
             self.refused_by = "day"

@@ -363,7 +363,7 @@ class Studio:
         job.emit("run", {"step": step, "tier": tier})
         ctx = {"studio": self.journal_id, "exploratory": True, "session": job.session, "job": job.id,
                "policy": job.policy, "trial": job.id, "step": step, "batch": batch, "attempt": attempt}
-        budget: CallBudget = self.budgets.for_run(job.session)
+        budget: CallBudget = self.budgets.for_run(job.session, attempt)
         store = _ObservedStore(self.store.root, lambda rec: self._observe(job, rec), fsync=self.store.fsync)
         cfg = self.config
         try:
