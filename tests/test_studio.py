@@ -231,3 +231,28 @@ def test_a_second_studio_on_the_same_runs_directory_is_refused(tmp_path):
             _studio(tmp_path).open()
     finally:
         asyncio.run(first.close())
+
+
+def test_starts_are_rate_limited_and_jobs_capped_per_session_and_in_total(tmp_path):
+    studio = _studio(tmp_path, starts_per_minute=2, session_concurrency=2, global_concurrency=3)
+    studio.open()
+    a, b, c = "a" * 16, "b" * 16, "c" * 16
+
+    async def go():
+        pick = ("quotes-incident", "always:lightning", "direct")
+        jobs = [studio.start(a, *pick), studio.start(a, *pick)]
+        with pytest.raises(Refusal) as e:            # a third job while two run: per-session cap
+            studio.start(a, *pick)
+        assert e.value.reason == "busy" and e.value.status == 429
+        jobs.append(studio.start(b, *pick))
+        with pytest.raises(Refusal) as e:            # three running in the studio: global cap
+            studio.start(c, *pick)
+        assert e.value.reason == "busy"
+        while any(j.running for j in jobs):
+            await asyncio.sleep(0.01)
+        with pytest.raises(Refusal) as e:            # a's two starts this minute are used up
+            studio.start(a, *pick)
+        assert e.value.reason == "rate" and e.value.status == 429
+        await studio.close()
+
+    asyncio.run(go())
