@@ -32,7 +32,7 @@ def studio(config_path: Path | None, catalog: str | None, host: str, port: int, 
     Runs are sealed into --runs under the exploratory journal studio-<label>; see totals
     with `benchclaw ledger show --runs DIR`.
 
-    Example: benchclaw studio --config studio.toml --catalog nebius --runs runs/
+    Example: benchclaw studio --config studio.toml --catalog my-nebius.toml --runs studio-runs/
     """
     from ..studio import load_config, serve_studio
 
