@@ -105,9 +105,11 @@ class _ObservedStore(Store):
     def __init__(self, root: Path, observer, *, fsync: bool = True):
         super().__init__(root, fsync=fsync)
         self._observer = observer
+        self.writer = None
 
     def open_run(self, *, on_append=None):
-        return super().open_run(on_append=self._observer)
+        self.writer = super().open_run(on_append=self._observer)
+        return self.writer
 
 
 class Studio:
@@ -154,8 +156,8 @@ class Studio:
         self.policies = tuple(policies)
         opts = sim_options if sim_options is not None else SimOptions(latency_scale=cfg.sim_latency_scale)
         self.providers = {t: make_provider(self.catalog.tier(t), sim_options=opts) for t in self.tiers}
-        self.simulated = any(getattr(self.catalog.tier(t), "simulated", False) or
-                             self.catalog.tier(t).provider == "sim" for t in self.tiers)
+        self.simulated = any(self.catalog.tier(t).simulated or self.catalog.tier(t).provider == "sim"
+                             for t in self.tiers)
 
     def choice(self) -> Choice:
         return Choice(tuple((tid, t.title) for tid, t in self.tasks.items()), self.policies, tuple(self.profiles))
@@ -373,7 +375,7 @@ class Studio:
                                      ledger=budget, max_tokens=cfg.max_tokens)
         except BaseException:
             budget.settle_open("cancelled")
-            self._journal_cut_off(job, tier, step, attempt)
+            self._journal_cut_off(job, tier, step, attempt, store.writer)
             raise
         body = self._run_body(job.session, job.id, step, tier, attempt, result.run_id, {
             "status": result.status, "passed": result.passed, "gate_passed": result.gate_passed,
@@ -386,10 +388,13 @@ class Studio:
         job.emit("budget", self.session_view(job.session).to_event())
         return result
 
-    def _journal_cut_off(self, job: Job, tier: str, step: int, attempt: str) -> None:
-        """A run cancelled mid-way was sealed ``aborted`` by the agent; journal it."""
-        found = self._runs_by_attempt({attempt}, [])
-        run_id, end = found.get(attempt, (None, {}))
+    def _journal_cut_off(self, job: Job, tier: str, step: int, attempt: str, writer) -> None:
+        """A run cancelled mid-way was sealed ``aborted`` by the agent; journal it. (A run
+        the agent could not seal stays open: the next start's recovery seals and journals it.)"""
+        run_id = writer.run_id if writer is not None else None
+        if run_id is None and writer is not None and writer.path.exists():
+            return
+        end = self.store.read_run(run_id).end if run_id else {}
         body = self._run_body(job.session, job.id, step, tier, attempt, run_id, end, task=job.task,
                               profile=job.profile)
         self.journal.append("studio.run", body)
