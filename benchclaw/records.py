@@ -40,7 +40,8 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 MAX_LINE_BYTES = 16 * 1024 * 1024
 
 RUN_KINDS = frozenset({"run.start", "call", "action", "check", "artifact", "run.end"})
-JOURNAL_KINDS = frozenset({"prereg", "deviation", "grid.start", "run", "trial", "stop", "grid.end"})
+JOURNAL_KINDS = frozenset({"prereg", "deviation", "grid.start", "run", "trial", "stop", "grid.end",
+                           "correction"})
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from .records import Record
 from .store import ChainFile, Store, safe_name
 
 __all__ = ["load_experiment", "build_summary", "write_summary", "write_markdown",
-           "summary_bytes"]
+           "summary_bytes", "build_comparison"]
 
 
 def load_experiment(store: Store, experiment: str, *,
@@ -60,6 +60,19 @@ def ledger_records(store: Store, journal: list, runs: dict) -> list[list[Record]
 def build_summary(store: Store, experiment: str) -> dict:
     """The summary.json object of ``experiment`` (raises as ``load_experiment``)."""
     return summarise(load_experiment(store, experiment))
+
+
+def build_comparison(store: Store, experiments: list[str], policies: list[str] | None = None) -> dict:
+    """The comparison object of ``experiments`` in the order given (``analysis.compare``
+    over each one's summary and facts). Raises as ``load_experiment`` for each."""
+    from .analysis import compare, experiment_facts
+
+    items = []
+    for exp in experiments:
+        data = load_experiment(store, exp)
+        times = [recs[0].at for recs in data.runs.values() if recs]
+        items.append((summarise(data), experiment_facts(data.spec, data.journal, times)))
+    return compare(items, policies)
 
 
 def summary_bytes(summary: dict) -> bytes:

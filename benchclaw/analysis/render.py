@@ -8,10 +8,11 @@ digits, bounds rounded outward); the exact strings stay in summary.json.
 from __future__ import annotations
 
 import decimal
+import textwrap
 from decimal import Decimal
 from typing import Callable
 
-__all__ = ["render_terminal", "render_markdown"]
+__all__ = ["render_terminal", "render_markdown", "render_compare_terminal", "render_compare_markdown", "WIDTH"]
 
 _MARK = {"supported": "SUPPORTED", "refuted": "REFUTED", "inconclusive": "INCONCLUSIVE",
          "error": "ERROR"}
@@ -144,10 +145,54 @@ def _decision_table(an: dict) -> tuple[list[str], list[list[str]]]:
 
 # ---------------------------------------------------------------------------- layout
 
-def _text_table(head: list[str], rows: list[list[str]]) -> list[str]:
+WIDTH = 100  # a terminal table never needs more columns than this (see _text_table)
+
+
+def _lines(text: str, cap: int) -> list[str]:
+    if len(text) <= cap:
+        return [text]
+    return textwrap.wrap(text, cap, break_on_hyphens=False) or [""]
+
+
+def _plain(head: list[str], rows: list[list[str]], caps: list[int]) -> list[str]:
+    """A table whose cells wider than their column's cap wrap onto extra lines."""
+    cells = [[_lines(str(c), cap) for c, cap in zip(r, caps)] for r in [head] + rows]
+    widths = [max(len(line) for r in cells for line in r[i]) for i in range(len(head))]
+    fmt = lambda parts: "  ".join(p.ljust(w) for p, w in zip(parts, widths)).rstrip()  # noqa: E731
+    out = []
+    for n, r in enumerate(cells):
+        for k in range(max(len(c) for c in r)):
+            out.append(fmt([c[k] if k < len(c) else "" for c in r]))
+        if n == 0:
+            out.append(fmt(["-" * w for w in widths]))
+    return out
+
+
+def _text_table(head: list[str], rows: list[list[str]], width: int = WIDTH) -> list[str]:
+    """Columns side by side when they fit in ``width``; otherwise the narrow layout: the
+    columns split into blocks that fit, each block repeating the first (label) column, and a
+    cell still too wide wraps. No column is dropped (--json and --markdown keep one line per
+    row)."""
     widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
-    fmt = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return [fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
+    if sum(widths) + 2 * (len(widths) - 1) <= width:
+        return _plain(head, rows, widths)
+    label = min(widths[0], width // 3)
+    room = width - label - 2
+    blocks, cur, used = [], [], 0
+    for i, w in enumerate(widths[1:], 1):
+        w = min(w, room)
+        if cur and used + 2 + w > room:
+            blocks.append(cur)
+            cur, used = [i], w
+        else:
+            cur, used = cur + [i], (used + 2 + w if cur else w)
+    blocks.append(cur)
+    out: list[str] = []
+    for block in blocks:
+        cols = [0] + block
+        caps = [label] + [min(widths[c], room) for c in block]
+        out += ([""] if out else []) + _plain([head[c] for c in cols], [[r[c] for c in cols] for r in rows], caps)
+    return out
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -214,11 +259,111 @@ def _render(s: dict, heading: Callable[[str], str], table: Callable, bullet: str
     return "\n".join(out).rstrip() + "\n"
 
 
+def _fit(text: str, width: int = WIDTH) -> str:
+    """Wrap the lines that are not tables (headers, bullets) to ``width`` columns."""
+    out = []
+    for line in text.split("\n"):
+        out += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False) \
+            if len(line) > width else [line]
+    return "\n".join(out)
+
+
 def render_terminal(summary: dict) -> str:
-    """Plain-text tables of a summary.json object."""
-    return _render(summary, lambda t: f"== {t} ==", _text_table, "- ")
+    """Plain-text tables of a summary.json object, at most ``WIDTH`` columns wide."""
+    return _fit(_render(summary, lambda t: f"== {t} ==", _text_table, "- "))
 
 
 def render_markdown(summary: dict) -> str:
     """A Markdown (GFM tables) rendering of a summary.json object."""
     return _render(summary, lambda t: f"### {t}\n", _md_table, "- ", markdown=True)
+
+
+# ---------------------------------------------------------------------------- comparison
+
+_MOVED = {"held": "held", "flipped": "FLIPPED", "became_inconclusive": "became inconclusive",
+          "resolved": "resolved", "unsettled": "unsettled", "single": "tested once", "error": "ERROR"}
+
+
+def _spec_value(v, first) -> str:
+    """A spec fact for a narrow column: a long list (the tasks) as its size and how it
+    differs from the first experiment's; a time to the minute. --json has every value."""
+    if v is None:
+        return "-"
+    if isinstance(v, list) and len(v) > 3:
+        if v == first or not isinstance(first, list):
+            return f"{len(v)}" + (" (same)" if v == first and v is not first else "")
+        added, gone = [x for x in v if x not in first], [x for x in first if x not in v]
+        diff = [f"+{x}" for x in added[:2]] + [f"-{x}" for x in gone[:2]]
+        more = len(added) + len(gone) - len(diff)
+        return f"{len(v)}: " + ", ".join(diff) + (f", … {more} more" if more else "")
+    if isinstance(v, list):
+        return ", ".join(str(x) for x in v) or "-"
+    if isinstance(v, str) and len(v) == 27 and v[10] == "T":  # a record time
+        return f"{v[:10]} {v[11:16]}Z"
+    return str(v)
+
+
+def _pct_range(vs: dict | None) -> str:
+    if not vs:
+        return "-"
+    lo, hi = (f"{Decimal(x) * 100:+.2f}%" for x in (vs["low"], vs["high"]))
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def _figure_rows(p: dict, baseline: str | None) -> list[list[str]]:
+    res = p["results"]
+    cell = lambda f, get: get(f) if f else "-"  # noqa: E731
+    name = p["policy"]
+    rows = [[f"{name}: pass"] + [cell(f, lambda f: _rate(f["pass_rate"])) for f in res],
+            [f"{name}: 95% CI"] + [cell(f, lambda f: _ci(f["pass_rate"])) for f in res],
+            [f"{name}: cost/task"] + [cell(f, lambda f: _money(f["cost_per_task"])) for f in res]]
+    if baseline and name != baseline:
+        rows.append([f"{name}: vs {baseline}"] + [cell(f, lambda f: _pct_range(f["vs_baseline"])) for f in res])
+    rows.append([f"{name}: mean s"] + [cell(f, lambda f: f["mean_time_s"] or "-") for f in res])
+    rows.append([f"{name}: mode"] + [cell(f, lambda f: f["mode"]) for f in res])
+    if any(f and f.get("secondary") for f in res):
+        rows.append([f"{name}: secondary pass"] + [
+            cell(f and f.get("secondary"), lambda s: _rate(s["pass_rate"])) for f in res])
+        rows.append([f"{name}: secondary cost/task"] + [
+            cell(f and f.get("secondary"), lambda s: _money(s["cost_per_task"])) for f in res])
+    return rows
+
+
+def _compare_sections(c: dict) -> list[tuple[str, list[str], list[list[str]]]]:
+    ids = [e["experiment"] for e in c["experiments"]]
+    spec = [[r["label"] + (" *" if r["differs"] else "")] + [_spec_value(v, r["values"][0]) for v in r["values"]]
+            for r in c["spec"]]
+    figs = [row for p in c["policies"] for row in _figure_rows(p, c["baseline"])]
+    hyps = [[f"{' / '.join(h['ids'])}: {h['text']}"] +
+            [(_MARK.get(r["decision"], r["decision"]) if r else "-") for r in h["results"]] +
+            [_MOVED.get(h["movement"], h["movement"])] for h in c["hypotheses"]]
+    return [("What differs between the experiments (* = differs)", ["", *ids], spec),
+            ("Chosen policies (primary analysis: every run that called the model)", ["figure", *ids], figs),
+            ("How each claim moved", ["hypothesis", *ids, "moved"], hyps)]
+
+
+def _corrections_lines(c: dict, bullet: str) -> list[str]:
+    return [f"{bullet}{k['experiment']} at {k['at']}: the claim \"{k['claim']}\" was wrong: {k['wrong']} "
+            f"Why: {k['why']} Corrected: {k['corrected']}" for k in c["corrections"]]
+
+
+def _render_compare(c: dict, heading: Callable[[str], str], table: Callable, markdown: bool) -> str:
+    ids = [e["experiment"] for e in c["experiments"]]
+    title = f"Comparison of {', '.join(ids)}"
+    out = [f"## {title}" if markdown else title, ""]
+    if any(e["simulated"] for e in c["experiments"]):
+        out += ["SIMULATED: produced by the built-in simulator; not evidence about any real model.", ""]
+    for name, head, rows in _compare_sections(c):
+        out += [heading(name)] + (table(head, rows) if rows else ["(none)"]) + [""]
+    out += [heading("Corrections")] + (_corrections_lines(c, "- ") or ["(none recorded)"]) + [""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_compare_terminal(comparison: dict) -> str:
+    """Plain-text tables of a comparison object (``analysis.compare``), at most ``WIDTH`` wide."""
+    return _fit(_render_compare(comparison, lambda t: f"== {t} ==", _text_table, False))
+
+
+def render_compare_markdown(comparison: dict) -> str:
+    """A Markdown (GFM tables) rendering of a comparison object."""
+    return _render_compare(comparison, lambda t: f"### {t}\n", _md_table, True)

@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("experiments", "run", "Run (or resume) a registered experiment's grid."),
     "ledger": ("ledger", "ledger", "Show a benchmark's token/USD ledger."),
     "report": ("report", "report", "Policy tables and pre-registered decisions of an experiment."),
+    "compare": ("compare", "compare", "Compare experiments: chosen policies, spec differences, claims."),
+    "correct": ("experiments", "correct", "Record that an earlier published claim was wrong, and why."),
     "build": ("site", "build", "Build the static replay site."),
     "serve": ("site", "serve", "Preview the built site on 127.0.0.1."),
     "export": ("bundle", "export", "Export a reproducible evidence bundle (zip)."),

@@ -1,4 +1,5 @@
-"""``benchclaw prereg``, ``deviate`` and ``run``: pre-register, amend and execute experiments."""
+"""``benchclaw prereg``, ``deviate``, ``run`` and ``correct``: pre-register, amend, execute and
+correct experiments."""
 
 from __future__ import annotations
 
@@ -84,3 +85,33 @@ def run(experiment: str, spec_path: Path | None, runs_dir: Path, concurrency: in
         click.echo(line)
     if result.status != "complete":
         raise SystemExit(EXIT_FAILED)
+
+
+@click.command()
+@click.argument("experiment")
+@click.option("--claim", required=True, help="The claim as it was published (quote it).")
+@click.option("--wrong", required=True, help="What was wrong with it.")
+@click.option("--why", required=True, help="Why it was wrong (the cause), and how it was found.")
+@click.option("--corrected", required=True, help="The corrected figure or statement.")
+@click.option("--hypothesis", default=None, help="The hypothesis id the claim was about, if any.")
+@click.option("--run", "runs", multiple=True, metavar="RUN_ID",
+              help="A run the correction is about (repeatable; the journal must name it).")
+@runs_option
+def correct(experiment: str, claim: str, wrong: str, why: str, corrected: str, hypothesis: str | None,
+            runs: tuple[str, ...], runs_dir: Path) -> None:
+    """Record in the journal that an earlier published claim was wrong, why, and the fix.
+
+    The record is hash-chained with the rest of the journal, shown on the experiment
+    and comparison pages, carried in bundles and checked by benchclaw-verify. Nothing
+    written before is changed: the log says what replaced the wrong claim.
+
+    Example: benchclaw correct E02 --claim "ladder passes 89% at 33% lower cost"
+    --wrong "the cost left out a cell of unknown cost" --why "an independent review
+    found it" --corrected "83% vs 78%, 1.5% to 5.5% cheaper"
+    """
+    from ..experiments import correct as do_correct
+
+    body = do_correct(Store.existing(runs_dir), experiment, claim=claim, wrong=wrong, why=why,
+                      corrected=corrected, hypothesis=hypothesis, runs=list(runs))
+    echo_err(f"correction recorded for {experiment} in {runs_dir}/journals/{experiment}/")
+    click.echo(body["corrected"])
