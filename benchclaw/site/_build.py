@@ -4,7 +4,8 @@
 2. run replay pages: only for runs the cache does not know (in worker processes);
 3. task pages: one per task version seen in runs or in the tasks folder;
 4. experiments: the analysis's summary (recomputed only when the experiment's runs or
-   journal changed), the experiment page with its charts, its cell pages;
+   journal changed), the experiment page with its charts, its cell pages; then, when the
+   runs hold more than one experiment, the comparison page across them;
 5. lists: index, paginated runs, evidence gallery, verify page;
 6. static files and the blobs pages link, copied into ``site/``;
 7. clean-up: pages and blobs the new build no longer has are removed; the cache is saved.
@@ -70,6 +71,7 @@ class Build:
     objects: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
     rendered: int = 0
+    comparison: dict | None = None  # stage 4b's, when the runs hold more than one experiment
 
     def payload(self, run_id: str) -> dict | None:
         """What the analysis reads of a run (``_experiment.run_payload``), from this build or
@@ -97,6 +99,9 @@ def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundl
 
         stage_tasks(b)
         stage_experiments(b)
+        from ._compare import stage_compare
+
+        stage_compare(b)
         stage_lists(b)
         _stage6_static(b)
         _stage7_cleanup(b)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 
-__all__ = ["pass_vs_cost", "tokens_per_tier", "time_per_policy"]
+__all__ = ["pass_vs_cost", "tokens_per_tier", "time_per_policy", "across_experiments", "claim_strip"]
 
 _W, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 760, 64, 170, 20, 46
 _ZERO = Decimal(0)
@@ -201,3 +201,83 @@ def time_per_policy(policies: list[dict]) -> str:
     if not rows:
         body.append(f'<text class="plbl" x="{_PAD_L + 10}" y="{_PAD_T + 20}">no timed trials yet</text>')
     return _svg(h, "Mean time per task by policy", body)
+
+
+# ---------------------------------------------------------------------------- across experiments
+
+def across_experiments(ids: list[str], series: list[tuple[str, list]], *, money: bool, title: str) -> str:
+    """How a figure moved from one experiment to the next: one line per policy over the
+    experiments in order, each point with a vertical bar over its bounds (``(low, point,
+    high)`` as Decimals, or None where the experiment has no such figure). ``money``: a
+    cost axis from $0; otherwise a pass-rate axis from 0% to 100%."""
+    h, n = 300, max(1, len(ids))
+    plot_w, plot_h = Decimal(_W - _PAD_L - _PAD_R), Decimal(h - _PAD_T - _PAD_B)
+    pts = [v for _, vals in series for v in vals if v is not None]
+    top = (max((v[2] for v in pts), default=Decimal(1)) * Decimal("1.1") or Decimal(1)) if money else Decimal(1)
+    x = lambda i: Decimal(_PAD_L) + plot_w * (2 * i + 1) / (2 * n)  # noqa: E731
+    y = lambda v: Decimal(_PAD_T) + (1 - v / top) * plot_h  # noqa: E731
+    body = [f'<line class="axis" x1="{_PAD_L}" y1="{h - _PAD_B}" x2="{_W - _PAD_R}" y2="{h - _PAD_B}"/>',
+            f'<line class="axis" x1="{_PAD_L}" y1="{_PAD_T}" x2="{_PAD_L}" y2="{h - _PAD_B}"/>']
+    for k in range(5):
+        v = top * k / 4
+        label = _money_tick(v) if money else f"{int(v * 100)}%"
+        body.append(f'<line class="gridline" x1="{_PAD_L}" y1="{_n(y(v))}" x2="{_W - _PAD_R}" y2="{_n(y(v))}"/>'
+                    f'<text class="tick" x="{_PAD_L - 8}" y="{_n(y(v) + 4)}" text-anchor="end">{label}</text>')
+    for i, exp in enumerate(ids):
+        body.append(f'<text class="tick" x="{_n(x(i))}" y="{h - _PAD_B + 16}" text-anchor="middle">{_esc(exp)}</text>')
+    placed: list[Decimal] = []
+    for j, (name, vals) in enumerate(series):
+        cls = f"ser ser-{j % 4}"
+        line = [f"{_n(x(i))},{_n(y(v[1]))}" for i, v in enumerate(vals) if v is not None]
+        if len(line) > 1:
+            body.append(f'<polyline class="{cls} trend" points="{" ".join(line)}"/>')
+        for i, v in enumerate(vals):
+            if v is None:
+                continue
+            px = x(i) + Decimal(2 * j - len(series) + 1) * 3  # side by side, so bars do not hide each other
+            body.append(f'<line class="{cls} band" x1="{_n(px)}" y1="{_n(y(v[0]))}" x2="{_n(px)}" y2="{_n(y(v[2]))}"/>'
+                        f'<circle class="{cls} dot" cx="{_n(px)}" cy="{_n(y(v[1]))}" r="4">'
+                        f'<title>{_esc(name)} in {_esc(ids[i])}: {_esc(_value_text(v, money))}</title></circle>')
+        last = next((i for i in range(len(vals) - 1, -1, -1) if vals[i] is not None), None)
+        if last is not None:
+            ly = y(vals[last][1]) + 4
+            while any(abs(ly - q) < 13 for q in placed):
+                ly += 13
+            placed.append(ly)
+            body.append(f'<text class="plbl {cls}-lbl" x="{_W - _PAD_R + 8}" y="{_n(ly)}">{_esc(name)}</text>')
+    if not pts:
+        body.append(f'<text class="plbl" x="{_PAD_L + 10}" y="{_PAD_T + 30}">no figures to compare</text>')
+    return _svg(h, title, body)
+
+
+def _value_text(v, money: bool) -> str:
+    if money:
+        return f"${v[1]}" if v[0] == v[2] else f"${v[0]} to ${v[2]}"
+    return f"{v[1] * 100:.1f}% (95% interval {v[0] * 100:.1f}% to {v[2] * 100:.1f}%)"
+
+
+def claim_strip(ids: list[str], claims: list[dict]) -> str:
+    """Each claim's decision in each experiment, as a row of coloured cells (supported,
+    refuted, inconclusive, error, not tested) with how it moved at the end."""
+    row_h, label_w, cell_w = 30, 300, 96
+    h = _PAD_T + row_h * max(1, len(claims)) + 30
+    body = []
+    for i, exp in enumerate(ids):
+        body.append(f'<text class="tick" x="{label_w + cell_w * i + cell_w // 2}" y="{_PAD_T + 4}" '
+                    f'text-anchor="middle">{_esc(exp)}</text>')
+    for r, claim in enumerate(claims):
+        y0 = _PAD_T + 12 + row_h * r
+        text = claim["text"] if len(claim["text"]) <= 46 else claim["text"][:45] + "…"
+        body.append(f'<text class="plbl" x="4" y="{y0 + 17}">{_esc(" / ".join(claim["ids"]))}: {_esc(text)}'
+                    f'<title>{_esc(claim["text"])}</title></text>')
+        for i, res in enumerate(claim["results"]):
+            dec = res["decision"] if res else "untested"
+            x0 = label_w + cell_w * i
+            body.append(f'<rect class="cs cs-{_esc(dec)}" x="{x0 + 3}" y="{y0 + 3}" width="{cell_w - 6}" height="{row_h - 6}">'
+                        f'<title>{_esc(ids[i])}: {_esc(dec)}</title></rect>'
+                        f'<text class="cs-lbl" x="{x0 + cell_w // 2}" y="{y0 + 19}" text-anchor="middle">{_esc(dec)}</text>')
+        body.append(f'<text class="plbl mv mv-{_esc(claim["movement"])}" x="{label_w + cell_w * len(ids) + 10}" '
+                    f'y="{y0 + 19}">{_esc(claim["movement"].replace("_", " "))}</text>')
+    if not claims:
+        body.append(f'<text class="plbl" x="10" y="{_PAD_T + 30}">no hypotheses to compare</text>')
+    return _svg(h, "How each claim moved across experiments", body)

@@ -56,6 +56,9 @@ def _experiment(b: Build, exp: str) -> None:
                          ledgers=ledgers)
         summary = result["summary"]
         _cell_pages(b, exp, result, runs, summary)
+        from ..analysis import experiment_facts
+
+        facts["compare"] = experiment_facts(spec, full["records"], ())  # run times: added by the page
     b.experiments[exp] = {"key": key, "summary": summary, "facts": facts}
     for digest in (facts["spec_digest"], (facts["prereg"] or {}).get("digest")):
         if isinstance(digest, str) and b.store.has_blob(digest):
@@ -78,6 +81,7 @@ def experiment_view(exp: str, summary: dict, spec: dict, spec_error, facts: dict
         "simulated": bool(summary.get("simulated")) or any(s["simulated"] for s in runs),
         "prereg": facts["prereg"], "spec_digest": facts["spec_digest"], "spec_error": spec_error,
         "invocations": facts["invocations"], "summary": summary, "primary": primary,
+        "corrections": (facts.get("compare") or {}).get("corrections") or [],
         "secondary": summary.get("secondary"), "policies": policies, "tiers": primary.get("tiers") or [],
         "decisions": primary.get("decisions") or [], "runs": len(runs),
         "cells": primary.get("cells", 0), "cell_pages": max(1, -(-int(primary.get("cells") or 0) // CELLS_PER_PAGE)),

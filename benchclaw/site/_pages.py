@@ -126,7 +126,7 @@ def stage_lists(b: Build) -> None:
                      "policies": headline(summary),
                      "decisions": (summary.get("primary") or {}).get("decisions") or []})
     other = [s for s in b.summaries if not s["policy"].get("experiment")]
-    b.pages.render("index.html", "index.html", title="Experiments", experiments=exps,
+    b.pages.render("index.html", "index.html", title="Experiments", experiments=exps, comparison=b.comparison,
                    simulated=any(e["simulated"] for e in exps) or any(s["simulated"] for s in other),
                    total_runs=len(b.summaries), other_runs=len(other),
                    last_page=max(1, -(-len(b.summaries) // RUNS_PER_PAGE)))

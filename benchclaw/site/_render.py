@@ -141,6 +141,18 @@ def fmt_pct(value) -> str:
     return f"{d.quantize(Decimal('1'))}%" if d == d.to_integral_value() else f"{d:.1f}%"
 
 
+def fmt_pct_range(vs) -> str:
+    """A change ``{"low": "-0.3400", "high": "-0.3000"}`` as ``−34.0% to −30.0%``."""
+    if not isinstance(vs, dict):
+        return "–"
+    try:
+        lo, hi = (Decimal(str(vs[k])) * 100 for k in ("low", "high"))
+    except (InvalidOperation, KeyError):
+        return "–"
+    text = lambda d: f"{d:+.1f}%".replace("-", "−")  # noqa: E731
+    return text(lo) if lo == hi else f"{text(lo)} to {text(hi)}"
+
+
 def short(text, n: int = 12) -> str:
     return str(text)[:n]
 
@@ -241,7 +253,7 @@ def _new_env(templates_dir: Path, overlay_dir: Path | None = None):
         trim_blocks=True, lstrip_blocks=True, auto_reload=False, cache_size=-1,
     )
     env.filters.update(usd=fmt_usd, cost=fmt_cost, tokens=fmt_tokens, ms=fmt_ms, pct=fmt_pct,
-                       short=short, basename=basename, markdown=markdown)
+                       short=short, basename=basename, markdown=markdown, pctrange=fmt_pct_range)
     env.globals.update(run_url=run_url, task_url=task_url, exp_url=exp_url, cell_url=cell_url,
                        object_url=object_url, cells_list_url=cells_list_url)
     return env

@@ -11,7 +11,10 @@
    named by the journal; every ``trial`` is recomputed with ``benchclaw.policies.outcome``
    over its runs; and every planned unit of every ``grid.start`` (each cell x tier when
    every tier runs, each cell x live policy) has a run or trial, or a later ``stop`` that
-   lists its cell as left.
+   lists its cell as left. Every ``correction`` names this experiment, says what was
+   claimed, what was wrong, why and what replaces it, and comes after the journal's first
+   ``run`` record and after the ``run`` record of every run it names (a correction
+   corrects a published result; it cannot precede it).
 """
 
 from __future__ import annotations
@@ -179,6 +182,9 @@ def verify_completeness(b: Bundle, sec: Section) -> None:
                 sec.attempt(_trial, b, name, line, rec.body, _tiers_of(journal, rec.body))
         sec.attempt(_planned, journal)
         sec.count("runs named", len(named))
+        for name, line, rec in journal:
+            if rec.kind == "correction" and sec.attempt(_correction, exp, name, line, rec, journal):
+                sec.count("corrections")
 
 
 def _named_run(b: Bundle, name: str, line: int, body: dict, named: dict) -> None:
@@ -260,3 +266,23 @@ def _planned(journal: list) -> None:
                 if (cell, pol) not in done_live:
                     raise VerificationError(name, f"planned cell {cell} policy {pol} has no trial and no "
                                             "recorded stop", line)
+
+
+def _correction(exp: str, name: str, line: int, rec: Record, journal: list) -> None:
+    """A correction's fields and its place in the journal (FORMAT.md §8, ``correction``)."""
+    body = rec.body
+    if body["experiment"] != exp:
+        raise VerificationError(name, f"correction names experiment {body['experiment']!r}", line)
+    for key in ("claim", "wrong", "why", "corrected"):
+        if not body[key].strip():
+            raise VerificationError(name, f"correction has an empty {key!r}", line)
+    runs_at = {r.body.get("run_id"): r.at for _, _, r in journal if r.kind == "run"}
+    if not runs_at or min(runs_at.values()) > rec.at:
+        raise VerificationError(name, f"correction at {rec.at} precedes every run of {exp}: there "
+                                "was no result to correct", line)
+    for run_id in body.get("runs") or []:
+        if run_id not in runs_at:
+            raise VerificationError(name, f"correction names run {run_id}, which the journal does not", line)
+        if runs_at[run_id] > rec.at:
+            raise VerificationError(name, f"correction at {rec.at} precedes the run {run_id[:12]} it names "
+                                    f"(journaled at {runs_at[run_id]})", line)

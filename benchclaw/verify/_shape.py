@@ -55,6 +55,9 @@ JOURNAL: dict[str, dict] = {
               "passed": _t(BOOL), "tier": _t(STR, optional=True), "invocation": _t(STR, optional=True)},
     "stop": {"rule": _t(STR), "cells_left": _t(LIST, items=STR)},
     "grid.end": {"status": _t(STR)},
+    "correction": {"experiment": _t(STR), "claim": _t(STR), "wrong": _t(STR), "why": _t(STR),
+                   "corrected": _t(STR), "hypothesis": _t(STR, optional=True),
+                   "runs": _t(LIST, optional=True, items=STR)},
 }
 
 LEDGER: dict[str, dict] = {
