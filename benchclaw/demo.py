@@ -23,14 +23,20 @@ from .errors import CheckFailed, InputError
 from .paths import package_data_dir
 from .store import Store
 
-__all__ = ["run_demo", "DemoResult", "STAGES", "DEMO_ID", "DEMO_LATENCY_SCALE"]
+__all__ = ["run_demo", "DemoResult", "STAGES", "DEMO_ID", "DEMO_2K_ID", "DEMO_EXPERIMENTS",
+           "DEMO_LATENCY_SCALE"]
 
 DEMO_ID = "DEMO"
+# A second, smaller experiment at half the output-token budget, run first (as the seed's E01
+# at 2,048 tokens came before E02 at 8,192), so the demo can show claims moving across
+# experiments. (experiment id, shipped spec file), in the order they run.
+DEMO_2K_ID = "DEMO-2K"
+DEMO_EXPERIMENTS = ((DEMO_2K_ID, "demo-2k.toml"), (DEMO_ID, "demo.toml"))
 # The simulator's latencies (a few hundred ms per call) scaled down so the demo takes
 # seconds, not minutes, on 2 cores; set BENCHCLAW_SIM_LATENCY_SCALE to override.
 DEMO_LATENCY_SCALE = 0.01
 LATENCY_ENV = "BENCHCLAW_SIM_LATENCY_SCALE"  # as benchclaw.sim.provider reads it
-SIMULATED = ("SIMULATED: every number below comes from BenchClaw's built-in simulator. It shows how "
+SIMULATED = ("SIMULATED: every number below comes from BenchClaw's built-in simulator.\nIt shows how "
              "the tool works; it is evidence about no real model.")
 
 
@@ -48,6 +54,7 @@ class DemoResult:
     invocation: str | None = None
     status: str | None = None
     summary: dict | None = None
+    comparison: dict | None = None
     done: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -66,27 +73,34 @@ class _Ctx:
 
 # ------------------------------------------------------------------------------ stages
 
+def _spec_path(r: "DemoResult", exp: str) -> Path:
+    return r.spec.parent / f"{exp}.toml"
+
+
 def stage_prepare(c: _Ctx) -> None:
-    """Copy the shipped demo spec to <workdir>/experiments/DEMO.toml."""
+    """Copy the shipped demo specs to <workdir>/experiments/DEMO-2K.toml and DEMO.toml."""
     r = c.result
-    shipped = (package_data_dir() / "experiments" / "demo.toml").read_bytes()
-    if r.spec.exists() and r.spec.read_bytes() != shipped:
-        raise InputError(f"{r.spec}: exists and differs from the shipped demo spec; run the demo in an "
-                         "empty directory (--workdir DIR)")
-    r.spec.parent.mkdir(parents=True, exist_ok=True)
-    r.spec.write_bytes(shipped)
+    for exp, name in DEMO_EXPERIMENTS:
+        shipped = (package_data_dir() / "experiments" / name).read_bytes()
+        path = _spec_path(r, exp)
+        if path.exists() and path.read_bytes() != shipped:
+            raise InputError(f"{path}: exists and differs from the shipped demo spec; run the demo in an "
+                             "empty directory (--workdir DIR)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(shipped)
 
 
 def stage_register(c: _Ctx) -> None:
-    """Pre-register it: its digest goes in the journal before any call."""
+    """Pre-register them: each digest goes in its journal before any call."""
     from .experiments import prereg
 
-    reg = prereg(Store(c.result.runs), c.result.spec)
-    c.note(f"registered {reg.experiment}: {reg.spec_digest}")
+    for exp, _ in DEMO_EXPERIMENTS:
+        reg = prereg(Store(c.result.runs), _spec_path(c.result, exp))
+        c.note(f"registered {reg.experiment}: {reg.spec_digest}")
 
 
 def stage_run(c: _Ctx) -> None:
-    """Every tier on every cell, plus the live ladder (resumes if run again)."""
+    """Every tier on every cell, plus the live ladder, in each experiment (resumes if run again)."""
     from .runner import run_experiment
 
     r = c.result
@@ -96,13 +110,14 @@ def stage_run(c: _Ctx) -> None:
         sim = {}  # the simulator reads the variable itself
     else:
         sim = {"latency_scale": DEMO_LATENCY_SCALE}
-    res = asyncio.run(run_experiment(Store(r.runs), DEMO_ID, spec_path=r.spec, concurrency=c.concurrency,
-                                     stream=c.stream, sim_options=sim))
-    r.invocation, r.status = res.invocation, res.status
-    for line in res.summary_lines():
-        c.note(line)
-    if res.status != "complete":
-        raise CheckFailed(f"the demo grid ended {res.status}: {res.stop_detail}")
+    for exp, _ in DEMO_EXPERIMENTS:
+        res = asyncio.run(run_experiment(Store(r.runs), exp, spec_path=_spec_path(r, exp),
+                                         concurrency=c.concurrency, stream=c.stream, sim_options=sim))
+        r.invocation, r.status = res.invocation, res.status
+        for line in res.summary_lines():
+            c.note(line)
+        if res.status != "complete":
+            raise CheckFailed(f"the demo grid {exp} ended {res.status}: {res.stop_detail}")
 
 
 def stage_report(c: _Ctx) -> None:
@@ -116,6 +131,16 @@ def stage_report(c: _Ctx) -> None:
     c.result.summary = summary
     c.say(SIMULATED)
     c.say(render_terminal(summary))
+
+
+def stage_compare(c: _Ctx) -> None:
+    """The two experiments side by side: how the ladder's claims moved with the budget."""
+    from .analysis import render_compare_terminal
+    from .report import build_comparison
+
+    ids = [exp for exp, _ in DEMO_EXPERIMENTS]
+    c.result.comparison = build_comparison(Store(c.result.runs), ids)
+    c.say(render_compare_terminal(c.result.comparison))
 
 
 def stage_site(c: _Ctx) -> None:
@@ -160,6 +185,7 @@ STAGES: list[tuple[str, Callable[[_Ctx], None]]] = [
     ("register", stage_register),
     ("run", stage_run),
     ("report", stage_report),
+    ("compare", stage_compare),
     ("site", stage_site),
     ("bundle", stage_bundle),
     ("verify", stage_verify),
@@ -173,7 +199,7 @@ def run_demo(workdir: Path | str = ".", *, say: Callable[[str], None], note: Cal
              latency_scale: float | None = None) -> DemoResult:
     """Run every stage in order in ``workdir`` (runs/, site/, bundle.zip, experiments/).
 
-    ``say`` receives data for people (the policy table), ``note`` status lines; ``stream``
+    ``say`` receives data for people (the policy table, the comparison), ``note`` status lines; ``stream``
     the progress bar. Raises the first stage's BenchClawError (CheckFailed when the grid
     did not complete or the bundle does not verify); a stage whose module is missing is
     skipped with a note.
@@ -201,10 +227,12 @@ def run_demo(workdir: Path | str = ".", *, say: Callable[[str], None], note: Cal
 
 
 def where_to_look(r: DemoResult) -> list[str]:
-    rows = [(f"{r.spec}", "the pre-registered experiment spec"),
+    rows = [(f"{r.spec.parent}/", "the pre-registered experiment specs (DEMO-2K, then DEMO)"),
             (f"{r.runs}/", "the evidence: hash-chained run logs, journal, ledger")]
     if "site" in r.done:
         rows.append((f"{r.site}/index.html", f"the replay site; open it from disk or `benchclaw serve {r.site}`"))
+        if (r.site / "compare.html").is_file():
+            rows.append((f"{r.site}/compare.html", "the two experiments side by side, and how each claim moved"))
     if "bundle" in r.done:
         rows.append((f"{r.bundle}", f"the evidence bundle; re-check it with `benchclaw-verify {r.bundle}`"))
     width = max(len(a) for a, _ in rows)

@@ -1,5 +1,7 @@
 """`benchclaw demo` end to end in an empty directory (simulator latency off for speed)."""
 
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -17,6 +19,16 @@ def test_demo_in_an_empty_directory_ends_with_a_policy_table(tmp_path, monkeypat
     assert res.exit_code == 0, (res.output, res.exception)
     out = res.stdout
     assert "SIMULATED" in out and "ladder (live)" in out and "always:ultra (replayed)" in out
+    # the README's demo excerpt is what the demo prints (the simulator is deterministic)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    excerpt = readme.split("<!-- demo-output -->\n```\n", 1)[1].split("\n```", 1)[0]
+    lines = out.splitlines()
+    for line in (ln for ln in excerpt.splitlines() if ln.strip()):
+        assert line in lines, f"README's demo excerpt line not printed by the demo: {line!r}"
+    assert max(len(ln) for ln in lines if not ln.startswith("  /")) <= 100  # paths vary in length
+    # a comparison across the two demo experiments: the claim that moved is shown moving
+    assert "Comparison of DEMO-2K, DEMO" in out and "FLIPPED" in out
+    assert (tmp_path / "site" / "compare.html").is_file()
     assert (tmp_path / "experiments" / "DEMO.toml").is_file()
     assert (tmp_path / "runs" / "journals" / "DEMO").is_dir()
     for product in ("site/index.html", "bundle.zip"):

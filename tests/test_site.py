@@ -222,7 +222,8 @@ def test_verify_page_names_bundle_digest_and_command(runs, tmp_path):
 
 def test_gallery_shows_the_runs_worth_seeing(site):
     html = (site / "gallery.html").read_text()
-    for title in ("Ran out of tokens", "Denied injection attempts", "A dropped row", "A boundary miss",
+    for title in ("Ran out of tokens", "Denied injection attempts", "A dropped row", "An invented or altered quote",
+                  "A boundary miss",
                   "A smaller tier passed where a bigger one failed"):
         section = html.split(title, 1)[1].split("</section>", 1)[0]
         assert "runs/" in section, title

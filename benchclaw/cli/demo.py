@@ -18,9 +18,10 @@ from ._common import echo_err
 def demo(workdir: Path, concurrency: int | None) -> None:
     """Run the whole pipeline on the built-in simulator, with no key and no network.
 
-    Registers a demo experiment, runs every tier on every cell plus a live ladder,
-    prints the policy table, builds the replay site, exports the evidence bundle and
-    verifies it. Every number it shows is SIMULATED: it demonstrates the tool, not any
+    Registers two demo experiments (the same ladder at 2,048 and at 4,096 output
+    tokens), runs every tier on every cell plus a live ladder in each, prints the policy
+    table and the comparison across the two, builds the replay site, exports the
+    evidence bundle and verifies it. Every number it shows is SIMULATED: it demonstrates the tool, not any
     real model. Run it again in the same directory to resume an interrupted demo.
 
     Example: benchclaw demo --workdir /tmp/benchclaw-demo

@@ -26,6 +26,18 @@ def _dropped_row(s: dict) -> str | None:
     return f"{c['id']}: {c['detail']}" if c else None
 
 
+# The quotes check's words (benchclaw.checks.quotes) for a quote whose text is not on the line
+# it cites (altered), or that cites a line the source does not have (invented).
+_QUOTE_WRONG = re.compile(r"\bis not on\b|\bdoes not exist\b")
+
+
+def _bad_quote(s: dict) -> str | None:
+    if s["task"].get("family") != "quotes":
+        return None
+    c = _failed(s, lambda c: bool(_QUOTE_WRONG.search(c["detail"])))
+    return f"{c['id']}: {c['detail']}" if c else None
+
+
 def _boundary_miss(s: dict) -> str | None:
     if s["task"].get("family") != "pricing":
         return None
@@ -41,6 +53,9 @@ SECTIONS = (
      "The model followed a planted instruction; the runtime, not the prompt, refused the action.",
      lambda s: f"{s['injections']} injection attempt(s), {s['denials']} denial(s)" if s["injections"] else None),
     ("dropped-row", "A dropped row", "A CSV artifact lost a row the source had.", _dropped_row),
+    ("quote", "An invented or altered quote",
+     "A quote that is not in the source as cited: the check names the claim, the line it cited and what that "
+     "line really says.", _bad_quote),
     ("boundary", "A boundary miss", "Pricing rules that failed the held-out boundary cases.", _boundary_miss),
     ("errors", "Provider errors", "Calls that failed (429, 5xx, timeouts) and what the run did next.",
      lambda s: f"{s['errors']} failed call(s)" if s["errors"] else None),
@@ -83,7 +98,7 @@ def gallery(b) -> list[dict]:
         sections.append({"id": sid, "title": title, "why": why, "total": len(cands), "picks": _pick(cands)})
     pairs = _smaller_passed(b)
     picks = [{"run": s, "why": w, "other": big} for s, w, big in pairs[:PER_SECTION]]
-    sections.insert(4, {"id": "smaller-tier", "title": "A smaller tier passed where a bigger one failed",
+    sections.insert(5, {"id": "smaller-tier", "title": "A smaller tier passed where a bigger one failed",
                         "why": "Same task, profile and seed: the cheaper tier's run passed every check, a bigger tier's did not.",
                         "total": len(pairs), "picks": picks})
     return sections

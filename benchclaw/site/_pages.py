@@ -157,4 +157,4 @@ def _verify_page(b: Build) -> None:
         b.pages.record(name, digest, written=False)
         bundle = {"name": name, "sha256": digest, "size": len(data)}
     b.pages.render("verify.html", "verify.html", title="Verify", simulated=False, bundle=bundle,
-                   runs=len(b.summaries))
+                   runs=len(b.summaries), experiments=experiment_ids(b))

@@ -174,6 +174,11 @@ def run_view(run: SealedRun, blobs: Blobs) -> dict:
         elif rec.kind not in ("run.start", "run.end"):
             other.append({"seq": rec.seq, "at": rec.at, "kind": rec.kind, "body": _bounded_json(b)})
     ordered = [turns[k] for k in sorted(turns)]
+    for slot in ordered:  # a reply cut off by the length limit is not a permission denial
+        if any(c["outcome"] in ("length", "reasoning_only") for c in slot["calls"]):
+            for a in slot["actions"]:
+                if a["verdict"] == "invalid":
+                    a["verdict"] = "cut_off"
     return {"turns": ordered[:MAX_TURNS_SHOWN], "turns_hidden": max(0, len(ordered) - MAX_TURNS_SHOWN),
             "checks": checks, "artifacts": artifacts, "other": other,
             "start": run.start, "end": run.end,
@@ -203,8 +208,22 @@ def _action_view(rec, blobs: Blobs) -> dict:
             "content": blobs.link(content) if content and content.startswith("sha256:") else None,
             "content_bytes": args.get("bytes"),
             "permitted": b.get("permitted") is not False, "reason": b.get("reason"),
+            "verdict": _verdict(b),
             "injection": b.get("injection") if isinstance(b.get("injection"), dict) else None,
             "observation": blobs.text(b.get("observation")) if b.get("observation") else None}
+
+
+def _verdict(b: dict) -> str:
+    """What the runtime did with the action: ``permitted``; ``denied`` only for a permission
+    refusal (FORMAT.md §3, reason ``denied: …``); ``invalid`` for a reply that named no valid
+    action; ``refused`` for any other refusal (an output limit). ``run_view`` turns an invalid
+    reply after a call cut off at max_tokens into ``cut_off``."""
+    if b.get("permitted") is not False:
+        return "permitted"
+    reason = str(b.get("reason") or "")
+    if reason.startswith("denied: "):
+        return "denied"
+    return "invalid" if reason.startswith("invalid reply") else "refused"
 
 
 def _artifact_view(body: dict, start: dict, blobs: Blobs) -> dict:

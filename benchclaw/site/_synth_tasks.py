@@ -35,7 +35,8 @@ TASKS: dict[str, dict] = {
         "good": _QUOTES_GOOD,
         "bad": {"paraphrase": b'{"claims": [{"id": "c1", "quote": "The cache was full at 03:12.", "line": 4}]}\n',
                 "wrong-line": b'{"claims": [{"id": "c1", "quote": "The cache filled at 03:12 UTC.", "line": 3}]}\n'},
-        "fails": {"paraphrase": {"quotes-exact": "claim c1: quote not found on approved line incident.md:4"},
+        "fails": {"paraphrase": {"quotes-exact": "claim c1 quote 1: 'The cache was full at 03:12.' is not on "
+                                                 "incident.md:4, which reads 'The cache filled at 03:12 UTC.'"},
                   "wrong-line": {"quotes-exact": "claim c1: quote is on line 4, not line 3"}},
     },
     "cents-invoice": {
