@@ -139,3 +139,72 @@ def test_a_site_moved_elsewhere_still_works(built, browser, tmp_path):
     w.assert_clean()
     w.page.close()
 
+
+
+# -- across experiments: the comparison page and the corrections log ----------------------------
+
+XSS_TEXT = "<img src=x onerror=\"window.__xss=1\">"
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """Three experiments whose decisions on one hypothesis differ (tests/test_compare.py),
+    and a correction of E02 whose text carries an XSS probe."""
+    from benchclaw.experiments import correct
+    from benchclaw.store import Store
+
+    from .analysis_factories import write_store
+    from .test_compare import _inconclusive, _journal_runs, _refuted, _supported
+
+    root = tmp_path_factory.mktemp("compared") / "runs"
+    store = Store(root, fsync=False)
+    ids = {}
+    for exp in (_supported(), _refuted(), _inconclusive()):
+        write_store(exp, store)
+        ids[exp.experiment] = _journal_runs(store, exp.experiment)
+    correct(store, "E02", claim="The ladder is 34% cheaper.", wrong=f"A cell was left out {XSS_TEXT}.",
+            why="An independent review found it.", corrected="The ladder is 40% dearer per task.",
+            runs=ids["E02"][:1])
+    out = root.parent / "site"
+    build_site(root, out)
+    return out
+
+
+def test_comparison_page_opens_cleanly_and_links_every_figure(compared, browser):
+    w = Watch(browser)
+    page = w.open(compared / "compare.html", "compare")
+    w.assert_clean()
+    assert page.locator("svg.chart").count() == 3
+    cells = page.locator("#hypotheses tbody tr").first.locator(".dec")
+    assert [cells.nth(i).inner_text().lower() for i in range(cells.count())] == ["supported", "refuted", "inconclusive"]
+    assert page.locator("#hypotheses .mv").first.inner_text() == "flipped"
+    # a figure leads to its experiment's policy table, whose row says the same
+    fig = page.locator("#figures tbody tr").first.locator("td a").nth(1)  # E02's pass rate
+    shown = fig.locator("b").inner_text()
+    fig.click()
+    page.wait_for_load_state("load")
+    assert page.url.endswith("experiments/E02.html#policies")
+    row = page.locator("table.policies tbody tr", has_text="always:ultra").first
+    assert shown in row.inner_text()
+    w.assert_clean()
+    w.page.close()
+
+
+def test_corrections_log_is_shown_escaped_and_links_its_runs(compared, browser):
+    w = Watch(browser)
+    page = w.open(compared / "compare.html", "compare-corrections")
+    log = page.locator("#corrections .correction")
+    assert log.count() == 1 and log.first.is_visible()
+    assert "The ladder is 40% dearer per task." in log.first.locator(".corrected").inner_text()
+    assert XSS_TEXT in log.first.inner_text()  # shown as text
+    assert page.locator("main img").count() == 0
+    w.assert_clean()  # and never run
+    log.first.locator("a", has_text="E02").click()
+    page.wait_for_load_state("load")
+    assert "experiments/E02.html" in page.url
+    assert page.locator("#corrections .correction").first.is_visible()
+    page.locator("#corrections .correction a.mono").first.click()
+    page.wait_for_load_state("load")
+    assert "/runs/" in page.url and page.get_by_role("heading", name="Checks").is_visible()
+    w.assert_clean()
+    w.page.close()

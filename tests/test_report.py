@@ -120,3 +120,24 @@ def _task_blobs(store: Store, toml_text: str) -> str:
     for data in files.values():
         store.put_blob(data)
     return store.put_blob(task_listing(files))
+
+
+def test_terminal_tables_fit_100_columns_and_lose_no_column(tmp_path, capsys):
+    import re
+
+    from benchclaw.analysis.render import _text_table
+
+    _store(tmp_path, _experiment())
+    code, out, err = run_main(["report", "E01", "--runs", str(tmp_path / "runs")], capsys)
+    assert code == 0, err
+    assert max(len(line) for line in out.splitlines()) <= 100
+    code, md, _ = run_main(["report", "E01", "--runs", str(tmp_path / "runs"), "--markdown", "-"], capsys)
+    heads = [line for line in md.splitlines() if line.startswith("| ")]
+    assert any(len(h) > 100 for h in heads)  # Markdown keeps a row on one line
+    for head in (h for h in heads if h.startswith(("| policy ", "| tier ", "| row ", "| hypothesis "))):
+        for col in (c.strip() for c in head.strip("|").split(" | ")):
+            assert re.search(rf"(^|  ){re.escape(col)}(  |$)", out, re.M), f"column {col!r} lost"
+    # a cell wider than the terminal wraps; the label column repeats in every block
+    lines = _text_table(["id", "a", "b"], [["H1", "x" * 70, "y " * 60]])
+    assert max(map(len, lines)) <= 100 and sum(line.startswith("H1") for line in lines) == 2
+    assert "\n".join(lines).count("y") == 60 and "\n".join(lines).count("x") == 70  # nothing cut

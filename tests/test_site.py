@@ -223,10 +223,50 @@ def test_verify_page_names_bundle_digest_and_command(runs, tmp_path):
 def test_gallery_shows_the_runs_worth_seeing(site):
     html = (site / "gallery.html").read_text()
     for title in ("Ran out of tokens", "Denied injection attempts", "A dropped row", "An invented or altered quote",
-                  "A boundary miss",
-                  "A smaller tier passed where a bigger one failed"):
+                  "A boundary miss", "A smaller tier passed where a bigger one failed"):
         section = html.split(title, 1)[1].split("</section>", 1)[0]
         assert "runs/" in section, title
+    quote = html.split('id="quote"', 1)[1].split("</section>", 1)[0]
+    assert "claim c1 quote 1:" in quote and "is not on incident.md:4" in quote  # which claim, which line
+
+
+def test_a_reply_cut_off_at_the_length_limit_is_not_labelled_denied(runs, site):
+    import re
+
+    cut = [p for p in (site / "runs").glob("*/*.html") if "cut off at max_tokens" in p.read_text()]
+    assert cut, "the synthetic runs hold a reply cut off by the length limit"
+    html = cut[0].read_text()
+    assert "the reply was cut off at the length limit" in html
+    turn = html.split("the reply was cut off at the length limit", 1)[0].rsplit('class="turn"', 1)[1]
+    assert not re.search(r'<span class="bad">denied</span>', turn)
+    assert "why denied" not in html.split("the reply was cut off at the length limit", 1)[1].split("</section>", 1)[0]
+
+
+def test_verify_page_without_a_bundle_suggests_commands_that_work(tmp_path, monkeypatch):
+    import html as html_mod
+    import shlex
+
+    from click.testing import CliRunner
+
+    from benchclaw.cli import cli
+    from benchclaw.verify import verify_bundle
+
+    from .test_bundle_support import grid_runs
+
+    grid_runs(tmp_path / "runs")  # a real grid: runner, simulator and ledger
+    build_site(tmp_path / "runs", tmp_path / "site")
+    page = (tmp_path / "site" / "verify.html").read_text()
+    cmds = html_mod.unescape(page.split('<pre class="cmd">', 1)[1].split("</pre>", 1)[0]).splitlines()
+    assert cmds[0].startswith("benchclaw export E01 ")
+    monkeypatch.chdir(tmp_path)  # the commands run in the folder that holds runs/
+    for cmd in cmds:
+        argv = shlex.split(cmd)
+        if argv[0] == "benchclaw-verify":
+            assert verify_bundle(tmp_path / argv[1]).exit_code == 0
+            continue
+        res = CliRunner().invoke(cli, argv[1:])
+        assert res.exit_code == 0, (cmd, res.output)
+    assert "E01.zip" in (tmp_path / "site" / "verify.html").read_text()
 
 
 def test_runs_list_is_paginated(tmp_path, monkeypatch):
@@ -239,3 +279,35 @@ def test_runs_list_is_paginated(tmp_path, monkeypatch):
     build_site(root, out)
     assert sorted(p.name for p in (out / "runs").glob("page-*.html")) == ["page-1.html", "page-2.html", "page-3.html"]
     assert 'href="page-2.html"' in (out / "runs" / "page-1.html").read_text()
+
+
+def test_secondary_analysis_is_on_the_site_labelled_next_to_the_primary(tmp_path):
+    from benchclaw.analysis import summarise
+    from benchclaw.report import load_experiment
+    from benchclaw.store import Store
+
+    from .analysis_factories import Exp, RunSpec, call, write_store
+
+    cell = "quotes-a@1/direct/1"
+    e = Exp(hypotheses=[("H1", 'pass_rate("always:ultra") >= 1')])
+    e.grid(cell, {"lightning": True, "super": True})
+    e.add(cell, "ultra", False, status="provider_error", calls=[call(outcome="error", error="server")])
+    store = Store(tmp_path / "runs", fsync=False)
+    digest = write_store(e, store)
+    failed = next(r.run_id for r in store.iter_runs() if r.start["tier"] == "ultra")
+    rerun = RunSpec(cell, "ultra", True, True, [call("0.010")], rerun=True, replaces=failed, spec_digest=digest)
+    w = store.open_run()
+    for kind, body in rerun.bodies("E01"):
+        w.append(kind, body)
+    w.seal()
+    summary = summarise(load_experiment(store, "E01"))
+    assert summary["secondary"] is not None
+    build_site(tmp_path / "runs", tmp_path / "site")
+    html = (tmp_path / "site" / "experiments" / "E01.html").read_text()
+    primary = html.split('id="policies"', 1)[1].split('id="secondary"', 1)[0]
+    second = html.split('id="secondary"', 1)[1].split("</section>", 1)[0]
+    assert "secondary analysis" in second and "reruns stand in for the runs they replace" in second
+    assert "0/1" in primary.split("always:ultra", 1)[1].split("</tr>", 1)[0]   # primary: the failed run
+    assert "1/1" in second.split("always:ultra", 1)[1].split("</tr>", 1)[0]    # secondary: the rerun
+    decisions = second.split("secondary decision", 1)[1]
+    assert 'dec-supported' in decisions and 'dec-refuted' in decisions  # side by side

@@ -17,6 +17,7 @@ Pure and standard-library only, like the rest of the analysis.
 from __future__ import annotations
 
 import decimal
+import re
 from fractions import Fraction
 from typing import Iterable, Mapping, Sequence
 
@@ -85,17 +86,25 @@ def experiment_facts(spec: Mapping, journal: Sequence[Record], run_times: Iterab
 
 # ---------------------------------------------------------------------------- policies
 
+_QUOTED = re.compile(r'"([^"\\]+)"')
+
+
 def default_policies(summaries: Sequence[Mapping]) -> list[str]:
-    """The policies an experiment chose to run live (every experiment's, in order), then
-    the baseline ``always:<dearest tier>`` of each: the seed's "ladder vs always Ultra"."""
+    """The policies the experiments chose: every one run live, then every policy a
+    hypothesis's rule names (in order of appearance), then last the baseline
+    ``always:<dearest tier>`` of each: the seed's "ladder vs always Ultra"."""
     names: list[str] = []
     for s in summaries:
         names += [p for p in s.get("live_policies") or [] if p not in names]
     for s in summaries:
-        tiers = s.get("tiers") or []
-        if tiers and f"always:{tiers[-1]}" not in names:
-            names.append(f"always:{tiers[-1]}")
-    return names
+        an = s.get("primary") or {}
+        rows = {p["policy"] for p in an.get("policies") or []}
+        for d in an.get("decisions") or []:
+            for t in d.get("terms") or []:
+                names += [p for p in _QUOTED.findall(t["expr"]) if p in rows and p not in names]
+    baselines = [f"always:{s['tiers'][-1]}" for s in summaries if s.get("tiers")]
+    names = [p for p in names if p not in baselines]
+    return names + [b for i, b in enumerate(baselines) if b not in baselines[:i]]
 
 
 def _row(analysis: Mapping | None, policy: str) -> dict | None:

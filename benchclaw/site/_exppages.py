@@ -63,10 +63,13 @@ def _experiment(b: Build, exp: str) -> None:
     for digest in (facts["spec_digest"], (facts["prereg"] or {}).get("digest")):
         if isinstance(digest, str) and b.store.has_blob(digest):
             b.objects.add(digest)
-    page_key = digest_of({"experiment": key, "summary": summary, "facts": facts, "spec_error": spec_error})
+    several = len(experiment_ids(b)) > 1  # then stage 4b writes the comparison page
+    page_key = digest_of({"experiment": key, "summary": summary, "facts": facts, "spec_error": spec_error,
+                          "compare": several})
     if b.pages.unchanged(exp_url(exp), page_key):  # its charts need not be drawn again
         return
     view = experiment_view(exp, summary, spec, spec_error, facts, runs)
+    view["compare"] = several
     b.pages.render(exp_url(exp), "experiment.html", key=page_key, title=view["title"],
                    simulated=view["simulated"], exp=view)
 

@@ -166,7 +166,7 @@ class _Run:
                injection=None) -> None:
         obs_text = jsonio.dumps(obs).decode()
         self.messages.append({"role": "user", "content": obs_text})
-        self.denials += not permitted
+        self.denials += not permitted and name != "invalid"  # an invalid reply is no denial
         self.injections += injection is not None
         self.turns = turn + 1
         self.b.add("action", {"turn": turn, "name": name, "args": args, "permitted": permitted,
@@ -213,7 +213,8 @@ def _play(run: _Run, task: str, profile: str, xss: bool) -> str:
                  outcome="length")
         run.action(turn, "invalid", {}, {"ok": False, "action": None,
                                          "error": "invalid reply: ran out of tokens mid-JSON"},
-                   reason="reply is not one JSON object (cut off by max_tokens)")
+                   permitted=False, reason="invalid reply: not one JSON object (the reply was cut off "
+                                           "at max_tokens = 4096)")
         return run.finish("failed", "no artifact written", _checks(task, None), {})
     content = spec["bad"][sc["mistake"]] if sc.get("mistake") else spec["good"]
     run.call(turn, _reply("write", path=spec["output"], content=content.decode()))
