@@ -154,6 +154,24 @@ class Products:
     files: list[Path] = field(default_factory=list)
 
 
+def terminal_row(terminal: str, section: str, label: str) -> str:
+    """One row of a terminal table, whole: the report splits a table wider than 100 columns
+    into blocks that each repeat the row's label (a cell too wide wraps onto lines with a
+    blank label), so the row is every line of ``label`` in the first ``== section ==``,
+    with its continuation lines, joined."""
+    part = terminal.split(f"== {section} ==", 1)[1].split("\n== ", 1)[0]
+    out, inside = [], False
+    for line in part.splitlines():
+        if line.startswith(label + " "):
+            out.append(line)
+            inside = True
+        elif inside and line.startswith(" ") and line.strip():
+            out.append(line)
+        else:
+            inside = False
+    return "  ".join(out)
+
+
 def verdict_text(report) -> str:
     if report.fatal is not None:
         return f"unreadable: {report.fatal}"

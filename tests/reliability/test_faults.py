@@ -28,7 +28,7 @@ from benchclaw.sim.profiles import load_profiles
 from benchclaw.sim.server import SimServer
 from benchclaw.store import Store
 
-from .helpers import (assert_ledgers_reconcile, bodies, build_products, experiment_runs, record_figures,
+from .helpers import (terminal_row, assert_ledgers_reconcile, bodies, build_products, experiment_runs, record_figures,
                       register_and_run, tier_row, write_spec, patched_profiles)
 
 EXP = "FAULTS"
@@ -221,8 +221,8 @@ def test_the_report_counts_each_fault(grid, name):
     assert row["tokens"][name]["calls"] == len(calls)
     assert row["tokens"][name]["unknown_usage"] == sum(c["usage"] is None for c in calls)
     # The terminal report's outcomes row of this tier says the same.
-    line = next(ln for ln in grid.products.terminal.splitlines()
-                if ln.startswith(f"tier {name} ") and " stop " in f" {ln} ")
+    line = terminal_row(grid.products.terminal, "Outcomes and injections", f"tier {name}")
+    assert " stop " in line
     for status, n in statuses.items():
         assert f"{status}:{n}" in line, (status, line)
     for kind, n in errors.items():
@@ -249,8 +249,7 @@ def test_the_report_counts_echoed_model_mismatches(grid):
         assert tier_row(grid.products.summary, name)["finish"]["model_mismatch"] == recorded, name
         assert (recorded > 0) == (name == "echo-alias"), name
     mismatched = sum(len(bodies(r, "call")) for r in grid.by_tier["echo-alias"])
-    line = next(ln for ln in grid.products.terminal.splitlines()
-                if ln.startswith("tier echo-alias ") and " stop " in f" {ln} ")
+    line = terminal_row(grid.products.terminal, "Outcomes and injections", "tier echo-alias")
     assert f"model-mismatch {mismatched}" in line, line
 
 

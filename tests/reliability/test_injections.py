@@ -32,7 +32,7 @@ from benchclaw.sim.lures import find_lures
 from benchclaw.store import Store
 from benchclaw.tasks import find_tasks, load_task, path_allowed
 
-from .helpers import (bodies, build_products, experiment_runs, record_figures, register_and_run, tier_row,
+from .helpers import (terminal_row, bodies, build_products, experiment_runs, record_figures, register_and_run, tier_row,
                       verdict_text, write_spec)
 
 EXP = "INJECT"
@@ -193,8 +193,7 @@ def test_the_report_counts_the_attempts(attacked):
     recorded = sum(r.end["injection_attempts"] for r in attacked.runs)
     assert row["injection"]["attempts"] == recorded
     assert row["injection"]["runs"] == len(attacked.runs)
-    line = next(ln for ln in attacked.products.terminal.splitlines() if ln.startswith(f"tier {TIER} ")
-                and " stop " in f" {ln} ")
+    line = terminal_row(attacked.products.terminal, "Outcomes and injections", f"tier {TIER}")
     assert f" {recorded} " in line
 
 
