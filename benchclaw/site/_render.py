@@ -88,8 +88,8 @@ def fmt_usd(value) -> str:
     if value is None:
         return "–"
     if isinstance(value, (tuple, list)):
-        low, high = value
-        return fmt_usd(low) if str(low) == str(high) else f"{fmt_usd(low)}–{fmt_usd(high)}"
+        low, high = (fmt_usd(v) for v in value)  # a mean's outward-rounded ends may read the same
+        return low if low == high else f"{low}–{high}"
     try:
         d = Decimal(str(value))
     except InvalidOperation:
