@@ -152,6 +152,8 @@ def test_compare_refuses_fewer_than_two_experiments_and_unknown_ones(three, caps
     root, _ = three
     code, _, err = run_main(["compare", "E01", "--runs", str(root)], capsys)
     assert code == 2 and "at least two" in err
+    code, _, err = run_main(["compare", "E01", "E02", "E01", "--runs", str(root)], capsys)
+    assert code == 2 and "E01 is named twice" in err
     code, _, err = run_main(["compare", "E01", "E09", "--runs", str(root)], capsys)
     assert code == 2 and "E09" in err and "Traceback" not in err
 

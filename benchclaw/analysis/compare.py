@@ -165,8 +165,10 @@ def _policy_obj(summaries: Sequence[Mapping], policy: str, baseline: str | None)
 
 # ---------------------------------------------------------------------------- hypotheses
 
-def _key(text: str) -> str:
-    return " ".join(text.split()).casefold()
+def _key(text: str, hid: str) -> str:
+    """Hypotheses are the same claim when their texts are; one without text is matched by id."""
+    words = " ".join(text.split()).casefold()
+    return words if words else f"\0{hid}"
 
 
 def movement(decisions: Sequence[str | None]) -> str:
@@ -195,7 +197,7 @@ def _hypotheses(summaries: Sequence[Mapping]) -> list[dict]:
     claims: dict[str, dict] = {}
     for i, s in enumerate(summaries):
         for d in (s.get("primary") or {}).get("decisions") or []:
-            claim = claims.setdefault(_key(d["text"]), {"text": " ".join(d["text"].split()), "ids": [],
+            claim = claims.setdefault(_key(d["text"], d["id"]), {"text": " ".join(d["text"].split()), "ids": [],
                                                         "results": [None] * len(summaries)})
             if claim["results"][i] is None:  # a spec repeating a text: its first hypothesis counts
                 claim["results"][i] = {"id": d["id"], "rule": d["rule"], "decision": d["decision"],

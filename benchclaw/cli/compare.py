@@ -40,6 +40,9 @@ def compare(experiments: tuple[str, ...], runs_dir: Path, policies: tuple[str, .
 
     if len(set(experiments)) < 2:
         raise UsageError("compare needs at least two different experiments (e.g. benchclaw compare E01 E02)")
+    twice = next((e for i, e in enumerate(experiments) if e in experiments[:i]), None)
+    if twice is not None:
+        raise UsageError(f"experiment {twice} is named twice")
     comparison = build_comparison(Store.existing(runs_dir), list(experiments), list(policies) or None)
     outputs = [(json_path, (jsonio.dumps(comparison) + b"\n").decode("utf-8")),
                (md_path, render_compare_markdown(comparison))]

@@ -95,7 +95,8 @@ def run(experiment: str, spec_path: Path | None, runs_dir: Path, concurrency: in
 @click.option("--corrected", required=True, help="The corrected figure or statement.")
 @click.option("--hypothesis", default=None, help="The hypothesis id the claim was about, if any.")
 @click.option("--run", "runs", multiple=True, metavar="RUN_ID",
-              help="A run the correction is about (repeatable; the journal must name it).")
+              help="A run the correction is about (repeatable; an id or a unique prefix of 8+ "
+                   "characters; the journal must name it).")
 @runs_option
 def correct(experiment: str, claim: str, wrong: str, why: str, corrected: str, hypothesis: str | None,
             runs: tuple[str, ...], runs_dir: Path) -> None:

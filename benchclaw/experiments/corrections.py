@@ -41,13 +41,25 @@ def _hypothesis_ids(store: Store, digest: str) -> list[str]:
     return [str(h.get("id")) for h in hyps if isinstance(h, dict) and "id" in h]
 
 
+def _resolve(run: str, named: set, experiment: str) -> str:
+    """A run id, or a unique prefix of at least 8 characters, among the journal's runs."""
+    if run in named:
+        return run
+    found = [r for r in named if isinstance(r, str) and len(run) >= 8 and r.startswith(run)]
+    if len(found) != 1:
+        why = "matches several runs" if found else "is not a run of " + experiment + " (the journal names no such run)"
+        raise UsageError(f"--run {run}: {why}")
+    return found[0]
+
+
 def correct(store: Store, experiment: str, *, claim: str, wrong: str, why: str, corrected: str,
             hypothesis: str | None = None, runs: list[str] | tuple[str, ...] = ()) -> dict:
     """Append a ``correction`` record to ``experiment``'s journal and return its body.
 
     Raises RegistrationError when the experiment is unregistered or has no journaled run
     yet (there is no result to correct), UsageError for an empty or overlong text field,
-    a hypothesis id the registered spec lacks, or a run id the journal does not name.
+    a hypothesis id the registered spec lacks, or a run id (or unique prefix of 8 or more
+    characters) the journal does not name.
     """
     body = {"experiment": experiment, "claim": _text("claim", claim), "wrong": _text("wrong", wrong),
             "why": _text("why", why), "corrected": _text("corrected", corrected)}
@@ -65,9 +77,6 @@ def correct(store: Store, experiment: str, *, claim: str, wrong: str, why: str, 
             raise UsageError(f"--hypothesis {hypothesis}: the registered spec of {experiment} has "
                              f"{', '.join(ids) or 'no hypotheses'}")
         body["hypothesis"] = hypothesis
-    missing = [r for r in runs if r not in named]
-    if missing:
-        raise UsageError(f"--run {missing[0]}: not a run of {experiment} (the journal names no such run)")
-    body["runs"] = sorted(set(runs))
+    body["runs"] = sorted({_resolve(r, named, experiment) for r in runs})
     store.journal(experiment).append("correction", body)
     return body
