@@ -174,7 +174,7 @@ def test_comparison_page_opens_cleanly_and_links_every_figure(compared, browser)
     w = Watch(browser)
     page = w.open(compared / "compare.html", "compare")
     w.assert_clean()
-    assert page.locator("svg.chart").count() == 3
+    assert page.locator("svg.chart").count() == 4  # claims, cost change, pass rate, cost
     cells = page.locator("#hypotheses tbody tr").first.locator(".dec")
     assert [cells.nth(i).inner_text().lower() for i in range(cells.count())] == ["supported", "refuted", "inconclusive"]
     assert page.locator("#hypotheses .mv").first.inner_text() == "flipped"

@@ -178,7 +178,8 @@ def test_comparison_page_shows_each_experiments_figures_and_decisions(three, tmp
     decisions = re.findall(r'class="dec dec-(\w+)"', claims)
     assert decisions == ["supported", "refuted", "inconclusive"]
     assert "flipped" in claims
-    assert "<svg" in html.split('id="moved"', 1)[1] and "How each claim moved" in html
+    assert html.split('id="moved"', 1)[1].count("<svg") == 4 and "How each claim moved" in html
+    assert "Cost per task against always:ultra" in html
     log = html.split('id="corrections"', 1)[1]
     assert "The ladder is 40% dearer per task." in log
     assert "&lt;b&gt;found&lt;/b&gt;" in log and "<b>found</b>" not in log  # escaped, never markup

@@ -205,24 +205,50 @@ def time_per_policy(policies: list[dict]) -> str:
 
 # ---------------------------------------------------------------------------- across experiments
 
-def across_experiments(ids: list[str], series: list[tuple[str, list]], *, money: bool, title: str) -> str:
+_AXES = ("rate", "money", "change")
+
+
+def _span(axis: str, pts: list) -> tuple[Decimal, Decimal]:
+    """(bottom, top) of the y axis: 0-100% for a rate, $0 up for money, and around 0 for a
+    change (a cost change against the baseline can be either side of it)."""
+    if axis == "rate":
+        return Decimal(0), Decimal(1)
+    hi = max((v[2] for v in pts), default=Decimal(1))
+    if axis == "money":
+        return Decimal(0), (hi * Decimal("1.1")) or Decimal(1)
+    lo = min((v[0] for v in pts), default=Decimal(-1))
+    lo, hi = min(lo, Decimal(0)) * Decimal("1.1"), max(hi, Decimal(0)) * Decimal("1.1")
+    return (lo, hi) if hi > lo else (Decimal(-1), Decimal(1))
+
+
+def _tick(axis: str, v: Decimal) -> str:
+    if axis == "money":
+        return _money_tick(v)
+    pct = v * 100
+    return f"{pct:+.0f}%" if axis == "change" and pct else f"{pct:.0f}%"
+
+
+def across_experiments(ids: list[str], series: list[tuple[str, list]], *, axis: str, title: str) -> str:
     """How a figure moved from one experiment to the next: one line per policy over the
     experiments in order, each point with a vertical bar over its bounds (``(low, point,
-    high)`` as Decimals, or None where the experiment has no such figure). ``money``: a
-    cost axis from $0; otherwise a pass-rate axis from 0% to 100%."""
+    high)`` as Decimals, or None where the experiment has no such figure). ``axis``:
+    ``rate`` (0-100%), ``money`` (from $0) or ``change`` (a fraction either side of 0)."""
+    assert axis in _AXES
     h, n = 300, max(1, len(ids))
     plot_w, plot_h = Decimal(_W - _PAD_L - _PAD_R), Decimal(h - _PAD_T - _PAD_B)
     pts = [v for _, vals in series for v in vals if v is not None]
-    top = (max((v[2] for v in pts), default=Decimal(1)) * Decimal("1.1") or Decimal(1)) if money else Decimal(1)
+    bottom, top = _span(axis, pts)
     x = lambda i: Decimal(_PAD_L) + plot_w * (2 * i + 1) / (2 * n)  # noqa: E731
-    y = lambda v: Decimal(_PAD_T) + (1 - v / top) * plot_h  # noqa: E731
+    y = lambda v: Decimal(_PAD_T) + (top - v) / (top - bottom) * plot_h  # noqa: E731
     body = [f'<line class="axis" x1="{_PAD_L}" y1="{h - _PAD_B}" x2="{_W - _PAD_R}" y2="{h - _PAD_B}"/>',
             f'<line class="axis" x1="{_PAD_L}" y1="{_PAD_T}" x2="{_PAD_L}" y2="{h - _PAD_B}"/>']
     for k in range(5):
-        v = top * k / 4
-        label = _money_tick(v) if money else f"{int(v * 100)}%"
+        v = bottom + (top - bottom) * k / 4
         body.append(f'<line class="gridline" x1="{_PAD_L}" y1="{_n(y(v))}" x2="{_W - _PAD_R}" y2="{_n(y(v))}"/>'
-                    f'<text class="tick" x="{_PAD_L - 8}" y="{_n(y(v) + 4)}" text-anchor="end">{label}</text>')
+                    f'<text class="tick" x="{_PAD_L - 8}" y="{_n(y(v) + 4)}" text-anchor="end">{_tick(axis, v)}</text>')
+    if axis == "change":
+        body.append(f'<line class="axis zero" x1="{_PAD_L}" y1="{_n(y(Decimal(0)))}" x2="{_W - _PAD_R}" '
+                    f'y2="{_n(y(Decimal(0)))}"/>')
     for i, exp in enumerate(ids):
         body.append(f'<text class="tick" x="{_n(x(i))}" y="{h - _PAD_B + 16}" text-anchor="middle">{_esc(exp)}</text>')
     placed: list[Decimal] = []
@@ -237,7 +263,7 @@ def across_experiments(ids: list[str], series: list[tuple[str, list]], *, money:
             px = x(i) + Decimal(2 * j - len(series) + 1) * 3  # side by side, so bars do not hide each other
             body.append(f'<line class="{cls} band" x1="{_n(px)}" y1="{_n(y(v[0]))}" x2="{_n(px)}" y2="{_n(y(v[2]))}"/>'
                         f'<circle class="{cls} dot" cx="{_n(px)}" cy="{_n(y(v[1]))}" r="4">'
-                        f'<title>{_esc(name)} in {_esc(ids[i])}: {_esc(_value_text(v, money))}</title></circle>')
+                        f'<title>{_esc(name)} in {_esc(ids[i])}: {_esc(_value_text(v, axis))}</title></circle>')
         last = next((i for i in range(len(vals) - 1, -1, -1) if vals[i] is not None), None)
         if last is not None:
             ly = y(vals[last][1]) + 4
@@ -250,9 +276,12 @@ def across_experiments(ids: list[str], series: list[tuple[str, list]], *, money:
     return _svg(h, title, body)
 
 
-def _value_text(v, money: bool) -> str:
-    if money:
+def _value_text(v, axis: str) -> str:
+    if axis == "money":
         return f"${v[1]}" if v[0] == v[2] else f"${v[0]} to ${v[2]}"
+    if axis == "change":
+        lo, hi = (f"{d * 100:+.1f}%" for d in (v[0], v[2]))
+        return lo if lo == hi else f"{lo} to {hi}"
     return f"{v[1] * 100:.1f}% (95% interval {v[0] * 100:.1f}% to {v[2] * 100:.1f}%)"
 
 

@@ -40,23 +40,27 @@ def _subjects(b: Build) -> list[tuple[dict, dict]]:
     return sorted(items, key=lambda it: (it[1].get("registered_at") or "~", it[0]["experiment"]))
 
 
-def _series(comparison: dict, money: bool) -> list[tuple[str, list]]:
+def _bounds(obj: dict | None) -> tuple | None:
+    """(low, middle, high) of a ``{"low", "high"}`` object, or None."""
+    lo, hi = _dec((obj or {}).get("low")), _dec((obj or {}).get("high"))
+    return None if lo is None or hi is None else (lo, (lo + hi) / 2 if lo != hi else lo, hi)
+
+
+def _rate(r: dict) -> tuple | None:
+    w = r.get("wilson95") or [r.get("value"), r.get("value")]
+    v, lo, hi = _dec(r.get("value")), _dec(w[0]), _dec(w[1])
+    return None if v is None or lo is None or hi is None else (lo, v, hi)
+
+
+def _series(comparison: dict, axis: str) -> list[tuple[str, list]]:
+    """One series per chosen policy (for ``change``, every one but the baseline)."""
     out = []
     for p in comparison["policies"]:
-        vals = []
-        for f in p["results"]:
-            if f is None:
-                vals.append(None)
-            elif money:
-                c = f["cost_per_task"] or {}
-                lo, hi = _dec(c.get("low")), _dec(c.get("high"))
-                vals.append(None if lo is None or hi is None else (lo, (lo + hi) / 2 if lo != hi else lo, hi))
-            else:
-                r = f["pass_rate"]
-                w = r.get("wilson95") or [r.get("value"), r.get("value")]
-                v, lo, hi = _dec(r.get("value")), _dec(w[0]), _dec(w[1])
-                vals.append(None if v is None else (lo, v, hi))
-        out.append((p["policy"], vals))
+        if axis == "change" and p["policy"] == comparison["baseline"]:
+            continue
+        get = {"rate": lambda f: _rate(f["pass_rate"]), "money": lambda f: _bounds(f["cost_per_task"]),
+               "change": lambda f: _bounds(f["vs_baseline"])}[axis]
+        out.append((p["policy"], [None if f is None else get(f) for f in p["results"]]))
     return out
 
 
@@ -73,10 +77,13 @@ def stage_compare(b: Build) -> None:
     if b.pages.unchanged(COMPARE_PAGE, key):
         return
     ids = [e["experiment"] for e in comparison["experiments"]]
-    charts = {"pass": across_experiments(ids, _series(comparison, False), money=False,
+    charts = {"pass": across_experiments(ids, _series(comparison, "rate"), axis="rate",
                                          title="Pass rate of each chosen policy, experiment by experiment"),
-              "cost": across_experiments(ids, _series(comparison, True), money=True,
+              "cost": across_experiments(ids, _series(comparison, "money"), axis="money",
                                          title="Cost per task of each chosen policy, experiment by experiment"),
+              "change": across_experiments(ids, _series(comparison, "change"), axis="change",
+                                           title=f"Cost per task against {comparison['baseline']}, experiment "
+                                                 "by experiment") if comparison["baseline"] else None,
               "claims": claim_strip(ids, comparison["hypotheses"])}
     b.pages.render(COMPARE_PAGE, "compare.html", key=key, title="Across experiments",
                    simulated=any(e["simulated"] for e in comparison["experiments"]), cmp=comparison,
