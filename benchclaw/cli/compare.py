@@ -15,7 +15,7 @@ from ._common import echo_err, runs_option
 @runs_option
 @click.option("--policy", "policies", multiple=True, metavar="POLICY",
               help="A policy to compare (repeatable; the last always:<tier> is the baseline) "
-                   "[default: the live policies, then always:<dearest tier>].")
+                   "[default: the live policies and those the hypotheses name, then always:<dearest tier>].")
 @click.option("--json", "json_path", is_flag=False, flag_value="-", default=None, metavar="[PATH]",
               help="Write the comparison as JSON (docs/FORMAT.md, \"Comparison\"; default PATH: - for stdout).")
 @click.option("--markdown", "md_path", is_flag=False, flag_value="-", default=None, metavar="[PATH]",
