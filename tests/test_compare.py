@@ -237,3 +237,28 @@ def test_rendered_comparison_of_the_pure_object(three):
     assert text.index("E03") < text.index("E01")
     assert "ladder: vs always:ultra" in text and "-90.00%" in text
     assert "| ladder: vs always:ultra |" in render_compare_markdown(cmp)
+
+
+def test_secondary_figures_ride_along_labelled_where_reruns_exist():
+    from benchclaw.analysis import summarise
+
+    def with_rerun(name: str) -> dict:
+        e = Exp(experiment=name, hypotheses=[("H1", 'pass_rate("always:ultra") >= 1')])
+        e.grid(f"{A}/1", {"lightning": True, "super": True})
+        e.add(f"{A}/1", "ultra", False, status="provider_error", calls=[call(outcome="error", error="server")])
+        failed = next(rid for rid, recs in e.data().runs.items() if recs[0].body["tier"] == "ultra")
+        e.add(f"{A}/1", "ultra", True, rerun=True, replaces=failed)
+        return summarise(e.data())
+
+    plain = summarise(_supported().data())
+    rerun = with_rerun("E02")
+    cmp = compare([(plain, experiment_facts({}, (), ())), (rerun, experiment_facts({}, (), ()))],
+                  ["always:ultra"])
+    assert [e["secondary"] for e in cmp["experiments"]] == [False, True]
+    first, second = cmp["policies"][0]["results"]
+    assert first["secondary"] is None
+    assert second["pass_rate"]["fraction"] == "0/1"  # primary: the failed run stands
+    assert second["secondary"]["pass_rate"] == _row(rerun["secondary"], "always:ultra")["pass_rate"]
+    assert second["secondary"]["pass_rate"]["fraction"] == "1/1"
+    text = render_compare_terminal(cmp)
+    assert "always:ultra: secondary pass" in text
