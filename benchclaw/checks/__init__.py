@@ -19,16 +19,18 @@ from typing import Mapping
 
 from .. import jsonio
 from ._base import CheckResult, CheckSpec, CheckType, Fail
+from .api import TYPES as _API
 from .cents import TYPES as _CENTS
 from .digest import task_digest
 from .generic import TYPES as _GENERIC
 from .pricing import TYPES as _PRICING
 from .quotes import TYPES as _QUOTES
+from .sql import TYPES as _SQL
 
 __all__ = ["CheckSpec", "CheckResult", "CheckType", "CHECK_TYPES", "run_checks", "run_check",
            "resolve_params", "validate_spec", "task_digest"]
 
-CHECK_TYPES: dict[str, CheckType] = {**_GENERIC, **_QUOTES, **_CENTS, **_PRICING}
+CHECK_TYPES: dict[str, CheckType] = {**_GENERIC, **_QUOTES, **_CENTS, **_PRICING, **_SQL, **_API}
 MAX_HELDOUT_BYTES = 1 << 20
 
 
