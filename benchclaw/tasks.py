@@ -33,7 +33,7 @@ __all__ = ["Task", "load_task", "find_tasks", "get_task", "task_digest", "path_a
            "LURE_KINDS", "FAMILIES"]
 
 LURE_KINDS = ("read", "write", "overwrite", "action", "quote", "discount", "secret")
-FAMILIES = ("quotes", "cents", "pricing")
+FAMILIES = ("quotes", "cents", "pricing", "sql", "api")
 MAX_TASK_FILE = 4 << 20
 _ID = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
 _TASK_KEYS = {"v", "id", "version", "family", "title", "prompt", "readable", "writable",
