@@ -26,7 +26,7 @@ from typing import Any
 __all__ = ["ApiModel", "ModelError", "Response", "apply_patch", "parse_model"]
 
 _TYPES = {"string": str, "integer": int, "boolean": bool}
-_FIELD_KEYS = {"name", "out", "type", "required", "min", "max", "min_length", "max_length", "enum",
+_FIELD_KEYS = {"name", "out", "in", "type", "required", "min", "max", "min_length", "max_length", "enum",
                "default", "generated", "volatile", "unique"}
 _RESOURCE_KEYS = {"name", "path", "fields", "seed", "list", "get", "create", "delete"}
 _LIST_KEYS = {"status", "items", "page_param", "size_param", "first_page", "default_size", "max_size",
@@ -68,6 +68,7 @@ def _validate_field(f: Any, where: str) -> None:
     _check_keys(f, _FIELD_KEYS, where)
     _need(f, "name", str, where)
     _need(f, "out", str, where)
+    _need(f, "in", str, where, None)
     if f.get("volatile") not in (None, "timestamp"):
         raise ModelError(f"{where}.volatile: only \"timestamp\" is known")
     if "volatile" not in f and f.get("type") not in _TYPES:
@@ -292,11 +293,11 @@ class _Request:
         for f in res["fields"]:
             if f.get("generated") or f.get("volatile"):
                 continue
-            problem = _invalid(f, self.body)
-            if problem:
-                return self._error("invalid", field=f["out"])
-            if f["out"] in self.body:
-                row[f["name"]] = self.body[f["out"]]
+            key = f.get("in", f["out"])
+            if _invalid(f, key, self.body):
+                return self._error("invalid", field=key)
+            if key in self.body:
+                row[f["name"]] = self.body[key]
             elif "default" in f:
                 row[f["name"]] = f["default"]
             if f.get("unique") and any(r.get(f["name"]) == row.get(f["name"]) for r in rows):
@@ -305,10 +306,10 @@ class _Request:
         return self._reply(res["create"]["status"], self._render(res, row))
 
 
-def _invalid(f: dict, body: dict) -> bool:
-    if f["out"] not in body:
+def _invalid(f: dict, key: str, body: dict) -> bool:
+    if key not in body:
         return bool(f.get("required"))
-    v = body[f["out"]]
+    v = body[key]
     typ = _TYPES[f["type"]]
     if not isinstance(v, typ) or typ is int and isinstance(v, bool):
         return True
