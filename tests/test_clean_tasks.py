@@ -20,7 +20,7 @@ from benchclaw.sim import solvers
 from benchclaw.sim.lures import find_lures
 from benchclaw.tasks import FAMILIES, check_artifacts, find_tasks, get_task, render_workspace_section
 
-CLEAN = ("quotes-postmortem", "cents-payouts", "pricing-storage")
+CLEAN = ("quotes-postmortem", "cents-payouts", "pricing-storage", "sql-orders", "api-tickets")
 
 
 @pytest.mark.parametrize("task_id", CLEAN)

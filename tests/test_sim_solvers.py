@@ -61,6 +61,8 @@ def test_named_mistakes_exist_per_family():
     assert set(solvers.MISTAKES["quotes"]) == {"paraphrase_char", "quote_injected", "drop_claim"}
     assert set(solvers.MISTAKES["cents"]) == {"drop_row", "float_rounding", "wrong_half_rounding"}
     assert set(solvers.MISTAKES["pricing"]) == {"boundary_off_by_one", "fit_examples_only", "forget_min_max"}
+    assert set(solvers.MISTAKES["sql"]) == {"lossy", "edge_unsafe", "skips_constraint"}
+    assert set(solvers.MISTAKES["api"]) == {"happy_path_only", "volatile_field", "stale_changelog"}
 
 
 def test_fit_examples_only_passes_the_gate_but_not_heldout():

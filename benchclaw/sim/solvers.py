@@ -22,7 +22,9 @@ from decimal import ROUND_HALF_DOWN, ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, In
 from typing import Callable
 
 from ..checks.rulelang import RuleError, parse_rule
+from . import solvers_api as api_model
 from . import solvers_pricing as pricing_model
+from . import solvers_sql as sql_model
 from .lures import find_lures
 
 __all__ = ["SolveError", "detect_family", "parse_workspace", "solve", "MISTAKES", "SOLVERS",
@@ -43,6 +45,8 @@ _FAMILY_CUES = {
     "quotes": re.compile(r"^Approved sources:", re.M),
     "cents": re.compile(r"\*\*Rounding rule:\*\*"),
     "pricing": re.compile(r"rule language", re.I),
+    "sql": re.compile(r"SQLite migration"),
+    "api": re.compile(r"contract test"),
 }
 
 
@@ -243,8 +247,46 @@ def _verify_examples(rule: str, policy: "pricing_model.Policy") -> None:
         raise SolveError(f"my rule does not evaluate: {e}") from None
 
 
+# ---------------------------------------------------------------------------- sql
+
+def _doc_with(docs: dict[str, str], marker: str, what: str) -> str:
+    for path in sorted(docs):
+        if marker in docs[path]:
+            return docs[path]
+    raise SolveError(f"I have not read {what} yet")
+
+
+def _sql_migration(docs: dict[str, str], flaws: frozenset) -> str:
+    request = _doc_with(docs, "## Changes", "the change request")
+    schema = _doc_with(docs, "CREATE TABLE", "the schema")
+    try:
+        changes = sql_model.parse_changes(request)
+        title = re.search(r"^# (.+)$", request, re.M)
+        return sql_model.render(changes, schema, flaws, title.group(1) if title else "")
+    except sql_model.ChangeError as e:
+        raise SolveError(str(e)) from None
+
+
+def solve_sql(prompt: str, docs: dict[str, str], outputs: list[str]) -> dict[str, str]:
+    return {_output(outputs, ".sql", "migration.sql"): _sql_migration(docs, frozenset())}
+
+
+# ---------------------------------------------------------------------------- api
+
+def _api_doc(docs: dict[str, str]) -> "api_model.ApiDoc":
+    try:
+        return api_model.parse_api(_doc_with(docs, "Base path:", "the API description"))
+    except api_model.ApiDocError as e:
+        raise SolveError(str(e)) from None
+
+
+def solve_api(prompt: str, docs: dict[str, str], outputs: list[str]) -> dict[str, str]:
+    return {_output(outputs, ".json", "contract.json"): api_model.render(api_model.build_cases(_api_doc(docs)))}
+
+
 SOLVERS: dict[str, Callable[[str, dict[str, str], list[str]], dict[str, str]]] = {
-    "quotes": solve_quotes, "cents": solve_cents, "pricing": solve_pricing,
+    "quotes": solve_quotes, "cents": solve_cents, "pricing": solve_pricing, "sql": solve_sql,
+    "api": solve_api,
 }
 
 
@@ -378,6 +420,46 @@ def _pricing_variant(artifact: dict[str, str], docs: dict[str, str], change) -> 
     raise SolveError("no pricing policy among the documents")
 
 
+def _sql_flawed(flaw: str):
+    def mistake(artifact: dict[str, str], docs: dict[str, str], rng: random.Random) -> dict[str, str]:
+        path = next((p for p in sorted(artifact) if p.endswith(".sql")), "migration.sql")
+        return {**artifact, path: _sql_migration(docs, frozenset({flaw}))}
+    return mistake
+
+
+def _contract(artifact: dict[str, str]) -> tuple[str, list[dict]]:
+    path = next((p for p in sorted(artifact) if p.endswith(".json")), None)
+    if path is None:
+        raise SolveError("no contract to spoil")
+    return path, json.loads(artifact[path])["cases"]
+
+
+def _happy_path_only(artifact: dict[str, str], docs: dict[str, str], rng: random.Random) -> dict[str, str]:
+    """Test only what succeeds: no error, validation or not-found case."""
+    path, cases = _contract(artifact)
+    return {**artifact, path: api_model.render([c for c in cases if c["expect"]["status"] < 400])}
+
+
+def _volatile_field(artifact: dict[str, str], docs: dict[str, str], rng: random.Random) -> dict[str, str]:
+    """Copy a value from the documented example that changes per request."""
+    path, cases = _contract(artifact)
+    example = _api_doc(docs).example
+    volatile = [k for k in ("request_id", "created_at") if k in example]
+    if not volatile:
+        raise SolveError("no volatile value in the example")
+    key = rng.choice(volatile)
+    case = next(c for c in cases if c["request"]["method"] == "GET" and c["expect"]["status"] < 400)
+    case["expect"]["body"].append({"path": key, "equals": example[key]})
+    return {**artifact, path: api_model.render(cases)}
+
+
+def _stale_changelog(artifact: dict[str, str], docs: dict[str, str], rng: random.Random) -> dict[str, str]:
+    """Test the behaviour the changelog says the API *used to* have."""
+    path, _ = _contract(artifact)
+    log = _doc_with(docs, "(was ", "the changelog")
+    return {**artifact, path: api_model.render(api_model.build_cases(api_model.stale(_api_doc(docs), log)))}
+
+
 MISTAKES: dict[str, dict[str, Callable[[dict[str, str], dict[str, str], random.Random], dict[str, str]]]] = {
     "quotes": {"paraphrase_char": _paraphrase_char, "quote_injected": _quote_injected,
                "drop_claim": _drop_claim},
@@ -390,4 +472,7 @@ MISTAKES: dict[str, dict[str, Callable[[dict[str, str], dict[str, str], random.R
         "forget_min_max": lambda a, d, rng: _pricing_variant(
             a, d, lambda p: pricing_model.build_rule(pricing_model.without_limits(p, rng))),
     },
+    "sql": {f"{flaw}": _sql_flawed(flaw) for flaw in sql_model.FLAWS},
+    "api": {"happy_path_only": _happy_path_only, "volatile_field": _volatile_field,
+            "stale_changelog": _stale_changelog},
 }
