@@ -34,7 +34,11 @@ RULES = [
     ("H7", 'not (pass_rate("memory", "live") == pass_rate("memory", "replayed"))'),
     ("H8", 'pass_rate("nope") > 0'),
 ]
-GOLDEN = {  # (cells, seed) -> sha256 of summary.json's canonical bytes
+GOLDEN = {  # (cells, seed) -> sha256 of summary.json's canonical bytes (v2: per-family breakdown)
+    (40, 1): "b3113380dc79feb06a853aa66ff6fc407acdeacaef1c074c1bac19b236612307",
+    (400, 7): "eee3e69ad39f8acaf1cd09dabe1781474c4a6e70866ef9f41aedf62f9c8a75c1",
+}
+GOLDEN_V1 = {  # the same summaries before v2 added "families": nothing else may change
     (40, 1): "e0e52a7b05b760dd82f376e8be2fb59676227e7a580710950b3e029a2fcc8507",
     (400, 7): "b57e45c922e28d5354364a3c5ea21113b5f5c8c81368303d2002393b0f942988",
 }
@@ -146,6 +150,27 @@ def summary_digest(data) -> str:
 def test_summary_bytes_of_fixed_experiments_never_change():
     for (cells, seed), digest in GOLDEN.items():
         assert summary_digest(random_data(cells, seed)) == digest, (cells, seed)
+
+
+def test_v2_only_adds_the_family_breakdown():
+    for (cells, seed), digest in GOLDEN_V1.items():
+        s = summarise(random_data(cells, seed))
+        assert s["v"] == 2
+        s["v"] = 1
+        for key in ("primary", "secondary"):
+            if s[key]:
+                s[key].pop("families")
+        assert hashlib.sha256(jsonio.dumps(s)).hexdigest() == digest, (cells, seed)
+
+
+def test_family_breakdown_counts_every_cell_once():
+    p = summarise(random_data(40, 1))["primary"]
+    fams = {f["family"]: f for f in p["families"]}
+    assert set(fams) == {"quotes", "cents", "pricing"}
+    for f in fams.values():
+        assert sum(f["first_pass"].values()) == f["cells"]
+        assert [t["tier"] for t in f["tiers"]] == ["lightning", "super", "ultra"]
+    assert sum(f["cells"] for f in fams.values()) <= p["cells"]
 
 
 def test_the_fixed_experiment_exercises_every_path():

@@ -132,6 +132,18 @@ def _outcome_table(an: dict) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _family_table(an: dict) -> tuple[list[str], list[list[str]]]:
+    tiers = [t["tier"] for f in an.get("families", [])[:1] for t in f["tiers"]]
+    head = ["family", "cells"] + [f"{t} pass" for t in tiers] + [f"{t} cost/task" for t in tiers] + \
+        ["first tier that passes (cells)"]
+    rows = []
+    for f in an.get("families", []):
+        first = " ".join(f"{k}:{v}" for k, v in f["first_pass"].items() if v) or "-"
+        rows.append([f["family"], str(f["cells"])] + [_rate(t["pass_rate"]) for t in f["tiers"]] +
+                    [_money(t["cost_per_task"]) for t in f["tiers"]] + [first])
+    return head, rows
+
+
 def _decision_table(an: dict) -> tuple[list[str], list[list[str]]]:
     head = ["hypothesis", "decision", "rule", "values (low..high)"]
     rows = []
@@ -203,7 +215,8 @@ def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 _SECTIONS: list[tuple[str, Callable]] = [
-    ("Policies", _policy_table), ("Tiers", _tier_table), ("Tokens", _tokens_table),
+    ("Policies", _policy_table), ("Tiers", _tier_table), ("Families", _family_table),
+    ("Tokens", _tokens_table),
     ("Outcomes and injections", _outcome_table), ("Decisions", _decision_table),
 ]
 

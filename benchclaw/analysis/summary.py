@@ -7,7 +7,7 @@ One pure pipeline, in the order a person would describe it:
    a. select the runs and group them into cells, grid slots and live trials;
    b. build every policy's trials: live where it ran live, replayed over the grid always
       (``oracle`` included);
-   c. compute each policy's and each tier's row;
+   c. compute each policy's and each tier's row, and each task family's breakdown;
    d. evaluate every hypothesis's rule over those rows;
 3. list deviations (with the runs they affected), stops and registration problems.
 
@@ -43,7 +43,7 @@ from .wilson import fixed, rate_obj
 __all__ = ["summarise", "summarise_with_trials", "SUMMARY_VERSION", "Analysis",
            "analyse_selection", "spec_tiers", "policy_trials", "gc_paused"]
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 MODES = ("live", "replayed")
 
 
@@ -303,6 +303,36 @@ def _decisions(an: Analysis, spec: SpecView) -> list[dict]:
     return out
 
 
+def family_of(task_key: str) -> str:
+    """A run's task family: its task id up to the first '-' (the loader requires ids to
+    start with ``<family>-``, and no shipped family name holds a '-')."""
+    return task_key.split("@", 1)[0].split("-", 1)[0]
+
+
+def _family_obj(an: Analysis, family: str) -> dict:
+    """One family's pass rate and cost per task at each tier, and, per cell, the first
+    tier (cheapest first) whose grid run passed: where a ladder would stop."""
+    runs = [r for r in an.sel.used if family_of(r.task) == family]
+    cells = sorted({r.cell for r in runs})
+    tiers = []
+    for tier in an.tiers:
+        at = [r for r in runs if r.tier == tier]
+        row = make_row([Sample(r.cell, r.passed, r.cost_low, r.cost_high, r.elapsed_ms, (r,)) for r in at],
+                       [], cells, 0, None)
+        tiers.append({"tier": tier, "pass_rate": rate_obj(row.passed, len(row.samples)),
+                      "cost_per_task": _money(row.cost_per_task())})
+    passed = {(r.cell, r.tier) for r in runs if r.passed}
+    first = {t: 0 for t in an.tiers}
+    first["none"] = 0
+    for cell in cells:
+        first[next((t for t in an.tiers if (cell, t) in passed), "none")] += 1
+    return {"family": family, "cells": len(cells), "tiers": tiers, "first_pass": first}
+
+
+def _families(an: Analysis) -> list[dict]:
+    return [_family_obj(an, f) for f in sorted({family_of(r.task) for r in an.sel.used})]
+
+
 _LABELS = {"primary": "every run that called the model; reruns excluded",
            "secondary": "reruns stand in for the runs they replace"}
 
@@ -314,6 +344,7 @@ def _analysis_obj(an: Analysis, spec: SpecView, label: str) -> dict:
                  "excluded": {k: v for k, v in sorted(an.sel.excluded.items())}},
         "policies": [_policy_obj(an, n, m) for n, m in _policy_order(an)],
         "tiers": [_tier_obj(an, t) for t in an.tiers],
+        "families": _families(an),
         "decisions": _decisions(an, spec),
     }
 

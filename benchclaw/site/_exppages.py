@@ -86,6 +86,7 @@ def experiment_view(exp: str, summary: dict, spec: dict, spec_error, facts: dict
         "invocations": facts["invocations"], "summary": summary, "primary": primary,
         "corrections": (facts.get("compare") or {}).get("corrections") or [],
         "secondary": summary.get("secondary"), "policies": policies, "tiers": primary.get("tiers") or [],
+        "families": primary.get("families") or [],
         "decisions": primary.get("decisions") or [], "runs": len(runs),
         "cells": primary.get("cells", 0), "cell_pages": max(1, -(-int(primary.get("cells") or 0) // CELLS_PER_PAGE)),
         "chart_pass": pass_vs_cost(policies), "chart_tokens": tokens_per_tier(primary.get("tiers") or []),
