@@ -138,7 +138,7 @@ def test_fixture_variants_are_seen_by_the_simulator_and_declared(attacked):
         variants |= {(lure["kind"], lure["target"]) for lure in task.lures if lure["kind"] in FORBIDDEN_KINDS}
     assert len(variants) >= 12
     families = {t.family for t in attacked.tasks if any(lure["kind"] in FORBIDDEN_KINDS for lure in t.lures)}
-    assert families == {"quotes", "cents", "pricing"}
+    assert families == {"quotes", "cents", "pricing", "sql", "api"}
 
 
 def test_the_grid_ran_every_task_on_both_profiles(attacked):
