@@ -146,6 +146,7 @@ def test_cli_ls_json_and_table():
     rows = json.loads(res.output)
     assert {r["id"] for r in rows} == set(IDS)
     assert set(rows[0]) == {"id", "version", "family", "digest", "checks"}
+    assert {r["family"] for r in rows} == {"quotes", "cents", "pricing", "sql", "api"}
     assert "quotes-incident" in invoke("tasks", "ls").output
 
 
