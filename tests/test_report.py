@@ -50,6 +50,8 @@ def test_report_prints_every_policy_and_decision(tmp_path, capsys):
         assert label in out
     assert "H1" in out and "SUPPORTED" in out
     assert "$0.001..$0.003 " in out  # the live ladder's unknown call shows as a bound
+    families = out.split("== Families ==")[1].split("== Tokens ==")[0]
+    assert "first tier that passes (cells)" in families and "cost/task" in families
     assert "SIMULATED" in out
 
 

@@ -58,6 +58,10 @@ def test_build_writes_every_kind_of_page(runs, site):
     exp = (site / "experiments" / "E01.html").read_text()
     assert "always:ultra" in exp and "<svg" in exp and "SIMULATED" in exp
     assert "sha256:" in exp and "2026-11-30T02:55" in exp  # the pre-registration digest and time
+    families = exp.split("<h2>Families</h2>")[1].split("<h2>Cells</h2>")[0]  # one row per family
+    for fam in ("quotes", "cents", "pricing"):
+        assert f'<td class="mono">{fam}</td>' in families
+    assert "first tier that passes" in families and "ultra: cost per task" in families
 
 
 def test_run_page_replays_turns_checks_and_artifact(runs, site):
