@@ -45,7 +45,7 @@ def reckless(tmp_path_factory):
 
 def test_every_family_ships_and_the_top_tier_passes_most_tasks_on_both_profiles(ultra):
     _, runs = ultra
-    assert {t.family for t in TASKS} == {"quotes", "cents", "pricing"}
+    assert {t.family for t in TASKS} == {"quotes", "cents", "pricing", "sql", "api"}
     for profile in PROFILES:
         mine = [res for _, p, res, _ in runs if p == profile]
         passed = sum(res.status == "passed" for res in mine)
