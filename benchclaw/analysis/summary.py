@@ -310,10 +310,11 @@ def family_of(task_key: str) -> str:
 
 
 def _family_obj(an: Analysis, family: str) -> dict:
-    """One family's pass rate and cost per task at each tier, and, per cell, the first
-    tier (cheapest first) whose grid run passed: where a ladder would stop."""
+    """One family's pass rate and cost per task at each tier (its runs at that tier, as a
+    tier row counts them), and, per cell, the first tier (cheapest first) whose grid run
+    on the cell passed: where a ladder would stop."""
     runs = [r for r in an.sel.used if family_of(r.task) == family]
-    cells = sorted({r.cell for r in runs})
+    cells = [c for c in an.sel.cells if family_of(c) == family]
     tiers = []
     for tier in an.tiers:
         at = [r for r in runs if r.tier == tier]
@@ -321,16 +322,17 @@ def _family_obj(an: Analysis, family: str) -> dict:
                        [], cells, 0, None)
         tiers.append({"tier": tier, "pass_rate": rate_obj(row.passed, len(row.samples)),
                       "cost_per_task": _money(row.cost_per_task())})
-    passed = {(r.cell, r.tier) for r in runs if r.passed}
     first = {t: 0 for t in an.tiers}
     first["none"] = 0
     for cell in cells:
-        first[next((t for t in an.tiers if (cell, t) in passed), "none")] += 1
+        grid = an.sel.grid.get(cell, {})
+        first[next((t for t in an.tiers if t in grid and grid[t].passed), "none")] += 1
     return {"family": family, "cells": len(cells), "tiers": tiers, "first_pass": first}
 
 
 def _families(an: Analysis) -> list[dict]:
-    return [_family_obj(an, f) for f in sorted({family_of(r.task) for r in an.sel.used})]
+    names = {family_of(c) for c in an.sel.cells} | {family_of(r.task) for r in an.sel.used}
+    return [_family_obj(an, f) for f in sorted(names)]
 
 
 _LABELS = {"primary": "every run that called the model; reruns excluded",
