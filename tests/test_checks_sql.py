@@ -158,3 +158,9 @@ def test_spec_validation_names_the_field():
     with pytest.raises(ValueError, match=r"queries\[0\].expected"):
         validate_spec(CheckSpec("m", "sql_migration", True, {"migration": "m.sql", "setup": ["s"],
                                                               "queries": [{"sql": "x", "expected": [[1.5]]}]}), {})
+
+
+def test_broken_foreign_keys_are_named_even_when_many():
+    task = get_task("sql-accounts")
+    detail = failures(task, "PRAGMA foreign_keys = OFF;\nDELETE FROM accounts;\n")["migrate-sample"]
+    assert detail == "foreign key check: transfers row 1 points to a missing accounts row (more than 5 broken)"

@@ -165,15 +165,16 @@ class SqlBox:
         """Run one statement and drain it."""
         self._call(lambda: self.conn.execute(sql, params).fetchall())
 
-    def query(self, sql: str, max_rows: int = 10_000) -> list[tuple]:
-        """The rows of one query (at most ``max_rows``)."""
+    def query(self, sql: str, max_rows: int = 10_000, *, truncate: bool = False) -> list[tuple]:
+        """The rows of one query: more than ``max_rows`` is an error, or (``truncate``)
+        only the first ``max_rows + 1`` are returned."""
         def run():
             cur = self.conn.execute(sql)
             rows = cur.fetchmany(max_rows + 1)
             cur.close()
             return rows
         rows = self._call(run)
-        if len(rows) > max_rows:
+        if len(rows) > max_rows and not truncate:
             raise SqlBoxError(f"the query returned more than {max_rows:,} rows")
         return rows
 

@@ -34,7 +34,7 @@ MAX_CASES = 200
 MAX_ASSERTIONS = 50
 SEEDS = (1, 2)
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
-_OPS = ("equals", "type", "length", "absent", "present")
+_OPS = ("equals", "type", "length", "absent", "present")  # see _JUDGES
 _JSON_TYPES = {"string": lambda v: isinstance(v, str),
                "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
                "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
@@ -78,24 +78,32 @@ def _at(body: Any, path: str) -> Any:
     return node
 
 
+def _equals(want: Any, got: Any) -> str | None:
+    same = got == want and type(got) is type(want) or \
+        isinstance(got, (int, float)) and isinstance(want, (int, float)) and \
+        not isinstance(got, bool) and not isinstance(want, bool) and got == want
+    return None if same else f"expected {short(want, 40)}, got {short(got, 40)}"
+
+
+def _type(want: str, got: Any) -> str | None:
+    return None if _JSON_TYPES[want](got) else f"expected a {want}, got {short(got, 40)}"
+
+
+def _length(want: int, got: Any) -> str | None:
+    n = len(got) if isinstance(got, (list, str, dict)) else None
+    return None if n == want else f"expected length {want}, got {n if n is not None else short(got, 40)}"
+
+
+# assertion name -> judge(wanted, value at the path) -> why it fails, or None
+_JUDGES = {"equals": _equals, "type": _type, "length": _length, "present": lambda want, got: None}
+
+
 def _judge(op: str, want: Any, got: Any) -> str | None:
     if op == "absent":
         return None if got is _MISSING else f"expected no value, got {short(got, 40)}"
     if got is _MISSING:
         return "missing"
-    if op == "present":
-        return None
-    if op == "equals":
-        same = got == want and type(got) is type(want) or \
-            isinstance(got, (int, float)) and isinstance(want, (int, float)) and \
-            not isinstance(got, bool) and not isinstance(want, bool) and got == want
-        return None if same else f"expected {short(want, 40)}, got {short(got, 40)}"
-    if op == "type":
-        return None if _JSON_TYPES[want](got) else f"expected a {want}, got {short(got, 40)}"
-    if op == "length":
-        n = len(got) if isinstance(got, (list, str, dict)) else None
-        return None if n == want else f"expected length {want}, got {n if n is not None else short(got, 40)}"
-    return f"unknown assertion {op!r}"
+    return _JUDGES[op](want, got)
 
 
 def _assertion(a: Any, where: str) -> tuple[str, str, Any]:

@@ -131,13 +131,14 @@ def _after(box: SqlBox, params: dict) -> None:
     box.phase()
     if params.get("foreign_keys", True):
         try:
-            bad = box.query("PRAGMA foreign_key_check", max_rows=5)
+            bad = box.query("PRAGMA foreign_key_check", max_rows=5, truncate=True)
         except SqlBoxError as e:
             raise Fail(f"foreign key check: {e}") from None
         if bad:
             t, rowid, parent, _ = bad[0]
+            count = f"{len(bad)}" if len(bad) <= 5 else "more than 5"
             raise Fail(f"foreign key check: {t} row {rowid} points to a missing {parent} row "
-                       f"({len(bad)}{'+' if len(bad) == 5 else ''} broken)")
+                       f"({count} broken)")
     for n, q in enumerate(params.get("queries", []), 1):
         label = _label(q, n, "query")
         try:
