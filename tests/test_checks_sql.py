@@ -93,6 +93,11 @@ HOSTILE = {
                         "INSERT INTO loop SELECT x + 1 FROM loop; END; INSERT INTO loop VALUES (1);",
                         "constraint|trigger|too many levels|execution steps"),
     "huge-value": ("SELECT zeroblob(500000000);", "too big"),
+    "huge-select": ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000) "
+                    "SELECT zeroblob(1000000) FROM c;", "returned more than 4,194,304 bytes"),
+    "huge-view": ("DROP TABLE orders; ALTER TABLE customers RENAME TO old; CREATE VIEW customers AS "
+                  "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000) "
+                  "SELECT x AS id, zeroblob(1000000) AS email FROM c;", "more than 4,194,304 bytes|out of memory"),
     "huge-table": ("CREATE TABLE big(x); WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c "
                    "WHERE x < 100000) INSERT INTO big SELECT zeroblob(500000) FROM c;",
                    "grew past|execution steps"),

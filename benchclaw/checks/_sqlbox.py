@@ -16,7 +16,9 @@ that only backs up:
    past ``max_steps`` the statement is interrupted. The same SQL on the same SQLite build
    takes the same steps, so the verifier reaches the same verdict.
 3. **Size bounds.** ``max_page_count`` caps the main and temp databases; connection
-   limits cap one value, one statement, expression depth, columns, trigger depth.
+   limits cap one value, one statement, expression depth, columns, trigger depth; rows a
+   statement returns are dropped as they come, and a check query's result is capped in
+   rows and bytes.
    A process-wide ``hard_heap_limit`` caps SQLite's heap as a last line.
 4. **A wall-clock backstop** (``max_seconds``), checked in the same progress handler. It
    should never decide a result: when it fires the detail says so, distinctly, because a
@@ -69,6 +71,7 @@ class SqlLimits:
     max_value_bytes: int = 1 << 20
     max_seconds: float = 10.0
     max_statements: int = 500
+    max_result_bytes: int = 4 << 20
 
 
 class SqlBox:
@@ -144,6 +147,8 @@ class SqlBox:
         self._denied = self._tripped = None
         try:
             return fn(*args)
+        except SqlBoxError:
+            raise
         except (sqlite3.Error, OverflowError, ValueError, MemoryError) as e:
             raise SqlBoxError(self._reason(e)) from None
 
@@ -162,16 +167,29 @@ class SqlBox:
         return text
 
     def execute(self, sql: str, params: tuple = ()) -> None:
-        """Run one statement and drain it."""
-        self._call(lambda: self.conn.execute(sql, params).fetchall())
+        """Run one statement; rows it returns are read and dropped (never accumulated),
+        at most ``max_result_bytes`` of them in all."""
+        def run():
+            size = 0
+            for row in self.conn.execute(sql, params):
+                size += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
+                if size > self.limits.max_result_bytes:
+                    raise SqlBoxError(f"the statement returned more than {self.limits.max_result_bytes:,} bytes")
+        self._call(run)
 
     def query(self, sql: str, max_rows: int = 10_000, *, truncate: bool = False) -> list[tuple]:
-        """The rows of one query: more than ``max_rows`` is an error, or (``truncate``)
-        only the first ``max_rows + 1`` are returned."""
+        """The rows of one query. More than ``max_rows`` rows is an error, or (``truncate``)
+        the first ``max_rows + 1`` are returned; more than ``max_result_bytes`` of values is
+        an error (a hostile view can generate far more than the database holds)."""
         def run():
-            cur = self.conn.execute(sql)
-            rows = cur.fetchmany(max_rows + 1)
-            cur.close()
+            rows, size = [], 0
+            for row in self.conn.execute(sql):
+                size += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
+                if size > self.limits.max_result_bytes:
+                    raise SqlBoxError(f"the query returned more than {self.limits.max_result_bytes:,} bytes")
+                rows.append(row)
+                if len(rows) > max_rows:
+                    break
             return rows
         rows = self._call(run)
         if len(rows) > max_rows and not truncate:

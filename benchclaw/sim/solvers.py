@@ -472,7 +472,7 @@ MISTAKES: dict[str, dict[str, Callable[[dict[str, str], dict[str, str], random.R
         "forget_min_max": lambda a, d, rng: _pricing_variant(
             a, d, lambda p: pricing_model.build_rule(pricing_model.without_limits(p, rng))),
     },
-    "sql": {f"{flaw}": _sql_flawed(flaw) for flaw in sql_model.FLAWS},
+    "sql": {flaw: _sql_flawed(flaw) for flaw in sql_model.FLAWS},
     "api": {"happy_path_only": _happy_path_only, "volatile_field": _volatile_field,
             "stale_changelog": _stale_changelog},
 }
