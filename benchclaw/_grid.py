@@ -11,21 +11,31 @@ per unit, so the runner's loop stays a plain "for each unit not done".
 A *unit* is one grid run (cell x tier, policy ``grid``) or one live trial (cell x policy).
 A unit writes only its own run files and journal records through the store's lock, so
 units can be spread over machines and their runs directories merged.
+
+**Shards** (``benchclaw run --shard I/N``): a cell belongs to shard
+``1 + (first 8 bytes of SHA-256(key) as a big-endian integer) mod N``, where the key is the
+cell id, or its task/profile group when a live ``memory`` policy runs (tier memory reads
+the other seeds of the group, so a group stays on one machine). The assignment depends on
+nothing but the key, so every machine computes the same slices, and a deviation that adds
+cells moves no existing cell to another shard. A shard's budget is its share of the units:
+``floor(limit * units_in_shard / units_in_grid)`` (USD to 10^-12, tokens to one), so the
+shards' budgets together never exceed the experiment's.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Iterable
 
-from .errors import FormatError
+from .errors import FormatError, UsageError
 from .policies import Attempt
 from .records import parse_line
 from .store import Store
 
-__all__ = ["Cell", "Unit", "History", "resolve_tasks", "make_cells", "make_units", "cell_id",
+__all__ = ["Cell", "Unit", "History", "Shard", "resolve_tasks", "make_cells", "make_units", "cell_id",
            "group_key", "trial_id", "attempt_from_run", "BAD_STATUSES"]
 
 # Primary outcomes a `--rerun` invocation re-runs (for secondary analyses only).
@@ -99,6 +109,49 @@ def make_units(cells: list[Cell], tiers: Iterable[str], all_tiers: bool, live: I
     return units + [Unit(c, p) for p in live for c in cells]
 
 
+# ----------------------------------------------------------------------------- shards
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` (1-based) of ``count``: a deterministic slice of a grid's cells."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Shard":
+        """``"I/N"`` with 1 <= I <= N. Raises UsageError naming the value."""
+        i, sep, n = str(text).partition("/")
+        if not (sep and i.isdigit() and n.isdigit() and 1 <= int(i) <= int(n)):
+            raise UsageError(f"--shard {text!r}: expected I/N with 1 <= I <= N (e.g. 2/3)")
+        return cls(int(i), int(n))
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    @property
+    def writer_suffix(self) -> str:
+        """Appended to the journal writer, so shards never append to one file."""
+        return f".shard-{self.index}-of-{self.count}"
+
+    def owns(self, cell: "Cell", live: Iterable[str]) -> bool:
+        key = group_key(cell.id) if "memory" in live else cell.id
+        h = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
+        return h % self.count == self.index - 1
+
+    @staticmethod
+    def share_usd(usd: Decimal, mine: int, total: int) -> Decimal:
+        """``usd * mine / total`` rounded down to 10^-12, in integer arithmetic (exact)."""
+        if mine >= total:
+            return usd
+        micro = int(usd.scaleb(12).to_integral_value(rounding=ROUND_FLOOR))  # scaleb is exact
+        return Decimal(micro * mine // total).scaleb(-12) if total > 0 else Decimal(0)
+
+    @staticmethod
+    def share_tokens(tokens: int | None, mine: int, total: int) -> int | None:
+        return None if tokens is None else (tokens * mine // total if total > 0 else 0)
+
+
 # ----------------------------------------------------------------------------- history
 
 @dataclass
@@ -109,6 +162,7 @@ class History:
     trials: dict[str, dict] = field(default_factory=dict)    # trial id -> `trial` body
     recorded: set[str] = field(default_factory=set)          # run ids with a `run` record
     ledgers: list[str] = field(default_factory=list)         # ledger ids of earlier invocations
+    ledger_shards: dict[str, str | None] = field(default_factory=dict)  # ledger id -> grid.start shard
     reserved_attempts: set[str] = field(default_factory=set)  # attempt ids with a reservation
 
     @classmethod
@@ -123,6 +177,7 @@ class History:
                 h.trials[b.get("trial")] = b
             elif e.kind == "grid.start" and b.get("ledger"):
                 h.ledgers.append(b["ledger"])
+                h.ledger_shards[b["ledger"]] = b.get("shard")
         h.reserved_attempts = _reserved_attempts(store, h.ledgers)
         return h
 

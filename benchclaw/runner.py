@@ -34,7 +34,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
-from ._grid import (History, Unit, attempt_from_run, make_cells, make_units, resolve_tasks, trial_id)
+from ._grid import (History, Shard, Unit, attempt_from_run, make_cells, make_units, resolve_tasks, trial_id)
 from ._progress import Progress
 from ._runner_io import (CURRENT_SLOT, Backends, RunLedger, RunSlot, TrackingStore, default_backends,
                          seal_cut_off)
@@ -44,7 +44,7 @@ from .ledger import Ledger, Limits, new_ledger_id, read_ledger
 from .money import fmt_usd
 from .policies import next_batch, outcome
 from .records import parse_line
-from .store import Store
+from .store import Store, default_writer
 
 __all__ = ["run_experiment", "run_experiment_sync", "GridResult", "GridInterrupted", "Backends",
            "default_backends", "runner_lock"]
@@ -88,18 +88,19 @@ async def run_experiment(store: Store, experiment: str, *, spec: Spec | None = N
                          spec_path: Path | str | None = None, concurrency: int | None = None,
                          rerun: bool = False, stream: TextIO | None = None, backends: Backends | None = None,
                          sim_options: Any = None, handle_signals: bool = True,
-                         progress_every: int | None = None) -> GridResult:
+                         progress_every: int | None = None, shard: Shard | None = None) -> GridResult:
     """Run (or resume) a registered experiment's grid and return what this invocation did.
 
     Raises RegistrationError when the spec is unregistered or changed since registration,
     FormatError/ProviderConfigError for a grid that cannot run (unknown task, tier or
     price), and re-raises an unexpected error from a run after recording the stop.
-    An interruption returns a result with ``status == "interrupted"``.
+    An interruption returns a result with ``status == "interrupted"``. ``shard`` runs only
+    that slice of the grid, with its share of the budget (``benchclaw._grid.Shard``).
     """
     if spec is None:
         spec = require_registered(store, experiment, spec_path)
     grid = _Grid(store, spec, backends or default_backends(sim_options), concurrency=concurrency,
-                 rerun=rerun, stream=stream, progress_every=progress_every)
+                 rerun=rerun, stream=stream, progress_every=progress_every, shard=shard)
     return await grid.run(handle_signals=handle_signals)
 
 
@@ -113,8 +114,9 @@ def run_experiment_sync(store: Store, experiment: str, **kw) -> GridResult:
 
 class _Grid:
     def __init__(self, store: Store, spec: Spec, backends: Backends, *, concurrency: int | None,
-                 rerun: bool, stream: TextIO | None, progress_every: int | None):
+                 rerun: bool, stream: TextIO | None, progress_every: int | None, shard: Shard | None = None):
         self.store = TrackingStore(store.root, fsync=store.fsync)
+        self.shard = shard
         self.spec, self.backends, self.rerun, self.stream = spec, backends, rerun, stream
         self.concurrency = concurrency or spec.settings.concurrency
         self.progress_every = progress_every
@@ -139,7 +141,8 @@ class _Grid:
         self._load_parts()                                    # 3. tasks, catalog, profiles, providers
         todo = self._units_to_do()                            # 4. what is left
         self._open_ledger()                                   # 5. the ledger, earlier spend carried
-        self.journal = self.store.journal(self.spec.id)
+        writer = default_writer() + self.shard.writer_suffix if self.shard else None
+        self.journal = self.store.journal(self.spec.id, writer)
         self._journal_start(todo)                             # 6. grid.start, then adopted runs
         for body in adopted:
             self.journal.append("run", body)
@@ -179,6 +182,17 @@ class _Grid:
         self.providers = {t: b.provider(self.catalog.tier(t)) for t in self.tiers}
         self.cells = make_cells(self.tasks, spec.grid.profiles, spec.grid.seeds)
         self.units = make_units(self.cells, self.tiers, spec.grid.all_tiers, spec.live)
+        self.grid_units = len(self.units)
+        if self.shard:
+            self.cells = [c for c in self.cells if self.shard.owns(c, spec.live)]
+            self.units = [u for u in self.units if self.shard.owns(u.cell, spec.live)]
+
+    def _share_usd(self, usd: Decimal) -> Decimal:
+        """A limit as this invocation sees it: the whole, or the shard's share."""
+        return Shard.share_usd(usd, len(self.units), self.grid_units) if self.shard else usd
+
+    def _share_tokens(self, tokens: int | None) -> int | None:
+        return Shard.share_tokens(tokens, len(self.units), self.grid_units) if self.shard else tokens
 
     def _units_to_do(self) -> list[Unit]:
         h = self.history
@@ -189,7 +203,9 @@ class _Grid:
     # -- 5-6. ledger and grid.start ----------------------------------------------------
     def _open_ledger(self) -> None:
         carried_usd, carried_tokens = Decimal(0), 0
-        for lid in self.history.ledgers:
+        mine = str(self.shard) if self.shard else None
+        carried = [lid for lid in self.history.ledgers if mine is None or self.history.ledger_shards.get(lid) == mine]
+        for lid in carried:
             try:
                 st = read_ledger(self.store, lid, tolerate_torn=True)
             except BenchClawError:
@@ -197,13 +213,15 @@ class _Grid:
             carried_usd += st.spent_usd - st.carried_usd
             carried_tokens += st.spent_tokens - st.carried_tokens
         b = self.spec.budget
-        self.ledger = Ledger.create(self.store, self.invocation, Limits(b.usd, b.tokens, b.per_call_usd),
+        limits = Limits(self._share_usd(b.usd), self._share_tokens(b.tokens), b.per_call_usd)
+        self.ledger = Ledger.create(self.store, self.invocation, limits,
                                     experiment=self.spec.id, invocation=self.invocation,
                                     carried_usd=carried_usd, carried_tokens=carried_tokens,
-                                    carried_from=self.history.ledgers)
+                                    carried_from=carried)
 
     def _journal_start(self, todo: list[Unit]) -> None:
-        self.journal.append("grid.start", {
+        shard = {"shard": str(self.shard)} if self.shard else {}
+        self.journal.append("grid.start", {**shard,
             "invocation": self.invocation, "spec_digest": self.spec.digest, "ledger": self.ledger.id,
             "cells": [c.id for c in self.cells], "tiers": self.tiers, "policies": list(self.spec.live),
             "all_tiers": self.spec.grid.all_tiers, "rerun": self.rerun, "units": len(self.units),
@@ -372,10 +390,11 @@ class _Grid:
         st = self.ledger.cached_state
         for rule in self.spec.stopping:
             p = rule.params
-            if rule.rule == "spend" and st.spent_usd >= p["usd"]:
-                self._stop("spend", f"worst-case spend ${fmt_usd(st.spent_usd)} reached ${fmt_usd(p['usd'])}")
-            elif rule.rule == "tokens" and st.spent_tokens >= p["tokens"]:
-                self._stop("tokens", f"worst-case tokens {st.spent_tokens} reached {p['tokens']}")
+            if rule.rule == "spend" and st.spent_usd >= self._share_usd(p["usd"]):
+                self._stop("spend", f"worst-case spend ${fmt_usd(st.spent_usd)} reached "
+                                    f"${fmt_usd(self._share_usd(p['usd']))}")
+            elif rule.rule == "tokens" and st.spent_tokens >= self._share_tokens(p["tokens"]):
+                self._stop("tokens", f"worst-case tokens {st.spent_tokens} reached {self._share_tokens(p['tokens'])}")
             elif rule.rule == "provider_errors" and self.provider_error_streak >= p["consecutive"]:
                 self._stop("provider_errors", f"{self.provider_error_streak} consecutive provider_error runs")
 

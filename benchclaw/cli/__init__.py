@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": ("site", "serve", "Preview the built site on 127.0.0.1."),
     "export": ("bundle", "export", "Export a reproducible evidence bundle (zip)."),
     "studio": ("studio", "studio", "Serve the live public studio: visitors run tasks within budgets."),
+    "merge": ("runs", "merge", "Merge another machine's runs directory (a shard) into this one."),
 }
 
 

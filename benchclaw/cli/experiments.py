@@ -61,8 +61,11 @@ def deviate(experiment: str, reason: str, spec_path: Path | None, runs_dir: Path
 @click.option("--rerun", is_flag=True,
               help="Re-run cells whose primary run was aborted or hit an error, as runs "
                    "labelled rerun (secondary analyses only; the primary runs stand).")
+@click.option("--shard", "shard_text", default=None, metavar="I/N",
+              help="Run only shard I of N (a deterministic slice of the cells, with its share of "
+                   "the budget); join the shards' runs directories with `benchclaw merge`.")
 def run(experiment: str, spec_path: Path | None, runs_dir: Path, concurrency: int | None,
-        rerun: bool) -> None:
+        rerun: bool, shard_text: str | None) -> None:
     """Run (or resume) a registered experiment's grid.
 
     Refuses (exit 2) when the spec is unregistered or changed since registration. Run
@@ -70,14 +73,16 @@ def run(experiment: str, spec_path: Path | None, runs_dir: Path, concurrency: in
     already called the model is kept as it stands, never silently redone. Progress goes
     to stderr; Ctrl-C seals open runs as aborted and leaves the ledger consistent.
 
-    Example: benchclaw run E01 --concurrency 8
+    Example: benchclaw run E01 --concurrency 8   (or, on machine 2 of 3: --shard 2/3)
     """
+    from .._grid import Shard
     from ..runner import GridInterrupted, run_experiment_sync
 
+    shard = Shard.parse(shard_text) if shard_text is not None else None
     store = Store(runs_dir)
     try:
         result = run_experiment_sync(store, experiment, spec_path=spec_path, concurrency=concurrency,
-                                     rerun=rerun, stream=sys.stderr)
+                                     rerun=rerun, stream=sys.stderr, shard=shard)
     except GridInterrupted as e:
         echo_err(f"interrupted: {e}; run `benchclaw run {experiment}` again to resume")
         raise SystemExit(130)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..errors import IntegrityError
@@ -92,3 +94,21 @@ def recover(runs_dir) -> None:
     for r in results:
         target = f"run {r.run_id}" if r.run_id else f"set aside at {r.quarantined}"
         click.echo(f"{r.open_path}: {r.note} ({r.kept_records} records kept) -> {target}")
+
+
+@click.command()
+@click.argument("other", type=click.Path(path_type=Path))
+@runs_option
+def merge(other: Path, runs_dir: Path) -> None:
+    """Merge OTHER (another machine's runs directory, e.g. a shard's) into --runs.
+
+    A union of files: idempotent and independent of the order shards are merged in.
+    Refuses, writing nothing, when OTHER does not verify, has open runs, or conflicts
+    (a file with other bytes, another registration history, a unit run on both sides).
+
+    Example: benchclaw merge /mnt/machine2/runs --runs runs/
+    """
+    from .._store_merge import merge_store
+
+    report = merge_store(Store(runs_dir), Store.existing(other))
+    click.echo(f"merged {other} into {runs_dir}: {report.line()}")
