@@ -1,6 +1,13 @@
-"""What the grid runner plugs into: the backends it runs, and the bookkeeping around a run.
+"""What the grid runner plugs into: the backends it runs, the executor that runs them, and
+the bookkeeping around a run.
 
 Why it is built this way:
+- **The runner plans, an executor runs.** The runner decides which runs to make (units,
+  policies, resume, stopping rules, the journal); an executor makes one agent run at a
+  time on request (``RunJob`` -> ``RunDone``) and, when a run is cut off, seals what it
+  wrote and settles its reservations (``cut_off``). ``LocalExecutor`` runs the agent in
+  this event loop; ``benchclaw._executor_ray.RayExecutor`` runs it on a Ray cluster. Both
+  leave the same files in the runs directory.
 - ``Backends`` names the five things a grid needs from the parts below it (tasks,
   catalog, agent profiles, providers, the agent loop). The defaults import them lazily;
   tests and benchmarks pass fakes, so the runner can be exercised without a model.
@@ -20,10 +27,13 @@ from typing import Any, Awaitable, Callable
 
 from .errors import IntegrityError
 from .ledger import Ledger, Reservation
+from .money import fmt_usd
+from .records import parse_line
 from .store import RunWriter, Store
 
 __all__ = ["Backends", "default_backends", "TrackingStore", "RunLedger", "RunSlot", "CURRENT_SLOT",
-           "seal_cut_off"]
+           "seal_cut_off", "RunParts", "RunJob", "RunDone", "Executor", "LocalExecutor", "agent_kwargs",
+           "first_last"]
 
 
 @dataclass
@@ -131,3 +141,130 @@ def seal_cut_off(store: Store, writer: RunWriter | None, reason: str) -> str | N
         from ._store_check import _recover_one
 
         return _recover_one(store, writer.path).run_id
+
+
+# ------------------------------------------------------------------------------ executors
+
+@dataclass(frozen=True)
+class RunParts:
+    """What every run of a grid shares: an executor gets it once, before the first run."""
+
+    store: Store
+    backends: Backends
+    catalog: Any
+    profiles: dict
+    tiers: tuple
+    settings: Any          # the spec's ``Settings``
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """One agent run: ``cell`` at ``tier``; ``policy_context`` becomes ``run.start.policy``
+    and its ``attempt`` tags the run's reservations."""
+
+    cell: Any              # benchclaw._grid.Cell
+    tier: str
+    policy_context: dict
+
+    @property
+    def attempt(self) -> str:
+        return self.policy_context["attempt"]
+
+
+@dataclass(frozen=True)
+class RunDone:
+    """What an executor hands back: the sealed run (None when nothing was written), its
+    ``run.end`` body, how many reservations it made, and the upper bounds of calls cut off
+    in flight (reserved, no ``call`` record)."""
+
+    run_id: str | None
+    end: dict
+    reserved: int
+    cut_off_usd: Decimal = Decimal(0)
+
+
+class Executor:
+    """The interface (a base for documentation; executors implement every method).
+
+    ``prepare(parts)`` before the ledger exists (may raise a configuration error);
+    ``await start(ledger)``; ``await run(job) -> RunDone``; ``cut_off(job, why) -> RunDone |
+    None`` after ``run`` raised or was cancelled (seal the run aborted, settle its open
+    reservations as unknown); ``await close()``.
+    """
+
+    name = "executor"
+
+
+def agent_kwargs(parts: RunParts, job: RunJob) -> dict:
+    """``run_agent``'s arguments but ``store``, ``provider`` and ``ledger``."""
+    s = parts.settings
+    return dict(task=job.cell.task, tier=parts.catalog.tier(job.tier), catalog=parts.catalog,
+                profile=parts.profiles[job.cell.profile], seed=job.cell.seed,
+                limits={"turns": s.turns, "seconds": s.seconds, "output_bytes": s.output_bytes},
+                policy_context=job.policy_context, max_tokens=s.max_tokens, temperature=s.temperature,
+                retries=s.retries)
+
+
+class LocalExecutor(Executor):
+    """Runs the agent in the runner's event loop: one provider per tier, shared."""
+
+    name = "local"
+
+    def prepare(self, parts: RunParts) -> None:
+        self.parts = parts
+        self.providers = {t: parts.backends.provider(parts.catalog.tier(t)) for t in parts.tiers}
+        self.slots: dict[str, RunSlot] = {}
+
+    async def start(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    async def run(self, job: RunJob) -> RunDone:
+        slot = self.slots[job.attempt] = RunSlot(ledger=RunLedger(self.ledger, job.attempt))
+        CURRENT_SLOT.set(slot)
+        result = await self.parts.backends.run_agent(store=self.parts.store, provider=self.providers[job.tier],
+                                                     ledger=slot.ledger, **agent_kwargs(self.parts, job))
+        del self.slots[job.attempt]
+        end = _written_end(slot) or _result_end(result)
+        return RunDone(result.run_id, end, slot.ledger.reserved)
+
+    def cut_off(self, job: RunJob, why: str) -> RunDone | None:
+        slot = self.slots.pop(job.attempt, None)
+        if slot is None:
+            return None
+        slot.ledger.settle_open(why)
+        run_id = seal_cut_off(self.parts.store, slot.writer, why)
+        if run_id is None:
+            return None
+        _, end = first_last(self.parts.store, run_id)
+        return RunDone(run_id, end, slot.ledger.reserved, slot.ledger.cut_off_usd)
+
+    async def close(self) -> None:
+        for p in self.providers.values():
+            if hasattr(p, "aclose"):
+                await p.aclose()
+
+
+def _written_end(slot: RunSlot) -> dict | None:
+    """The ``run.end`` body the agent wrote, when the runner saw its writer."""
+    w = slot.writer
+    if w is not None and w.records and w.records[-1].kind == "run.end":
+        return w.records[-1].body
+    return None
+
+
+def _result_end(result) -> dict:
+    """An AgentResult in the shape of a ``run.end`` body (the parts the journal keeps)."""
+    low, high = fmt_usd(result.cost_low), fmt_usd(result.cost_high)
+    return {"status": result.status, "gate_passed": result.gate_passed, "passed": result.passed,
+            "cost": {"known": low == high, "low": low, "high": high}, "elapsed_ms": result.elapsed_ms,
+            "calls": getattr(result, "calls", 0)}
+
+
+def first_last(store: Store, run_id: str) -> tuple[dict, dict]:
+    """``run.start`` and ``run.end`` bodies of a sealed run (only its first and last lines)."""
+    path = store.run_path(run_id)
+    lines = path.read_bytes().split(b"\n")
+    lines = [ln for ln in lines if ln]
+    first = parse_line(lines[0], f"{path}:1")
+    last = parse_line(lines[-1], f"{path}:{len(lines)}")
+    return (first.body if first.kind == "run.start" else {}), (last.body if last.kind == "run.end" else {})

@@ -36,14 +36,13 @@ from typing import Any, TextIO
 
 from ._grid import (History, Shard, Unit, attempt_from_run, make_cells, make_units, resolve_tasks, trial_id)
 from ._progress import Progress
-from ._runner_io import (CURRENT_SLOT, Backends, RunLedger, RunSlot, TrackingStore, default_backends,
-                         seal_cut_off)
+from ._runner_io import (Backends, LocalExecutor, RunDone, RunJob, RunParts, TrackingStore, default_backends,
+                         first_last)
 from .errors import BenchClawError, UsageError
 from .experiments import Spec, require_registered
 from .ledger import Ledger, Limits, new_ledger_id, read_ledger
 from .money import fmt_usd
 from .policies import next_batch, outcome
-from .records import parse_line
 from .store import Store, default_writer
 
 __all__ = ["run_experiment", "run_experiment_sync", "GridResult", "GridInterrupted", "Backends",
@@ -88,7 +87,8 @@ async def run_experiment(store: Store, experiment: str, *, spec: Spec | None = N
                          spec_path: Path | str | None = None, concurrency: int | None = None,
                          rerun: bool = False, stream: TextIO | None = None, backends: Backends | None = None,
                          sim_options: Any = None, handle_signals: bool = True,
-                         progress_every: int | None = None, shard: Shard | None = None) -> GridResult:
+                         progress_every: int | None = None, shard: Shard | None = None,
+                         executor: Any = None) -> GridResult:
     """Run (or resume) a registered experiment's grid and return what this invocation did.
 
     Raises RegistrationError when the spec is unregistered or changed since registration,
@@ -96,11 +96,14 @@ async def run_experiment(store: Store, experiment: str, *, spec: Spec | None = N
     price), and re-raises an unexpected error from a run after recording the stop.
     An interruption returns a result with ``status == "interrupted"``. ``shard`` runs only
     that slice of the grid, with its share of the budget (``benchclaw._grid.Shard``).
+    ``executor`` makes the runs (default ``LocalExecutor``: in this event loop; see
+    ``benchclaw._runner_io.Executor`` and ``benchclaw._executor_ray.RayExecutor``).
     """
     if spec is None:
         spec = require_registered(store, experiment, spec_path)
     grid = _Grid(store, spec, backends or default_backends(sim_options), concurrency=concurrency,
-                 rerun=rerun, stream=stream, progress_every=progress_every, shard=shard)
+                 rerun=rerun, stream=stream, progress_every=progress_every, shard=shard,
+                 executor=executor or LocalExecutor())
     return await grid.run(handle_signals=handle_signals)
 
 
@@ -114,9 +117,10 @@ def run_experiment_sync(store: Store, experiment: str, **kw) -> GridResult:
 
 class _Grid:
     def __init__(self, store: Store, spec: Spec, backends: Backends, *, concurrency: int | None,
-                 rerun: bool, stream: TextIO | None, progress_every: int | None, shard: Shard | None = None):
+                 rerun: bool, stream: TextIO | None, progress_every: int | None, shard: Shard | None,
+                 executor: Any):
         self.store = TrackingStore(store.root, fsync=store.fsync)
-        self.shard = shard
+        self.shard, self.executor = shard, executor
         self.spec, self.backends, self.rerun, self.stream = spec, backends, rerun, stream
         self.concurrency = concurrency or spec.settings.concurrency
         self.progress_every = progress_every
@@ -158,7 +162,7 @@ class _Grid:
         for run_id in self.store.run_ids():
             if run_id in self.history.recorded:
                 continue
-            start, end = _first_last(self.store, run_id)
+            start, end = first_last(self.store, run_id)
             pol = start.get("policy") or {}
             if not isinstance(pol, dict) or pol.get("experiment") != self.spec.id:
                 continue
@@ -179,7 +183,7 @@ class _Grid:
         if hasattr(self.catalog, "require_prices"):
             self.catalog.require_prices(self.tiers)
         self.profiles = {p: b.profile(p) for p in spec.grid.profiles}
-        self.providers = {t: b.provider(self.catalog.tier(t)) for t in self.tiers}
+        self.executor.prepare(RunParts(self.store, b, self.catalog, self.profiles, tuple(self.tiers), spec.settings))
         self.cells = make_cells(self.tasks, spec.grid.profiles, spec.grid.seeds)
         self.units = make_units(self.cells, self.tiers, spec.grid.all_tiers, spec.live)
         self.grid_units = len(self.units)
@@ -237,15 +241,14 @@ class _Grid:
         restore = self._install_signals() if handle_signals else (lambda: None)
         ticker = asyncio.create_task(self._tick()) if self.progress.tty else None
         try:
+            await self.executor.start(self.ledger)
             await asyncio.gather(*self.drivers, return_exceptions=True)
         finally:
             restore()
             if ticker:
                 ticker.cancel()
             self.progress.close()
-            for p in self.providers.values():
-                if hasattr(p, "aclose"):
-                    await p.aclose()
+            await self.executor.close()
 
     def interrupt(self, why: str) -> None:
         """Stop now: cancel every driver; cut-off runs are sealed as aborted."""
@@ -271,14 +274,14 @@ class _Grid:
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(0.5)
-            self.progress.update(spend=self.ledger.cached_state.spent_usd)
+            self.progress.update(spend=self.ledger.state().spent_usd)
 
     async def _driver(self) -> None:
         try:
             while self.queue and not self.stopping:
                 unit = self.queue.popleft()
                 passed = await (self._grid_unit(unit) if unit.policy == "grid" else self._trial_unit(unit))
-                self.progress.update(done=1, passes=int(bool(passed)), spend=self.ledger.cached_state.spent_usd)
+                self.progress.update(done=1, passes=int(bool(passed)), spend=self.ledger.state().spent_usd)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a bug or a config error: stop the grid, report after the cleanup
@@ -332,45 +335,28 @@ class _Grid:
                "step": step, "batch": batch, "rerun": self.rerun, "replaces": replaces,
                "spec_digest": self.spec.digest, "invocation": self.invocation, "attempt": attempt,
                "memory_start": memory_start}
+        job = RunJob(unit.cell, tier, ctx)
         async with self.slots, self.tier_slots[tier]:
             if self.stopping:
                 return None
-            slot = RunSlot(ledger=RunLedger(self.ledger, attempt))
-            CURRENT_SLOT.set(slot)
             try:
-                result = await self._agent(unit, tier, ctx, slot.ledger)
+                done = await self.executor.run(job)
             except BaseException as e:  # cancelled (interrupt) or a bug: keep the evidence
-                self._cut_off(slot, ctx, tier, None if isinstance(e, asyncio.CancelledError)
+                self._cut_off(job, None if isinstance(e, asyncio.CancelledError)
                               else f"internal error: {type(e).__name__}")
                 raise
-        end = _written_end(slot) or _result_end(result)
-        body = _run_body(ctx, result.run_id, tier, end, bool(end.get("calls") or slot.ledger.reserved))
+        if done.run_id is None:  # nothing reached the runs directory (a worker lost early)
+            return None
+        body = _journal_body(job, done)
         self._record_run(body)
         return body
 
-    def _agent(self, unit: Unit, tier: str, ctx: dict, ledger: RunLedger):
-        s = self.spec.settings
-        return self.backends.run_agent(
-            store=self.store, task=unit.cell.task, tier=self.catalog.tier(tier), catalog=self.catalog,
-            profile=self.profiles[unit.cell.profile], seed=unit.cell.seed, provider=self.providers[tier],
-            limits={"turns": s.turns, "seconds": s.seconds, "output_bytes": s.output_bytes},
-            policy_context=ctx, ledger=ledger, max_tokens=s.max_tokens, temperature=s.temperature,
-            retries=s.retries)
-
-    def _cut_off(self, slot: RunSlot, ctx: dict, tier: str, why: str | None) -> None:
-        """A run cut off mid-way: settle its reservations as unknown, seal it aborted,
-        journal it as it stands."""
-        why = why or self.interrupted or "cancelled"
-        slot.ledger.settle_open(why)
-        run_id = seal_cut_off(self.store, slot.writer, why)
-        if run_id is None:
-            return
-        _, end = _first_last(self.store, run_id)
-        body = _run_body(ctx, run_id, tier, end, bool(end.get("calls") or slot.ledger.reserved))
-        if slot.ledger.cut_off_usd:  # a call in flight has no call record: its cost is a bound
-            high = Decimal(body["cost"]["high"]) + slot.ledger.cut_off_usd
-            body["cost"] = {"known": False, "low": body["cost"]["low"], "high": fmt_usd(high)}
-        self._record_run(body)
+    def _cut_off(self, job: RunJob, why: str | None) -> None:
+        """A run cut off mid-way: the executor settles its reservations as unknown and seals
+        it aborted; journal it as it stands."""
+        done = self.executor.cut_off(job, why or self.interrupted or "cancelled")
+        if done is not None and done.run_id is not None:
+            self._record_run(_journal_body(job, done))
 
     def _record_run(self, body: dict) -> None:
         self.journal.append("run", body)
@@ -387,7 +373,7 @@ class _Grid:
         if body["status"] == "budget_stop":
             self._stop("budget", f"the ledger refused a call (run {body['run_id'][:12]})")
         self.provider_error_streak = self.provider_error_streak + 1 if body["status"] == "provider_error" else 0
-        st = self.ledger.cached_state
+        st = self.ledger.state()  # every writer's records (a remote executor reserves too)
         for rule in self.spec.stopping:
             p = rule.params
             if rule.rule == "spend" and st.spent_usd >= self._share_usd(p["usd"]):
@@ -462,27 +448,9 @@ def _run_body(pol: dict, run_id: str, tier: str | None, end: dict, called: bool)
             "memory_start": pol.get("memory_start")}
 
 
-def _written_end(slot: RunSlot) -> dict | None:
-    """The ``run.end`` body the agent wrote, when the runner saw its writer."""
-    w = slot.writer
-    if w is not None and w.records and w.records[-1].kind == "run.end":
-        return w.records[-1].body
-    return None
-
-
-def _result_end(result) -> dict:
-    """An AgentResult in the shape of a ``run.end`` body (the parts the journal keeps)."""
-    low, high = fmt_usd(result.cost_low), fmt_usd(result.cost_high)
-    return {"status": result.status, "gate_passed": result.gate_passed, "passed": result.passed,
-            "cost": {"known": low == high, "low": low, "high": high}, "elapsed_ms": result.elapsed_ms,
-            "calls": getattr(result, "calls", 0)}
-
-
-def _first_last(store: Store, run_id: str) -> tuple[dict, dict]:
-    """``run.start`` and ``run.end`` bodies of a sealed run (only its first and last lines)."""
-    path = store.run_path(run_id)
-    lines = path.read_bytes().split(b"\n")
-    lines = [ln for ln in lines if ln]
-    first = parse_line(lines[0], f"{path}:1")
-    last = parse_line(lines[-1], f"{path}:{len(lines)}")
-    return (first.body if first.kind == "run.start" else {}), (last.body if last.kind == "run.end" else {})
+def _journal_body(job: RunJob, done: RunDone) -> dict:
+    body = _run_body(job.policy_context, done.run_id, job.tier, done.end, bool(done.end.get("calls") or done.reserved))
+    if done.cut_off_usd:  # a call in flight has no call record: its cost is a bound
+        high = Decimal(body["cost"]["high"]) + done.cut_off_usd
+        body["cost"] = {"known": False, "low": body["cost"]["low"], "high": fmt_usd(high)}
+    return body
