@@ -225,3 +225,8 @@ def test_cli_run_shard_and_merge(tmp_path, spec, monkeypatch, capsys):
     assert cli_("runs", "check", "--runs", origin)[0] == 0
     code, out = cli_("merge", str(tmp_path / "nowhere"), "--runs", origin)
     assert code == 2 and "nowhere" in out
+
+
+def test_cli_address_needs_the_ray_executor(tmp_path, capsys):
+    code = run_cli(cli, ["run", "S1", "--runs", str(tmp_path), "--address", "auto"], prog="benchclaw")
+    assert code == 2 and "--executor ray" in capsys.readouterr().err

@@ -64,8 +64,13 @@ def deviate(experiment: str, reason: str, spec_path: Path | None, runs_dir: Path
 @click.option("--shard", "shard_text", default=None, metavar="I/N",
               help="Run only shard I of N (a deterministic slice of the cells, with its share of "
                    "the budget); join the shards' runs directories with `benchclaw merge`.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where runs execute: this process (local) or a Ray cluster (needs benchclaw[ray]).")
+@click.option("--address", default=None, metavar="ADDRESS",
+              help="With --executor ray: the cluster to join (host:port from `ray start --head`, or "
+                   "auto); default: start a local Ray instance.")
 def run(experiment: str, spec_path: Path | None, runs_dir: Path, concurrency: int | None,
-        rerun: bool, shard_text: str | None) -> None:
+        rerun: bool, shard_text: str | None, executor: str, address: str | None) -> None:
     """Run (or resume) a registered experiment's grid.
 
     Refuses (exit 2) when the spec is unregistered or changed since registration. Run
@@ -76,13 +81,22 @@ def run(experiment: str, spec_path: Path | None, runs_dir: Path, concurrency: in
     Example: benchclaw run E01 --concurrency 8   (or, on machine 2 of 3: --shard 2/3)
     """
     from .._grid import Shard
+    from ..errors import UsageError
     from ..runner import GridInterrupted, run_experiment_sync
 
     shard = Shard.parse(shard_text) if shard_text is not None else None
+    if address is not None and executor != "ray":
+        raise UsageError("--address is for --executor ray")
+    runner = None
+    if executor == "ray":
+        from .._executor_ray import RayExecutor, require_ray
+
+        require_ray()
+        runner = RayExecutor(address)
     store = Store(runs_dir)
     try:
         result = run_experiment_sync(store, experiment, spec_path=spec_path, concurrency=concurrency,
-                                     rerun=rerun, stream=sys.stderr, shard=shard)
+                                     rerun=rerun, stream=sys.stderr, shard=shard, executor=runner)
     except GridInterrupted as e:
         echo_err(f"interrupted: {e}; run `benchclaw run {experiment}` again to resume")
         raise SystemExit(130)
