@@ -164,3 +164,32 @@ def test_a_worker_killed_mid_call_is_sealed_aborted_and_the_experiment_resumes(t
 
 def _ledger(store: Store) -> str:
     return [e.body["ledger"] for e in store.read_journal("S1") if e.kind == "grid.start"][-1]
+
+
+def test_an_interrupt_kills_the_tasks_in_flight_and_resume_completes(tmp_path, monkeypatch):
+    import benchclaw.runner as runner_mod
+
+    store = registered(tmp_path / "ray", tmp_path)
+    record = runner_mod._Grid._record_run
+
+    def interrupting(self, body):
+        record(self, body)
+        if len(self.result_runs) == 3:
+            self.interrupt("interrupted by test")
+
+    monkeypatch.setattr(runner_mod._Grid, "_record_run", interrupting)
+    slow = {"latency_scale": 0.05}
+    first = asyncio.run(run_experiment(store, "S1", sim_options=slow, handle_signals=False, concurrency=4,
+                                       executor=RayExecutor()))
+    assert first.status == "interrupted"
+    assert not store.open_run_paths()
+    state = read_ledger(store, first.ledger)
+    assert state.open == {} and state.closed
+    monkeypatch.setattr(runner_mod._Grid, "_record_run", record)
+    second = run(store, RayExecutor())
+    assert second.status == "complete"
+    journal = [e.body for e in store.read_journal("S1") if e.kind == "run"]
+    called = [(b["cell"], b["policy"], b["tier"], b["trial"]) for b in journal if b["called_model"]]
+    assert len(called) == len(set(called))
+    assert sorted(b["run_id"] for b in journal) == store.run_ids()
+    verifies(store, tmp_path)
