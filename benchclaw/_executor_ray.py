@@ -54,12 +54,14 @@ def require_ray():
 class RayExecutor:
     """Runs each agent run as a Ray task. ``address`` is the cluster's (``ray start --head``
     prints it; ``auto`` finds a local one); None starts a local Ray instance. A Ray
-    already initialised in this process (tests, notebooks) is used as it is."""
+    already initialised in this process (tests, notebooks) is used as it is.
+    ``task_cpus`` is what one run asks Ray for: 1 (the default) runs one run per CPU,
+    right for CPU-heavy checks; a fraction (0.1) packs I/O-bound runs ten to a CPU."""
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, *, init_options: dict | None = None):
-        self.address = address
+    def __init__(self, address: str | None = None, *, task_cpus: float = 1.0, init_options: dict | None = None):
+        self.address, self.task_cpus = address, task_cpus
         self.init_options = dict(init_options or {})
         self._started = False
         self.refs: dict[str, Any] = {}
@@ -74,7 +76,8 @@ class RayExecutor:
         self.parts = parts
         self.shared = ray.put(RunParts(None, parts.backends, parts.catalog, parts.profiles, parts.tiers,
                                        parts.settings))  # a worker's store is its own
-        self.remote_run = ray.remote(max_retries=0, num_cpus=1)(_run_on_worker)
+        # max_retries=0: a run that may have reached the model is never silently redone
+        self.remote_run = ray.remote(max_retries=0, num_cpus=self.task_cpus)(_run_on_worker)
 
     async def start(self, ledger: Ledger) -> None:
         ray = require_ray()
