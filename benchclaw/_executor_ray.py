@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ._grid import _reserved_attempts
-from ._runner_io import RunDone, RunJob, RunParts, agent_kwargs, first_last
+from ._runner_io import Executor, RunDone, RunJob, RunParts, agent_kwargs, first_last
 from .errors import BudgetError, IntegrityError, UsageError
 from .ledger import Ledger, Reservation
 from .records import GENESIS, blob_refs, line_hash, parse_line, split_lines, verify_chain
@@ -51,7 +51,7 @@ def require_ray():
     return ray
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     """Runs each agent run as a Ray task. ``address`` is the cluster's (``ray start --head``
     prints it; ``auto`` finds a local one); None starts a local Ray instance. A Ray
     already initialised in this process (tests, notebooks) is used as it is.
