@@ -30,15 +30,18 @@ SIM = {"latency_scale": 0}
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
     # Workers inherit this environment: they import this module's helpers from the checkout.
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), saved) if p)
+    # The CLI's simulator reads its latency from the worker's environment.
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "BENCHCLAW_SIM_LATENCY_SCALE")}
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), saved["PYTHONPATH"]) if p)
+    os.environ["BENCHCLAW_SIM_LATENCY_SCALE"] = "0"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     yield
     ray.shutdown()
-    if saved is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = saved
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def registered(root: Path, tmp_path: Path, usd: str = "5") -> Store:
@@ -193,3 +196,17 @@ def test_an_interrupt_kills_the_tasks_in_flight_and_resume_completes(tmp_path, m
     assert len(called) == len(set(called))
     assert sorted(b["run_id"] for b in journal) == store.run_ids()
     verifies(store, tmp_path)
+
+
+def test_cli_run_with_the_ray_executor(tmp_path, capsys):
+    from benchclaw.cli import cli, run_cli
+
+    spec = tmp_path / "S1.toml"
+    spec.write_text(SPEC.format(usd="5"))
+    runs = str(tmp_path / "runs")
+    assert run_cli(cli, ["prereg", str(spec), "--runs", runs], prog="benchclaw") == 0
+    code = run_cli(cli, ["run", "S1", "--spec", str(spec), "--runs", runs, "--executor", "ray"], prog="benchclaw")
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "S1: complete" in out.out and "[24/24 100%]" in out.err  # the same progress line
+    assert run_cli(cli, ["runs", "check", "--runs", runs], prog="benchclaw") == 0
