@@ -142,16 +142,20 @@ class _Grid:
         self.store.recover()                                  # 1. seal runs cut off by a crash
         self.history = History.load(self.store, self.spec.id)  # 2. what is done
         adopted = self._adopt_orphans()
-        self._load_parts()                                    # 3. tasks, catalog, profiles, providers
+        self._load_parts()                                    # 3. tasks, catalog, profiles, executor
         todo = self._units_to_do()                            # 4. what is left
         self._open_ledger()                                   # 5. the ledger, earlier spend carried
-        writer = default_writer() + self.shard.writer_suffix if self.shard else None
-        self.journal = self.store.journal(self.spec.id, writer)
-        self._journal_start(todo)                             # 6. grid.start, then adopted runs
-        for body in adopted:
-            self.journal.append("run", body)
-        self.progress = Progress(len(todo), self.stream, label=f"{self.spec.id} ", every=self.progress_every)
-        await self._execute(todo, handle_signals)             # 7. the drivers
+        try:
+            await self.executor.start(self.ledger)            #    (Ray: the ledger authority)
+            writer = default_writer() + self.shard.writer_suffix if self.shard else None
+            self.journal = self.store.journal(self.spec.id, writer)
+            self._journal_start(todo)                         # 6. grid.start, then adopted runs
+            for body in adopted:
+                self.journal.append("run", body)
+            self.progress = Progress(len(todo), self.stream, label=f"{self.spec.id} ", every=self.progress_every)
+            await self._execute(todo, handle_signals)         # 7. the drivers
+        finally:
+            await self.executor.close()
         return self._finish(todo)                             # 8. stop, grid.end, ledger.close
 
     # -- 1-2. history ------------------------------------------------------------------
@@ -241,14 +245,12 @@ class _Grid:
         restore = self._install_signals() if handle_signals else (lambda: None)
         ticker = asyncio.create_task(self._tick()) if self.progress.tty else None
         try:
-            await self.executor.start(self.ledger)
             await asyncio.gather(*self.drivers, return_exceptions=True)
         finally:
             restore()
             if ticker:
                 ticker.cancel()
             self.progress.close()
-            await self.executor.close()
 
     def interrupt(self, why: str) -> None:
         """Stop now: cancel every driver; cut-off runs are sealed as aborted."""
