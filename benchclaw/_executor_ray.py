@@ -102,7 +102,7 @@ class RayExecutor(Executor):
         except ray.exceptions.RayError as e:  # the worker (or its node) was lost
             return self.cut_off(job, f"worker lost: {type(e).__name__}") or RunDone(None, {}, 0)
         self.refs.pop(job.attempt, None)
-        reserved, cut_usd = await self.authority.close_attempt.remote(job.attempt, "run ended")
+        reserved, cut_usd = await self.authority.close_attempt.remote(job.attempt, "run ended", False)
         return self._land(job, data, blobs, reserved, Decimal(cut_usd))
 
     def cut_off(self, job: RunJob, why: str) -> RunDone | None:
@@ -113,7 +113,7 @@ class RayExecutor(Executor):
         if ref is not None:
             ray.cancel(ref, force=True)
         try:
-            reserved, _ = ray.get(self.authority.close_attempt.remote(job.attempt, why))
+            reserved, _ = ray.get(self.authority.close_attempt.remote(job.attempt, why, True))
         except ray.exceptions.RayError:  # the authority is gone: its open reservations stay at the bound
             reserved = None
         store = self.parts.store
@@ -289,10 +289,13 @@ class _Authority:
         self.ledger.settle(res, tokens=tokens, usd=usd, reason=reason)
         return True
 
-    def close_attempt(self, attempt: str, why: str) -> tuple[int, str]:
-        """No more reservations for ``attempt``; settle its open ones as unknown (cut off in
-        flight). Returns how many it made and the open ones' upper bounds (a decimal string)."""
-        self.closed.add(attempt)
+    def close_attempt(self, attempt: str, why: str, fence: bool) -> tuple[int, str]:
+        """Forget ``attempt``, settling its open reservations as unknown (cut off in flight).
+        ``fence``: its task may still be running (cut off), so refuse any later reservation
+        of it; a task that returned can send none. Returns how many reservations it made and
+        the open ones' upper bounds (a decimal string)."""
+        if fence:
+            self.closed.add(attempt)
         self.mirrors.pop(attempt, None)
         total = Decimal(0)
         for res in self.open.pop(attempt, {}).values():
