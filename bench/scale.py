@@ -175,8 +175,9 @@ def main() -> None:
     for executor, workers in [("local", None)] + [("ray", w) for w in args.workers]:
         r = one(args, executor, workers)
         print(f"scale executor={executor} workers={workers or 1} runs={r['runs']} seconds={r['seconds']:.2f} "
-              f"runs_per_s={r['runs'] / r['seconds']:.2f} overspend_usd={r['overspend']} status={r['status']} "
-              f"bytes_per_run={r['bytes'] // max(r['runs'], 1)} merge_s={r['merge_s']:.2f}", flush=True)
+              f"runs_per_s={r['runs'] / r['seconds']:.2f} overspend_usd={r['overspend']}", flush=True)
+        print(f"  status={r['status']} bytes_per_run={r['bytes'] // max(r['runs'], 1)} "
+              f"merge_s={r['merge_s']:.2f} (merging this runs directory into an empty one)", flush=True)
 
 
 if __name__ == "__main__":

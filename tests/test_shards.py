@@ -148,9 +148,16 @@ def test_three_shards_merged_in_any_order_equal_one_machine(tmp_path, spec):
     report = export_bundle(a.root, "S1", tmp_path / "S1.zip")
     assert verify_bundle(report.path).exit_code == 0
 
-    # resuming the merged directory on one machine finds nothing left to do
+    # a shard resumed on the merged directory carries its own ledgers' spend, not the others'
+    own = [e.body["ledger"] for e in shards[0].read_journal("S1") if e.kind == "grid.start"]
+    res = run(a, Shard(1, 3))
+    assert res.status == "complete" and res.units == 0
+    assert read_ledger(a, res.ledger).carried_usd == sum(read_ledger(a, lid).spent_usd for lid in own)
+    # resuming the merged directory on one machine finds nothing left to do, and carries every
+    # ledger's own spend once (the shard resume above spent nothing of its own)
     res = run(a)
     assert res.status == "complete" and res.units == 0
+    assert read_ledger(a, res.ledger).carried_usd == total
 
 
 def run_ledger(store: Store) -> str:
