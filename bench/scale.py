@@ -133,7 +133,7 @@ def authority_rate(n: int, workers: int) -> None:
     def loop(authority, k: int, tag: str) -> int:
         for i in range(k):
             ok, rid = ray.get(authority.reserve.remote(tag, "r", f"{i}.0", 100, Decimal("0.0001"), [], {}))
-            ray.get(authority.settle.remote(tag, rid, 50, Decimal("0.00005"), None))
+            ray.get(authority.settle.remote(tag, rid, 50, Decimal("0.00005"), None, [], {}))
         return k
 
     task = ray.remote(num_cpus=1)(loop)

@@ -10,9 +10,10 @@ Why it is built this way:
   pinned to the driver's node. It owns a ``benchclaw.ledger.Ledger`` on the invocation's
   ledger file (the same fold, flock and fsync as a local run) and serialises reservations,
   so no number of workers can pass the budget or the per-call stop.
-- **Evidence before the call.** With each reservation a worker sends the records its run
-  wrote since the last one (and their blobs); the authority appends them, fsynced, to
-  ``open/<attempt>.jsonl`` on the driver *before* it grants the reservation. So when a
+- **Evidence before the call.** With each reservation (and settlement) a worker sends the
+  records its run wrote since (and their blobs); the authority appends them, fsynced, to
+  ``open/<attempt>.jsonl`` on the driver *before* it grants the reservation (or records the
+  settlement, so a known settlement never precedes its ``call`` record). So when a
   worker dies mid-call, the driver holds exactly what a local crash would have left on
   disk: the run is sealed ``aborted`` by the store's crash recovery, its reservation
   settled as unknown (counted at its upper bound), and the unit resumes as today.
@@ -102,7 +103,8 @@ class RayExecutor(Executor):
         except ray.exceptions.RayError as e:  # the worker (or its node) was lost
             return self.cut_off(job, f"worker lost: {type(e).__name__}") or RunDone(None, {}, 0)
         self.refs.pop(job.attempt, None)
-        reserved, cut_usd = await self.authority.close_attempt.remote(job.attempt, "run ended", False)
+        # From here on no await: an interrupt cannot cut a finished run off while it lands.
+        reserved, cut_usd = ray.get(self.authority.close_attempt.remote(job.attempt, "run ended", False))
         return self._land(job, data, blobs, reserved, Decimal(cut_usd))
 
     def cut_off(self, job: RunJob, why: str) -> RunDone | None:
@@ -112,6 +114,10 @@ class RayExecutor(Executor):
         ref = self.refs.pop(job.attempt, None)
         if ref is not None:
             ray.cancel(ref, force=True)
+            finished = _result_if_finished(ray, ref)  # it may have ended just before the cancel
+            if finished is not None:
+                reserved, _ = ray.get(self.authority.close_attempt.remote(job.attempt, why, True))
+                return self._land(job, *finished, reserved, Decimal(0))
         try:
             reserved, _ = ray.get(self.authority.close_attempt.remote(job.attempt, why, True))
         except ray.exceptions.RayError:  # the authority is gone: its open reservations stay at the bound
@@ -203,21 +209,31 @@ class _RemoteLedger:
     def reserve(self, *, run: str, key: str, tokens: int, usd: Decimal) -> Reservation:
         import ray
 
-        records = self.store.writer.records if self.store.writer else []
-        lines = [r.line for r in records[self.sent_lines:]]
-        blobs = {d: b for d, b in self.store.blobs().items() if d not in self.sent_blobs}
+        lines, blobs = self._news()
         ok, answer = ray.get(self.authority.reserve.remote(self.attempt, run, key, tokens, usd, lines, blobs))
-        self.sent_lines += len(lines)
-        self.sent_blobs |= set(blobs)
+        self._sent(lines, blobs)
         if not ok:
             raise BudgetError(answer)
         return Reservation(answer, run, key, tokens, usd, self.attempt)
 
     def settle(self, reservation: Reservation, *, tokens: int | None, usd: Decimal | None,
                reason: str | None = None) -> None:
+        """Ships the ``call`` record first (the agent appends it before settling), so a
+        known settlement never reaches the ledger without its call on the driver."""
         import ray
 
-        ray.get(self.authority.settle.remote(self.attempt, reservation.id, tokens, usd, reason))
+        lines, blobs = self._news()
+        ray.get(self.authority.settle.remote(self.attempt, reservation.id, tokens, usd, reason, lines, blobs))
+        self._sent(lines, blobs)
+
+    def _news(self) -> tuple[list[bytes], dict[str, bytes]]:
+        records = self.store.writer.records if self.store.writer else []
+        lines = [r.line for r in records[self.sent_lines:]]
+        return lines, {d: b for d, b in self.store.blobs().items() if d not in self.sent_blobs}
+
+    def _sent(self, lines: list, blobs: dict) -> None:
+        self.sent_lines += len(lines)
+        self.sent_blobs |= set(blobs)
 
 
 def _run_on_worker(shared: RunParts, job: RunJob, authority, ledger_id: str,
@@ -270,10 +286,7 @@ class _Authority:
         ``(False, why)`` (refused by the ledger, or the run was cut off)."""
         if attempt in self.closed:
             return False, f"ledger {self.ledger.id}: call refused: the run was cut off"
-        for digest, data in blobs.items():
-            if self.store.put_blob(data) != digest:
-                raise IntegrityError(f"blob {digest}: its bytes hash otherwise")
-        self._mirror(attempt, lines)
+        self._mirror(attempt, lines, blobs)
         try:
             res = self.ledger.reserve(run=run, key=key, tokens=tokens, usd=usd, attempt=attempt)
         except BudgetError as e:
@@ -282,10 +295,12 @@ class _Authority:
         self.reserved[attempt] = self.reserved.get(attempt, 0) + 1
         return True, res.id
 
-    def settle(self, attempt: str, rid: str, tokens: int | None, usd: Decimal | None, reason: str | None) -> bool:
+    def settle(self, attempt: str, rid: str, tokens: int | None, usd: Decimal | None, reason: str | None,
+               lines: list[bytes], blobs: dict[str, bytes]) -> bool:
         res = self.open.get(attempt, {}).pop(rid, None)
         if res is None:  # the run was cut off meanwhile: settled as unknown already
             return False
+        self._mirror(attempt, lines, blobs)
         self.ledger.settle(res, tokens=tokens, usd=usd, reason=reason)
         return True
 
@@ -303,8 +318,12 @@ class _Authority:
             total += res.usd
         return self.reserved.pop(attempt, 0), str(total)
 
-    def _mirror(self, attempt: str, lines: list[bytes]) -> None:
-        """Append a run's records, chain checked, to ``open/<attempt>.jsonl`` (fsynced)."""
+    def _mirror(self, attempt: str, lines: list[bytes], blobs: dict[str, bytes]) -> None:
+        """Store the blobs, then append a run's records, chain checked, to
+        ``open/<attempt>.jsonl`` (fsynced)."""
+        for digest, data in blobs.items():
+            if self.store.put_blob(data) != digest:
+                raise IntegrityError(f"blob {digest}: its bytes hash otherwise")
         if not lines:
             return
         seq, prev = self.mirrors.get(attempt, (0, GENESIS))
@@ -327,6 +346,14 @@ class _Authority:
 
 
 # ------------------------------------------------------------------------------ helpers
+
+def _result_if_finished(ray, ref):
+    """A cancelled task's result when it had finished anyway, else None."""
+    try:
+        return ray.get(ref, timeout=10)
+    except Exception:  # cancelled, lost, failed or still dying: nothing landed
+        return None
+
 
 def _mirror_path(store: Store, attempt: str) -> Path:
     return store.root / "open" / f"{attempt}.jsonl"
