@@ -28,8 +28,6 @@ it finishes the job.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -77,7 +75,9 @@ def merge_store(dest: Store, other: Store) -> MergeReport:
     plan = _plan(dest, other)
     dest._ensure()
     report = MergeReport()
-    with _merge_lock(dest):
+    from .runner import runner_lock  # the one lock of processes that change a runs directory
+
+    with runner_lock(dest):
         for folder, src, target, kind in plan:
             if kind == "same":
                 report.unchanged += 1
@@ -205,19 +205,3 @@ def _copy(src: Path, target: Path, fsync: bool) -> None:
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise storage_error(target, "merge", e) from None
-
-
-@contextlib.contextmanager
-def _merge_lock(dest: Store):
-    """The runner's lock: no grid runs on ``dest`` while its journals and ledgers grow."""
-    path = dest.root / ".runner.lock"
-    with open(path, "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UsageError(f"{dest.root}: a grid runner is using this runs directory ({path} is "
-                             "locked); merge when it has finished") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
