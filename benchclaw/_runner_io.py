@@ -130,4 +130,5 @@ def seal_cut_off(store: Store, writer: RunWriter | None, reason: str) -> str | N
     except IntegrityError:  # closed unsealed: seal it the way crash recovery does
         from ._store_check import _recover_one
 
-        return _recover_one(store, writer.path).run_id
+        done = _recover_one(store, writer.path)
+        return done.run_id if done is not None else None

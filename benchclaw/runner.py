@@ -6,8 +6,10 @@ Why it is built this way:
   drivers pull units (grid runs, then live trials) from one queue; each run takes a
   global slot and a per-tier slot (``settings.tier_concurrency``), so a speculative trial
   running two tiers at once cannot deadlock the pool.
-- **Evidence first, resumable by construction.** Before anything, open runs left by a
-  crash are sealed as ``aborted`` (``Store.recover``) and runs sealed without a journal
+- **Evidence first, resumable by construction.** The experiment's lock is held for the
+  grid's life (one runner per experiment; other experiments and ``try`` may share the runs
+  directory). Before anything, open runs left by a crash are sealed as ``aborted``
+  (``Store.recover``, which leaves runs whose writer is alive alone) and runs sealed without a journal
   record are adopted. What is done is then read from the journal (``_grid.History``):
   finished units are skipped; a run that called the model counts as it stands (an aborted
   one is a failure), never silently redone; one that never called the model runs again.
@@ -23,8 +25,6 @@ Journal records are exactly FORMAT.md §8. Memory policy: see ``History.memory_s
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import signal
 import threading
 import uuid
@@ -38,7 +38,7 @@ from ._grid import (History, Unit, attempt_from_run, make_cells, make_units, res
 from ._progress import Progress
 from ._runner_io import (CURRENT_SLOT, Backends, RunLedger, RunSlot, TrackingStore, default_backends,
                          seal_cut_off)
-from .errors import BenchClawError, UsageError
+from .errors import BenchClawError
 from .experiments import Spec, require_registered
 from .ledger import Ledger, Limits, new_ledger_id, read_ledger
 from .money import fmt_usd
@@ -47,7 +47,7 @@ from .records import parse_line
 from .store import Store
 
 __all__ = ["run_experiment", "run_experiment_sync", "GridResult", "GridInterrupted", "Backends",
-           "default_backends", "runner_lock"]
+           "default_backends"]
 
 
 class GridInterrupted(BenchClawError):
@@ -129,7 +129,7 @@ class _Grid:
 
     # -- the story ---------------------------------------------------------------------
     async def run(self, *, handle_signals: bool) -> GridResult:
-        with runner_lock(self.store):
+        with self.store.experiment_lock(self.spec.id):
             return await self._run(handle_signals)
 
     async def _run(self, handle_signals: bool) -> GridResult:
@@ -409,25 +409,6 @@ class _Grid:
 
 
 # ------------------------------------------------------------------------------ helpers
-
-@contextlib.contextmanager
-def runner_lock(store: Store):
-    """One process that runs agents (a grid runner, the demo, the studio) per runs directory
-    at a time: the next one's crash recovery would otherwise seal this one's open runs
-    under it. Raises UsageError when the lock is held."""
-    store._ensure()
-    path = store.root / ".runner.lock"
-    with open(path, "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UsageError(f"{store.root}: another process running agents (benchclaw run, demo or studio) is using this "
-                             f"runs directory ({path} is locked); wait for it or use another --runs") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
 
 def _run_body(pol: dict, run_id: str, tier: str | None, end: dict, called: bool) -> dict:
     """The journal ``run`` record (FORMAT.md §8) from the policy context and the run's end."""

@@ -330,14 +330,12 @@ def test_progress_prints_lines_when_not_a_tty(tmp_path):
     assert len(lines) == 3 and lines[-1].startswith("R1 [54/54 100%] passes") and "spend $" in lines[-1]
 
 
-def test_a_second_runner_on_the_same_runs_directory_is_refused(tmp_path):
-    import fcntl
-
+def test_a_second_runner_of_the_same_experiment_is_refused(tmp_path):
     from benchclaw.errors import UsageError
 
     store, _ = setup(tmp_path, live="[]")
-    with open(store.root / ".runner.lock", "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.raises(UsageError, match="another process running agents"):
+    with store.experiment_lock("R1"):
+        assert store.experiment_live("R1") and not store.experiment_live("R2")
+        with pytest.raises(UsageError, match="being run by another process"):
             run(store, FakeAgent())
     assert not store.open_run_paths() and "grid.start" not in kinds(store)

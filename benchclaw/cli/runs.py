@@ -82,7 +82,8 @@ def check(runs_dir) -> None:
 def recover(runs_dir) -> None:
     """Seal runs left open by a crash as `aborted`, keeping every complete record.
 
-    A torn last line is moved to quarantine/ and reported, never dropped.
+    A torn last line is moved to quarantine/ and reported, never dropped. A run whose
+    writer is alive (a `run` or `try` in flight holds its lock) is left alone.
 
     Example: benchclaw runs recover --runs runs/
     """
@@ -90,5 +91,8 @@ def recover(runs_dir) -> None:
     if not results:
         click.echo("nothing to recover")
     for r in results:
+        if r.live:
+            click.echo(f"{r.open_path}: {r.note}")
+            continue
         target = f"run {r.run_id}" if r.run_id else f"set aside at {r.quarantined}"
         click.echo(f"{r.open_path}: {r.note} ({r.kept_records} records kept) -> {target}")

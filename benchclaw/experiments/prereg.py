@@ -95,9 +95,10 @@ def deviate(store: Store, experiment: str, reason: str, *, spec_path: Path | str
     if spec.id != experiment:
         raise RegistrationError(f"{path}: spec id is {spec.id!r}, not {experiment!r}")
     store.put_blob(spec.source)
-    store.journal(experiment).append("deviation", {
-        "experiment": experiment, "reason": reason.strip(), "spec_digest": spec.digest,
-        "previous_digest": reg.spec_digest, "spec_path": str(spec_path or reg.spec_path)})
+    with store.experiment_lock(experiment):  # never under a grid that is running the old spec
+        store.journal(experiment).append("deviation", {
+            "experiment": experiment, "reason": reason.strip(), "spec_digest": spec.digest,
+            "previous_digest": reg.spec_digest, "spec_path": str(spec_path or reg.spec_path)})
     return registration(store, experiment)
 
 

@@ -93,6 +93,9 @@ def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundl
     t0 = time.perf_counter()
     with gc_paused():  # see the module docstring ("Speed"); workers re-enable it
         b = _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers)
+        b.warnings.extend(f"experiment {e} is being run by another process: the site shows the evidence "
+                          "sealed so far (a snapshot); build again when its grid ends"
+                          for e in b.store.experiments() if b.store.experiment_live(e))
         _stage2_runs(b)
         from ._pages import stage_lists, stage_tasks
         from ._exppages import stage_experiments
