@@ -328,8 +328,9 @@ def shared_lock(lock_path: Path):
 class Journal(ChainFile):
     """One writer's experiment journal: ``journals/<experiment>/<writer>.jsonl``."""
 
-    def __init__(self, path: Path, experiment: str, writer: str, *, fsync: bool = True):
-        super().__init__(path, fsync=fsync)
+    def __init__(self, path: Path, experiment: str, writer: str, *, fsync: bool = True,
+                 clock: Callable[[], str] = utc_now):
+        super().__init__(path, fsync=fsync, clock=clock)
         self.experiment = experiment
         self.writer = writer
 
