@@ -13,6 +13,7 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -80,6 +81,7 @@ class RunLedger:
 
     ledger: Ledger
     attempt: str
+    halt: Callable[[], str | None] = lambda: None   # why the grid was interrupted, or None
     reserved: int = 0
     open: dict[str, Reservation] = field(default_factory=dict)
     cut_off_usd: Decimal = Decimal(0)   # upper bounds of calls cut off in flight (no call record)
@@ -89,7 +91,11 @@ class RunLedger:
         return self.ledger.id
 
     def reserve(self, *, run: str, key: str, tokens: int, usd: Decimal) -> Reservation:
-        """As ``Ledger.reserve``; raises BudgetError when refused."""
+        """As ``Ledger.reserve``; raises BudgetError when refused, and CancelledError once the
+        grid is interrupted: every call reserves first, so no call starts after an interrupt."""
+        why = self.halt()
+        if why:
+            raise asyncio.CancelledError(why)
         res = self.ledger.reserve(run=run, key=key, tokens=tokens, usd=usd, attempt=self.attempt)
         self.reserved += 1
         self.open[res.id] = res

@@ -230,12 +230,22 @@ class _Grid:
                     await p.aclose()
 
     def interrupt(self, why: str) -> None:
-        """Stop now: cancel every driver; cut-off runs are sealed as aborted."""
+        """Stop now: no new unit, run or call starts (``halted`` is checked by the drivers and
+        by every run's ledger before each call, so a cancellation lost in a race with a
+        finished call cannot let one through); every driver is cancelled; cut-off runs are
+        sealed as aborted."""
         if self.interrupted:
             return
         self.interrupted = why
         for task in self.drivers:
             task.cancel()
+
+    def halted(self) -> str | None:
+        """Why no new work may start (an interrupt or a stopping rule), or None."""
+        return self.interrupted or (self.stopping[1] if self.stopping else None)
+
+    def _interrupted(self) -> str | None:
+        return self.interrupted
 
     def _install_signals(self):
         if threading.current_thread() is not threading.main_thread():
@@ -257,7 +267,7 @@ class _Grid:
 
     async def _driver(self) -> None:
         try:
-            while self.queue and not self.stopping:
+            while self.queue and not self.halted():
                 unit = self.queue.popleft()
                 passed = await (self._grid_unit(unit) if unit.policy == "grid" else self._trial_unit(unit))
                 self.progress.update(done=1, passes=int(bool(passed)), spend=self.ledger.cached_state.spent_usd)
@@ -279,7 +289,7 @@ class _Grid:
             self.history.memory_start(unit.cell.id) if unit.policy == "memory" else None)
         attempts = [attempt_from_run(r) for r in prior]
         batch_no = max((a.batch for a in attempts), default=-1) + 1
-        while not self.stopping:
+        while not self.halted():
             batch = next_batch(unit.policy, self.tiers, attempts, memory)
             if not batch:
                 return self._journal_trial(unit, tid, attempts, memory)
@@ -315,9 +325,9 @@ class _Grid:
                "spec_digest": self.spec.digest, "invocation": self.invocation, "attempt": attempt,
                "memory_start": memory_start}
         async with self.slots, self.tier_slots[tier]:
-            if self.stopping:
+            if self.halted():
                 return None
-            slot = RunSlot(ledger=RunLedger(self.ledger, attempt))
+            slot = RunSlot(ledger=RunLedger(self.ledger, attempt, halt=self._interrupted))
             CURRENT_SLOT.set(slot)
             try:
                 result = await self._agent(unit, tier, ctx, slot.ledger)
