@@ -15,6 +15,7 @@ import sys
 import click
 
 from ..errors import BenchClawError, EXIT_USAGE
+from ..names import terminal_safe
 
 __all__ = ["main", "cli", "COMMANDS"]
 
@@ -87,7 +88,7 @@ def run_cli(group: click.Command, argv: list[str] | None = None, prog: str | Non
             import traceback
 
             traceback.print_exc()
-        click.echo(f"error: {err}", err=True)
+        click.echo(f"error: {terminal_safe(str(err), keep_newlines=False)}", err=True)
         return err.exit_code
     except click.exceptions.Exit as e:
         return e.exit_code
@@ -105,7 +106,8 @@ def run_cli(group: click.Command, argv: list[str] | None = None, prog: str | Non
     except Exception as e:  # a bug: say so without a traceback unless asked
         if verbose:
             raise
-        click.echo(f"internal error: {type(e).__name__}: {e} (run with --verbose for the traceback)", err=True)
+        click.echo(f"internal error: {type(e).__name__}: {terminal_safe(str(e), keep_newlines=False)} "
+                   "(run with --verbose for the traceback)", err=True)
         return 3
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._common import echo_err, emit_json, runs_option
+from ._common import echo, echo_err, emit_json, runs_option
 
 
 @click.command()
@@ -38,5 +38,5 @@ def export(experiment: str, runs_dir: Path, out_path: Path | None, include_site:
         emit_json({"path": str(rep.path), "manifest_digest": rep.manifest_digest,
                    "files": rep.files, "bytes": rep.bytes})
         return
-    click.echo(str(rep.path))
+    echo(str(rep.path))
     echo_err(f"{rep.files} files, {rep.bytes} bytes; manifest {rep.manifest_digest}")

@@ -7,7 +7,7 @@ import click
 from ..errors import IntegrityError
 from ..runs_view import run_rows, timeline
 from ..store import Store
-from ._common import emit_json, runs_option
+from ._common import echo, emit_json, one_line, runs_option
 
 
 @click.group()
@@ -31,13 +31,13 @@ def ls(runs_dir, as_json: bool) -> None:
         emit_json(rows)
         return
     if not rows:
-        click.echo(f"no sealed runs in {runs_dir}", err=True)
+        echo(f"no sealed runs in {runs_dir}", err=True)
         return
     fmt = "{:<12} {:<28} {:<10} {:<8} {:>4} {:<14} {:>12}"
-    click.echo(fmt.format("run", "task", "tier", "profile", "seed", "status", "cost_usd"))
+    echo(fmt.format("run", "task", "tier", "profile", "seed", "status", "cost_usd"))
     for r in rows:
-        click.echo(fmt.format(r["run_id"][:12], r["task"][:28], r["tier"][:10], r["profile"][:8],
-                              str(r["seed"]), r["status"][:14], r["cost"]))
+        echo(fmt.format(*(one_line(v) for v in (r["run_id"][:12], r["task"][:28], r["tier"][:10],
+                                                  r["profile"][:8], r["seed"], r["status"][:14], r["cost"]))))
 
 
 @runs.command("show")
@@ -50,7 +50,7 @@ def show(run_id: str, runs_dir) -> None:
     """
     store = Store.existing(runs_dir)
     for line in timeline(store, run_id):
-        click.echo(line)
+        echo(line)
 
 
 @runs.command("check")
@@ -69,11 +69,11 @@ def check(runs_dir) -> None:
         kinds = ", ".join(f"{k} x{n}" for k, n in sorted(report.unknown_kinds.items()))
         summary += f"; unknown record kinds kept: {kinds}"
     if report.ok:
-        click.echo(f"ok: {summary}")
+        echo(f"ok: {summary}")
         return
-    click.echo(summary, err=True)
+    echo(summary, err=True)
     for damage in report.damages[1:10]:
-        click.echo(f"  also damaged: {damage}", err=True)
+        echo(f"  also damaged: {damage}", err=True)
     raise IntegrityError(f"damaged: {report.damages[0]} ({len(report.damages)} damaged in all)")
 
 
@@ -89,10 +89,10 @@ def recover(runs_dir) -> None:
     """
     results = Store.existing(runs_dir).recover()
     if not results:
-        click.echo("nothing to recover")
+        echo("nothing to recover")
     for r in results:
         if r.live:
-            click.echo(f"{r.open_path}: {r.note}")
+            echo(f"{r.open_path}: {r.note}")
             continue
         target = f"run {r.run_id}" if r.run_id else f"set aside at {r.quarantined}"
-        click.echo(f"{r.open_path}: {r.note} ({r.kept_records} records kept) -> {target}")
+        echo(f"{r.open_path}: {r.note} ({r.kept_records} records kept) -> {target}")
