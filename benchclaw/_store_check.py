@@ -203,6 +203,8 @@ def _cut_torn_tail(store: Store, path: Path) -> Recovered | None:
     """A torn last line (a crash or a full disk mid-write) is moved to quarantine/ and cut
     off, so appends can go on; the complete lines before it are kept as they are. Done
     under the file's lock, so a line a live writer is appending is never mistaken for torn."""
+    if not split_lines(path.read_bytes())[1]:
+        return None  # the common case, decided without a lock (a read-only copy stays untouched)
     chain = ChainFile(path, fsync=store.fsync)
     with chain.locked():
         data = path.read_bytes()

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import jsonio
-from .errors import InputError, IntegrityError, StorageError, UsageError
+from .errors import FormatError, InputError, IntegrityError, StorageError, UsageError
 from .records import (GENESIS, Record, blob_refs, encode, line_hash, parse_line, split_lines,
                       utc_now, verify_chain)
 
@@ -445,10 +445,19 @@ class Store:
     # -- layout ---------------------------------------------------------------------------
     @classmethod
     def existing(cls, root: Path | str, **kw) -> "Store":
-        """Open a runs directory that must exist. Raises InputError naming it otherwise."""
+        """Open a runs directory that must exist (with its VERSION file). Raises InputError
+        naming it otherwise, FormatError for another format's VERSION."""
         root = Path(root)
         if not root.is_dir():
             raise InputError(f"{root}: no such runs directory")
+        try:
+            version = (root / "VERSION").read_bytes()
+        except OSError:
+            raise InputError(f"{root}: not a runs directory (no VERSION file; `benchclaw prereg`, `run` "
+                             "and `try` create one)") from None
+        if version != VERSION_TEXT:
+            raise FormatError(f"{root}/VERSION: not a runs directory of this format "
+                              f"(expected {VERSION_TEXT!r})")
         return cls(root, **kw)
 
     def _ensure(self) -> None:

@@ -17,6 +17,7 @@ from typing import Callable
 
 from .. import jsonio
 from ..errors import InputError
+from ..paths import make_output_dir, refuse_evidence_overlap
 from ..store import Store
 from ..verify.manifest import build_manifest
 from ._collect import collect
@@ -46,6 +47,8 @@ def export_bundle(runs_dir: Path | str, experiment_id: str, out_path: Path | str
     raises for experiment data it cannot summarise.
     """
     store = Store.existing(runs_dir)
+    refuse_evidence_overlap(Path(out_path).parent, "bundle", evidence=(store.root,), may_contain=True)
+    make_output_dir(Path(out_path).parent, "bundle")
     # While a grid of this experiment runs, its journal, ledger and runs are mid-story (a
     # bundle of them would not verify): wait for it, and hold it off while reading.
     with store.experiment_quiet(experiment_id, note):

@@ -103,6 +103,12 @@ def run_cli(group: click.Command, argv: list[str] | None = None, prog: str | Non
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:  # a path the command was given cannot be used: bad input, not a bug
+        if verbose:
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(terminal_safe(f"error: {where}{e.strerror or e}", keep_newlines=False), err=True)
+        return EXIT_USAGE
     except Exception as e:  # a bug: say so without a traceback unless asked
         if verbose:
             raise
