@@ -20,7 +20,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -36,7 +35,6 @@ __all__ = ["Store", "RunWriter", "SealedRun", "Damage", "CheckReport", "Recovere
            "ChainFile", "Journal", "JournalEntry", "VERSION_TEXT", "make_durable", "shared_lock"]
 
 VERSION_TEXT = b"benchclaw-runs 1\n"
-_SAFE_NAME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -682,10 +680,20 @@ class Store:
         return recover_store(self)
 
 
+_PROCESS_WRITER: list[str] = []
+
+
 def default_writer() -> str:
-    """A per-machine writer id, so shards of a grid on two machines never share a file."""
-    host = "".join(c if c in _SAFE_NAME else "-" for c in socket.gethostname())[:48] or "host"
-    return os.environ.get("BENCHCLAW_WRITER") or host
+    """This process's journal writer id: ``BENCHCLAW_WRITER`` when set, else a random id
+    drawn once per process (``w-<16 hex>``). It names the journal file this process appends
+    to, so two machines (or processes) never append to the same file, and it reveals no
+    host or user name in published evidence."""
+    env = os.environ.get("BENCHCLAW_WRITER")
+    if env:
+        return env
+    if not _PROCESS_WRITER:
+        _PROCESS_WRITER.append("w-" + uuid.uuid4().hex[:16])
+    return _PROCESS_WRITER[0]
 
 
 __all__ += ["default_writer", "safe_name", "blob_refs", "storage_error"]
