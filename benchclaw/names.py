@@ -8,9 +8,13 @@ same way), and the store is not pure. Standard library only.
 
 from __future__ import annotations
 
+import re
+import unicodedata
+
 from .errors import InputError
 
-__all__ = ["safe_name", "SAFE_NAME_CHARS", "terminal_safe", "json_terminal_safe"]
+__all__ = ["safe_name", "SAFE_NAME_CHARS", "terminal_safe", "json_terminal_safe", "entry_name_problem",
+           "entry_name_fold", "ENTRY_NAME_BYTES"]
 
 SAFE_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
@@ -55,3 +59,30 @@ def json_terminal_safe(text: str) -> str:
     if text.isprintable() or all(c in "\n\t" or not _obeyed(c) for c in text):
         return text
     return "".join(f"\\u{ord(c):04x}" if c not in "\n\t" and _obeyed(c) else c for c in text)
+
+
+# The bundle's file-name rules (the verifier's reader refuses any other name): a task file
+# becomes the entry ``tasks/<id>/v<N>/<path>``, so the task loader applies them too and a
+# bad name fails when the task is loaded, not when an auditor opens the bundle.
+ENTRY_NAME_BYTES = 512
+_FORBIDDEN_IN_ENTRY = re.compile(r"[\x00-\x1f\x7f\\:]")
+
+
+def entry_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a bundle entry name, or None."""
+    if not name or len(name.encode("utf-8", "surrogatepass")) > ENTRY_NAME_BYTES:
+        return f"empty or longer than {ENTRY_NAME_BYTES} bytes"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "not valid UTF-8"
+    if name.startswith("/") or any(p in ("", ".", "..") for p in name.split("/")):
+        return "absolute path, '..', '.' or an empty part"
+    if _FORBIDDEN_IN_ENTRY.search(name):
+        return "backslash, colon or control character in the name"
+    return None
+
+
+def entry_name_fold(name: str) -> str:
+    """Names equal after this (case folding, Unicode NFKC) collide in a bundle."""
+    return unicodedata.normalize("NFKC", name).casefold()
