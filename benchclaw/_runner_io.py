@@ -84,7 +84,6 @@ class RunLedger:
     halt: Callable[[], str | None] = lambda: None   # why the grid was interrupted, or None
     reserved: int = 0
     open: dict[str, Reservation] = field(default_factory=dict)
-    cut_off_usd: Decimal = Decimal(0)   # upper bounds of calls cut off in flight (no call record)
 
     @property
     def id(self) -> str:
@@ -111,7 +110,6 @@ class RunLedger:
         """Settle every reservation still open as unknown (the call was cut off in flight)."""
         for res in list(self.open.values()):
             self.settle(res, tokens=None, usd=None, reason=reason)
-            self.cut_off_usd += res.usd
 
 
 def seal_cut_off(store: Store, writer: RunWriter | None, reason: str) -> str | None:

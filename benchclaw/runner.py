@@ -358,11 +358,10 @@ class _Grid:
         if run_id is None:
             return
         _, end = _first_last(self.store, run_id)
-        body = _run_body(ctx, run_id, tier, end, bool(end.get("calls") or slot.ledger.reserved))
-        if slot.ledger.cut_off_usd:  # a call in flight has no call record: its cost is a bound
-            high = Decimal(body["cost"]["high"]) + slot.ledger.cut_off_usd
-            body["cost"] = {"known": False, "low": body["cost"]["low"], "high": fmt_usd(high)}
-        self._record_run(body)
+        # The journal claims what the sealed run says (the verifier compares them). A call cut
+        # off in flight has no call record; its cost is the ledger's: the reservation, settled
+        # unknown at its upper bound, which the analysis adds to the run as a cut-off call.
+        self._record_run(_run_body(ctx, run_id, tier, end, bool(end.get("calls") or slot.ledger.reserved)))
 
     def _record_run(self, body: dict) -> None:
         self.journal.append("run", body)

@@ -267,8 +267,13 @@ def test_interrupt_seals_open_runs_and_resume_never_redoes_a_called_run(tmp_path
     assert not store.open_run_paths()
     aborted = [r for r in journal(store, "run") if r["status"] == "aborted"]
     assert aborted and all(r["called_model"] for r in aborted)  # cut off mid-call: reserved
-    assert all(not r["cost"]["known"] and D(r["cost"]["high"]) == 2 * COST[r["tier"]] for r in aborted)
+    from benchclaw.runner import _first_last
+
+    for r in aborted:  # the journal claims what the run says (the verifier compares them) ...
+        c = _first_last(store, r["run_id"])[1]["cost"]
+        assert r["cost"] == {"known": bool(c.get("known")), "low": c["low"], "high": c["high"]}
     st = read_ledger(store, res.ledger)
+    # ... and each call cut off in flight stays in the ledger, unknown, at its upper bound
     assert not st.open and st.unknown_calls == len(aborted) and st.closed
     assert journal(store, "stop")[0]["rule"] == "interrupted"
     before = {p.name: p.read_bytes() for p in (store.root / "runs").glob("*/*.jsonl")}
