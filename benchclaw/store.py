@@ -567,8 +567,9 @@ class Store:
             yield self.read_run(run_id, verify=verify)
 
     def open_run_paths(self) -> list[Path]:
+        """Open runs, not the ``.new-*`` files a writer is still creating (``RunWriter``)."""
         base = self.root / "open"
-        return sorted(base.glob("*.jsonl")) if base.is_dir() else []
+        return sorted(p for p in base.glob("*.jsonl") if not p.name.startswith(".")) if base.is_dir() else []
 
     # -- journals -------------------------------------------------------------------------
     def journal(self, experiment: str, writer: str | None = None) -> Journal:

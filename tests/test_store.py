@@ -416,3 +416,12 @@ def test_recovery_leaves_a_live_run_alone_and_seals_it_once_its_writer_is_gone(t
     (done,) = Store(store.root).recover()
     assert not done.live and done.run_id and done.kept_records == 2
     assert store.read_run(done.run_id).end["status"] == "aborted"
+
+
+def test_a_run_file_whose_writer_died_before_naming_it_is_dropped(tmp_path):
+    store = Store(tmp_path / "runs", fsync=False)
+    store._ensure()
+    unborn = store.root / "open" / ".new-0123.jsonl"
+    unborn.write_bytes(b"")  # created, never locked by a live writer, never renamed
+    assert store.open_run_paths() == [] and store.check().open_runs == 0
+    assert store.recover() == [] and not unborn.exists()

@@ -8,7 +8,7 @@ could point at. The model id in the request picks its behaviour:
   a bidi override), and whose action writes outside the workspace (path tricks);
 - ``echo``: a 500 whose every field (message, type, code, param, request id header) is
   escape sequences plus the bearer token it was sent;
-- ``giant``: a 6 MB reply;
+- ``giant``: a 6 MB reply (then small ones);
 - ``drip``: headers, then one byte every 0.2 s, forever.
 
 Each tier runs through the real CLI (``benchclaw try``), then ``runs ls`` / ``runs show``
@@ -87,7 +87,10 @@ class Hostile(BaseHTTPRequestHandler):
         self._send(500, body, {"x-request-id": f"req-{key}"})
 
     def _giant(self, req, key):
-        content = json.dumps({"action": "finish", "summary": "A" * (6 * 1024 * 1024)})
+        # One giant reply, then a small one: every later request carries the giant one back
+        # (12 turns of it grew one request to 69 MB), which is the agent's history, not this test's point.
+        turn = sum(1 for m in req.get("messages", []) if m.get("role") == "assistant")
+        content = json.dumps({"action": "finish", "summary": "A" * (6 * 1024 * 1024) if turn == 0 else "done"})
         self._send(200, self._completion(req, content))
 
     def _drip(self, req, key):
@@ -122,16 +125,18 @@ key_env = "{KEY_ENV}"
 prices = {{ input = "0.30", output = "1.20" }}
 """ for m in ("esc", "echo", "giant", "drip"))
     (work / "hostile.toml").write_text(f'v = 1\nname = "hostile"\nsimulated = true\n{tiers}')
-    # The shipped task with a 4 s time limit, so the drip is cut quickly (tests never edit tasks/).
+    # The shipped task, plus a v2 of it with a 4 s time limit for the drip (tests never edit
+    # tasks/); the other tiers keep the task's own limit, so a loaded machine cannot end them early.
     import shutil
 
     from benchclaw.paths import builtin_tasks_dir
 
-    task = work / "tasks" / "quotes-incident" / "v1"
-    shutil.copytree(builtin_tasks_dir() / "quotes-incident" / "v1", task)
-    toml = (task / "task.toml").read_text()
-    assert "\nseconds = 180\n" in toml
-    (task / "task.toml").write_text(toml.replace("\nseconds = 180\n", "\nseconds = 4\n", 1))
+    for v in ("v1", "v2"):
+        shutil.copytree(builtin_tasks_dir() / "quotes-incident" / "v1", work / "tasks" / "quotes-incident" / v)
+    toml = work / "tasks" / "quotes-incident" / "v2" / "task.toml"
+    text = toml.read_text()
+    assert "\nseconds = 180\n" in text and "\nversion = 1\n" in text
+    toml.write_text(text.replace("\nseconds = 180\n", "\nseconds = 4\n", 1).replace("\nversion = 1\n", "\nversion = 2\n", 1))
     env = {**os.environ, KEY_ENV: key}
     outputs = []
 
@@ -142,8 +147,8 @@ prices = {{ input = "0.30", output = "1.20" }}
         outputs.append((args, p, time.monotonic() - t0))
         return p
 
-    tries = {m: cli("try", "quotes-incident", "--tier", m, "--catalog", "hostile.toml", "--runs", "runs",
-                    "--tasks", "tasks")
+    tries = {m: cli("try", "quotes-incident@2" if m == "drip" else "quotes-incident@1", "--tier", m,
+                    "--catalog", "hostile.toml", "--runs", "runs", "--tasks", "tasks", timeout=300)
              for m in ("esc", "echo", "giant", "drip")}
     cli("runs", "ls", "--runs", "runs")
     ids = sorted(p.stem for p in (work / "runs" / "runs").glob("*/*.jsonl"))
@@ -185,7 +190,7 @@ def test_path_tricks_write_nothing_outside_and_runs_end_as_they_should(hostile):
     assert b"status: provider_error" in tries["echo"].stdout
     assert b"status: limit_time" in tries["drip"].stdout or b"status: provider_error" in tries["drip"].stdout
     assert hostile["check"].returncode == 0, hostile["check"].stderr
-    drip_s = [s for a, _, s in hostile["outputs"] if a[:4] == ("try", "quotes-incident", "--tier", "drip")][0]
+    drip_s = [s for a, _, s in hostile["outputs"] if a[:4] == ("try", "quotes-incident@2", "--tier", "drip")][0]
     giant = max((p.stat().st_size for p in (hostile["work"] / "runs" / "objects").rglob("*") if p.is_file()))
     assert giant > 6 * 1024 * 1024  # the giant reply is kept whole as evidence
     record_figures("hostile_server", commands=len(hostile["outputs"]), runs=len(hostile["ids"]),
