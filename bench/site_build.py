@@ -2,7 +2,7 @@
 
 Targets (issue #8): 10,000 runs build in at most 20 s and 1 GB peak memory on 2 cores; a
 rebuild after one new run takes at most 2 s. The runs are written by
-``benchclaw.site._synth`` (the FORMAT.md run format, simulated content) into a temporary
+``tests/synth_runs.py`` (the FORMAT.md run format, simulated content) into a temporary
 directory. Each build runs in a fresh child process; peak memory is the largest total
 PSS of that process and its workers (shared pages counted once), sampled every 20 ms.
 
@@ -93,7 +93,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10_000)
     ap.add_argument("--keep", type=Path, default=None, help="Use this folder instead of a temporary one.")
     args = ap.parse_args()
-    from benchclaw.site._synth import add_run, synth_runs
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root, for tests/
+    from tests.synth_runs import add_run, synth_runs
 
     with tempfile.TemporaryDirectory(prefix="site-bench-") as tmp:
         base = args.keep or Path(tmp)

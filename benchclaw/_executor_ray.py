@@ -80,7 +80,9 @@ class RayExecutor(Executor):
         # max_retries=0: a run that may have reached the model is never silently redone
         self.remote_run = ray.remote(max_retries=0, num_cpus=self.task_cpus)(_run_on_worker)
 
-    async def start(self, ledger: Ledger) -> None:
+    async def start(self, ledger: Ledger, halt=lambda: None) -> None:
+        # An interrupt cancels the tasks in flight (``cut_off``); the runner checks ``halt``
+        # before it submits a run, so no new task starts after it.
         ray = require_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -104,8 +106,8 @@ class RayExecutor(Executor):
             return self.cut_off(job, f"worker lost: {type(e).__name__}") or RunDone(None, {}, 0)
         self.refs.pop(job.attempt, None)
         # From here on no await: an interrupt cannot cut a finished run off while it lands.
-        reserved, cut_usd = ray.get(self.authority.close_attempt.remote(job.attempt, "run ended", False))
-        return self._land(job, data, blobs, reserved, Decimal(cut_usd))
+        reserved, _ = ray.get(self.authority.close_attempt.remote(job.attempt, "run ended", False))
+        return self._land(job, data, blobs, reserved)
 
     def cut_off(self, job: RunJob, why: str) -> RunDone | None:
         """Kill the run's task if it still runs, settle its open reservations as unknown
@@ -158,8 +160,7 @@ class RayExecutor(Executor):
         return refs
 
     # -- landing a finished run on the driver -------------------------------------------
-    def _land(self, job: RunJob, data: bytes, blobs: dict[str, bytes], reserved: int,
-              cut_usd: Decimal) -> RunDone:
+    def _land(self, job: RunJob, data: bytes, blobs: dict[str, bytes], reserved: int) -> RunDone:
         store = self.parts.store
         for digest, blob in sorted(blobs.items()):
             if store.put_blob(blob) != digest:
@@ -174,7 +175,7 @@ class RayExecutor(Executor):
             raise IntegrityError(f"a worker returned a run of another attempt for {job.attempt}")
         _write_atomically(mirror, data, store.fsync)  # a crash now leaves a complete run to seal
         run_id = store._seal_file(mirror, hashlib.sha256(data).hexdigest())
-        return RunDone(run_id, records[-1].body, reserved, cut_usd)
+        return RunDone(run_id, records[-1].body, reserved)
 
 
 # ------------------------------------------------------------------------ the worker side

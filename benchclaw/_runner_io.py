@@ -20,6 +20,7 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -90,16 +91,20 @@ class RunLedger:
 
     ledger: Ledger
     attempt: str
+    halt: Callable[[], str | None] = lambda: None   # why the grid was interrupted, or None
     reserved: int = 0
     open: dict[str, Reservation] = field(default_factory=dict)
-    cut_off_usd: Decimal = Decimal(0)   # upper bounds of calls cut off in flight (no call record)
 
     @property
     def id(self) -> str:
         return self.ledger.id
 
     def reserve(self, *, run: str, key: str, tokens: int, usd: Decimal) -> Reservation:
-        """As ``Ledger.reserve``; raises BudgetError when refused."""
+        """As ``Ledger.reserve``; raises BudgetError when refused, and CancelledError once the
+        grid is interrupted: every call reserves first, so no call starts after an interrupt."""
+        why = self.halt()
+        if why:
+            raise asyncio.CancelledError(why)
         res = self.ledger.reserve(run=run, key=key, tokens=tokens, usd=usd, attempt=self.attempt)
         self.reserved += 1
         self.open[res.id] = res
@@ -115,7 +120,6 @@ class RunLedger:
         """Settle every reservation still open as unknown (the call was cut off in flight)."""
         for res in list(self.open.values()):
             self.settle(res, tokens=None, usd=None, reason=reason)
-            self.cut_off_usd += res.usd
 
 
 def seal_cut_off(store: Store, writer: RunWriter | None, reason: str) -> str | None:
@@ -140,7 +144,8 @@ def seal_cut_off(store: Store, writer: RunWriter | None, reason: str) -> str | N
     except IntegrityError:  # closed unsealed: seal it the way crash recovery does
         from ._store_check import _recover_one
 
-        return _recover_one(store, writer.path).run_id
+        done = _recover_one(store, writer.path)
+        return done.run_id if done is not None else None
 
 
 # ------------------------------------------------------------------------------ executors
@@ -174,20 +179,20 @@ class RunJob:
 @dataclass(frozen=True)
 class RunDone:
     """What an executor hands back: the sealed run (None when nothing was written), its
-    ``run.end`` body, how many reservations it made, and the upper bounds of calls cut off
-    in flight (reserved, no ``call`` record)."""
+    ``run.end`` body and how many reservations it made. A call cut off in flight has no
+    ``call`` record: its upper bound lives in the ledger (settled unknown), not here."""
 
     run_id: str | None
     end: dict
     reserved: int
-    cut_off_usd: Decimal = Decimal(0)
 
 
 class Executor:
     """The interface (a base for documentation; executors implement every method).
 
     ``prepare(parts)`` before the ledger exists (may raise a configuration error);
-    ``await start(ledger)``; ``await run(job) -> RunDone``; ``cut_off(job, why) -> RunDone |
+    ``await start(ledger, halt)`` (``halt()`` says why the grid was interrupted, or None:
+    a run's ledger refuses every reservation once it answers); ``await run(job) -> RunDone``; ``cut_off(job, why) -> RunDone |
     None`` after ``run`` raised or was cancelled (seal the run aborted, settle its open
     reservations as unknown); ``await close()``.
     """
@@ -215,11 +220,11 @@ class LocalExecutor(Executor):
         self.providers = {t: parts.backends.provider(parts.catalog.tier(t)) for t in parts.tiers}
         self.slots: dict[str, RunSlot] = {}
 
-    async def start(self, ledger: Ledger) -> None:
-        self.ledger = ledger
+    async def start(self, ledger: Ledger, halt: Callable[[], str | None] = lambda: None) -> None:
+        self.ledger, self.halt = ledger, halt
 
     async def run(self, job: RunJob) -> RunDone:
-        slot = self.slots[job.attempt] = RunSlot(ledger=RunLedger(self.ledger, job.attempt))
+        slot = self.slots[job.attempt] = RunSlot(ledger=RunLedger(self.ledger, job.attempt, halt=self.halt))
         CURRENT_SLOT.set(slot)
         result = await self.parts.backends.run_agent(store=self.parts.store, provider=self.providers[job.tier],
                                                      ledger=slot.ledger, **agent_kwargs(self.parts, job))
@@ -236,7 +241,7 @@ class LocalExecutor(Executor):
         if run_id is None:
             return None
         _, end = first_last(self.parts.store, run_id)
-        return RunDone(run_id, end, slot.ledger.reserved, slot.ledger.cut_off_usd)
+        return RunDone(run_id, end, slot.ledger.reserved)
 
     async def close(self) -> None:
         for p in self.providers.values():

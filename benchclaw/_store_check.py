@@ -2,19 +2,22 @@
 
 ``check_store`` never stops at the first defect: it lists every damaged file with the
 first bad line in it, so one flipped byte is reported as exactly one file and line.
-``recover_store`` seals every open run as ``aborted``, keeping every complete record and
-setting a torn last line aside in ``quarantine/`` (never dropping it silently).
+``recover_store`` seals every open run whose writer is dead as ``aborted`` (a live writer
+holds an ``flock`` on its open run, see ``store.RunWriter``), keeping every complete record
+and setting a torn last line aside in ``quarantine/`` (never dropping it silently).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 from pathlib import Path
 
 from .errors import FormatError, IntegrityError
 from .records import RUN_KINDS, Record, blob_refs, split_lines, verify_chain
-from .store import CheckReport, ChainFile, Damage, Recovered, Store
+from .store import CheckReport, ChainFile, Damage, Recovered, Store, make_durable, storage_error
 
 __all__ = ["check_store", "recover_store", "run_totals"]
 
@@ -133,14 +136,59 @@ def run_totals(records: list[Record]) -> dict:
 
 
 def recover_store(store: Store) -> list[Recovered]:
+    """Seal every open run whose writer is dead (its lock can be taken) as ``aborted``; a
+    run whose writer is alive is reported ``live`` and left alone. Then cut torn tails
+    of journals and ledgers, under their lock."""
     results = []
     for path in store.open_run_paths():
-        results.append(_recover_one(store, path))
+        done = _recover_one(store, path)
+        if done is not None:
+            results.append(done)
+    _drop_unborn(store)
     for path in _appended_files(store):
         repaired = _cut_torn_tail(store, path)
         if repaired is not None:
             results.append(repaired)
     return results
+
+
+@contextlib.contextmanager
+def _dead_writer(path: Path):
+    """Yields True while this process holds the open run's lock (its writer is dead), False
+    when a live writer holds it, None when the file is gone (sealed meanwhile)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        yield None
+        return
+    except OSError as e:
+        raise storage_error(path, "open the run for recovery", e) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        st, named = os.fstat(fd), _stat(path)
+        # Another process may have sealed it between our open and our lock.
+        yield None if named is None or (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino) else True
+    finally:
+        os.close(fd)
+
+
+def _stat(path: Path):
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _drop_unborn(store: Store) -> None:
+    """``open/.new-*`` files: run files whose writer died before naming them (no record)."""
+    for path in sorted((store.root / "open").glob(".new-*")) if (store.root / "open").is_dir() else []:
+        with _dead_writer(path) as dead:
+            if dead:
+                path.unlink(missing_ok=True)
 
 
 def _appended_files(store: Store) -> list[Path]:
@@ -153,25 +201,40 @@ def _appended_files(store: Store) -> list[Path]:
 
 def _cut_torn_tail(store: Store, path: Path) -> Recovered | None:
     """A torn last line (a crash or a full disk mid-write) is moved to quarantine/ and cut
-    off, so appends can go on; the complete lines before it are kept as they are."""
-    data = path.read_bytes()
-    lines, torn = split_lines(data)
-    if not torn:
-        return None
-    quarantine = store.root / "quarantine"
-    quarantine.mkdir(exist_ok=True)
-    kept = quarantine / f"{path.parent.name}--{path.stem}.{hashlib.sha256(torn).hexdigest()[:12]}.torn"
-    kept.write_bytes(torn)
-    with open(path, "r+b") as f:
-        f.truncate(len(data) - len(torn))
-        f.flush()
+    off, so appends can go on; the complete lines before it are kept as they are. Done
+    under the file's lock, so a line a live writer is appending is never mistaken for torn."""
+    if not split_lines(path.read_bytes())[1]:
+        return None  # the common case, decided without a lock (a read-only copy stays untouched)
+    chain = ChainFile(path, fsync=store.fsync)
+    with chain.locked():
+        data = path.read_bytes()
+        lines, torn = split_lines(data)
+        if not torn:
+            return None
+        quarantine = store.root / "quarantine"
+        quarantine.mkdir(exist_ok=True)
+        kept = quarantine / f"{path.parent.name}--{path.stem}.{hashlib.sha256(torn).hexdigest()[:12]}.torn"
+        kept.write_bytes(torn)
+        os.ftruncate(chain._fd, len(data) - len(torn))  # type: ignore[arg-type]
         if store.fsync:
-            os.fsync(f.fileno())
+            make_durable(chain._fd)  # type: ignore[arg-type]
+    chain.release()
     return Recovered(str(path), None, len(lines), len(torn), str(kept),
                      f"torn last line set aside at {kept}; {len(lines)} complete records kept")
 
 
-def _recover_one(store: Store, path: Path) -> Recovered:
+def _recover_one(store: Store, path: Path) -> Recovered | None:
+    """Seal one open run as aborted, if its writer is dead. None when it was sealed meanwhile."""
+    with _dead_writer(path) as dead:
+        if dead is None:
+            return None
+        if dead is False:
+            return Recovered(str(path), None, 0, 0, None,
+                             "left open: a live process is writing it (it holds the run's lock)", live=True)
+        return _seal_dead(store, path)
+
+
+def _seal_dead(store: Store, path: Path) -> Recovered:
     data = path.read_bytes()
     lines, torn = split_lines(data)
     quarantine = store.root / "quarantine"
@@ -224,5 +287,5 @@ def _seal_recovered(store: Store, path: Path, lines: list[bytes], records: list[
             content += end_line
         f.flush()
         if store.fsync:
-            os.fsync(f.fileno())
+            make_durable(f.fileno())
     return store._seal_file(path, hashlib.sha256(content).hexdigest())

@@ -28,6 +28,7 @@ it finishes the job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -70,15 +71,12 @@ def merge_store(dest: Store, other: Store) -> MergeReport:
     if dest.root.resolve() == other.root.resolve():
         raise UsageError(f"{other.root}: cannot merge a runs directory into itself")
     _require_verified(other)
-    _require_one_history(dest, other)
-    _require_no_double_runs(dest, other)
-    plan = _plan(dest, other)
     dest._ensure()
     report = MergeReport()
-    from .runner import runner_lock  # the one lock of processes that change a runs directory
-
-    with runner_lock(dest):
-        for folder, src, target, kind in plan:
+    with _experiments_locked(dest, other):  # no grid or deviation of theirs writes meanwhile
+        _require_one_history(dest, other)
+        _require_no_double_runs(dest, other)
+        for folder, src, target, kind in _plan(dest, other):
             if kind == "same":
                 report.unchanged += 1
                 continue
@@ -86,6 +84,19 @@ def merge_store(dest: Store, other: Store) -> MergeReport:
             bucket = report.copied if kind == "new" else report.extended
             bucket[folder] = bucket.get(folder, 0) + 1
     return report
+
+
+@contextlib.contextmanager
+def _experiments_locked(dest: Store, other: Store):
+    """Hold ``dest``'s lock of every experiment ``other`` carries a journal of (the lock
+    ``run``, ``demo`` and ``deviate`` hold while they write), in name order; raises
+    UsageError at once when one of them is running here."""
+    journals = other.root / "journals"
+    names = sorted(p.name for p in journals.iterdir() if p.is_dir()) if journals.is_dir() else []
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            stack.enter_context(dest.experiment_lock(name))
+        yield
 
 
 # ------------------------------------------------------------------------------ 1. verify

@@ -31,7 +31,7 @@ MAX_EXTENDS = 8
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _TOP_KEYS = {"v", "name", "description", "extends", "simulated", "order", "tiers"}
 _TIER_KEYS = {"provider", "model", "base_url", "key_env", "key_file", "prices", "simulated",
-              "description", "sim_profile", "always_follow_injections"}
+              "description", "sim_profile", "always_follow_injections", "allow_http"}
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,8 @@ class Tier:
     description: str = ""
     sim_profile: str | None = None
     always_follow_injections: bool = False
+    allow_http: bool = False       # the catalog allows sending the key over plain HTTP to a remote host
+    key_url: str | None = None     # the base_url in force in the catalog file that named the key source
 
     def prices_dict(self) -> dict:
         """The ``prices`` object of a ``run.start`` record."""
@@ -133,7 +135,8 @@ def parse_catalog(data: bytes, where: str, *, path: Path | None = None,
         if resolve_base is None:
             raise FormatError(f"{where}: extends {doc['extends']!r}, and nothing resolves a base catalog here")
         base = resolve_base(doc["extends"])
-    tiers = _parse_tiers(doc.get("tiers", {}), where, base, doc.get("simulated", False))
+    tiers = _parse_tiers(doc.get("tiers", {}), where, base, doc.get("simulated", False),
+                         path.parent if path is not None else None)
     order = _parse_order(doc, base, tiers, where)
     return Catalog(name=doc["name"], tiers=tiers, digest="sha256:" + hashlib.sha256(data).hexdigest(),
                    source_bytes=data, order=order, description=doc.get("description", ""), path=path,
@@ -166,7 +169,8 @@ def _parse_order(doc: Mapping, base: Catalog | None, tiers: dict[str, Tier], whe
     return tuple(order)
 
 
-def _parse_tiers(raw: Mapping, where: str, base: Catalog | None, simulated_default: bool) -> dict[str, Tier]:
+def _parse_tiers(raw: Mapping, where: str, base: Catalog | None, simulated_default: bool,
+                 folder: Path | None = None) -> dict[str, Tier]:
     tiers = dict(base.tiers) if base is not None else {}
     for name, spec in raw.items():
         w = f"{where}: tiers.{name}"
@@ -178,9 +182,9 @@ def _parse_tiers(raw: Mapping, where: str, base: Catalog | None, simulated_defau
         if extra:
             raise FormatError(f"{w}: unknown key(s) {', '.join(extra)}")
         if name in tiers:
-            tiers[name] = _override_tier(tiers[name], spec, w)
+            tiers[name] = _override_tier(tiers[name], spec, w, folder)
         else:
-            tiers[name] = _new_tier(name, spec, w, simulated_default)
+            tiers[name] = _new_tier(name, spec, w, simulated_default, folder)
     return tiers
 
 
@@ -202,7 +206,7 @@ def _bool_field(spec: Mapping, key: str, w: str, default: bool) -> bool:
     return v
 
 
-def _new_tier(name: str, spec: Mapping, w: str, simulated_default: bool) -> Tier:
+def _new_tier(name: str, spec: Mapping, w: str, simulated_default: bool, folder: Path | None = None) -> Tier:
     provider = _str_field(spec, "provider", w, True)
     if provider not in KNOWN_PROVIDERS:
         raise FormatError(f"{w}.provider: {provider!r} is not one of {', '.join(KNOWN_PROVIDERS)}")
@@ -211,17 +215,21 @@ def _new_tier(name: str, spec: Mapping, w: str, simulated_default: bool) -> Tier
     tier = Tier(name=name, provider=provider, model=_str_field(spec, "model", w, True),
                 base_url=None, key_env=None, prices=Prices.from_dict(spec["prices"], f"{w}.prices"),
                 simulated=simulated_default or provider == "sim")
-    return _override_tier(tier, {k: v for k, v in spec.items() if k not in ("provider", "prices")}, w)
+    return _override_tier(tier, {k: v for k, v in spec.items() if k not in ("provider", "prices")}, w, folder)
 
 
-def _override_tier(tier: Tier, spec: Mapping, w: str) -> Tier:
+def _override_tier(tier: Tier, spec: Mapping, w: str, folder: Path | None = None) -> Tier:
     changes: dict = {}
     for key in ("provider", "model", "base_url", "key_env", "key_file", "description", "sim_profile"):
         if key in spec:
             changes[key] = _str_field(spec, key, w, False)
-    for key in ("simulated", "always_follow_injections"):
+    for key in ("simulated", "always_follow_injections", "allow_http"):
         if key in spec:
             changes[key] = _bool_field(spec, key, w, False)
+    if changes.get("key_file") and folder is not None and not changes["key_file"].startswith(("/", "~")):
+        changes["key_file"] = str(folder / changes["key_file"])  # relative to the catalog, as extends is
+    if "key_env" in spec or "key_file" in spec:  # the key source is bound to this file's base_url
+        changes["key_url"] = changes.get("base_url", tier.base_url)
     if "prices" in spec:
         merged = {**tier.prices.to_dict(), **_table(spec["prices"], f"{w}.prices")}
         changes["prices"] = Prices.from_dict(merged, f"{w}.prices")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from .errors import CheckFailed, InputError
-from .paths import package_data_dir
+from .paths import make_output_dir, package_data_dir, refuse_evidence_overlap
 from .store import Store
 
 __all__ = ["run_demo", "DemoResult", "STAGES", "DEMO_ID", "DEMO_2K_ID", "DEMO_EXPERIMENTS",
@@ -205,7 +205,8 @@ def run_demo(workdir: Path | str = ".", *, say: Callable[[str], None], note: Cal
     skipped with a note.
     """
     wd = Path(workdir)
-    wd.mkdir(parents=True, exist_ok=True)
+    refuse_evidence_overlap(wd, "demo", may_contain=True)  # it writes runs/ and experiments/ of its own
+    make_output_dir(wd, "demo")
     result = DemoResult(workdir=wd, runs=wd / "runs", site=wd / "site", bundle=wd / "bundle.zip",
                         spec=wd / "experiments" / f"{DEMO_ID}.toml")
     c = _Ctx(result, say, note, stream, concurrency, latency_scale)

@@ -9,12 +9,14 @@ Why it is built this way (FORMAT.md "Ledgers"):
   a call with no usage (timeout, abort, crash) stays spent at its upper bound, marked
   unknown. So the worst-case spend never passes the limit, whatever the provider does.
 - **Durable.** Every reservation, settlement and refusal is one hash-chained record
-  (``benchclaw.store.ChainFile``), fsynced before ``reserve`` returns. After a crash the
+  appended by the one chain writer (``benchclaw.store.ChainFile``: its append, refresh
+  and durability rules), fsynced before ``reserve`` returns. After a crash the
   file is replayed: a reservation never settled counts as spent at its upper bound, which
   is the same arithmetic as a call still in flight. There is no separate state to lose.
-- **Concurrent writers.** The check and the append happen under one lock (an ``flock`` on
-  the ledger's lock file plus a thread mutex), after folding in whatever other writers
-  appended, so threads and processes sharing a ledger can never jointly pass a limit.
+- **Concurrent writers.** The check and the append happen under the chain file's lock
+  (an ``flock`` on the ledger's lock file plus a thread mutex), after folding in whatever
+  other writers appended (``ChainFile.append_with``), so threads and processes sharing a
+  ledger can never jointly pass a limit.
 
 The replay arithmetic and the refusal rule are the pure ``benchclaw.ledger_replay`` (the
 offline verifier replays bundles with it); ``Limits`` and ``LedgerState`` live there and are
@@ -27,8 +29,6 @@ calls take hundreds of milliseconds; an fsync takes a fraction of one.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
@@ -41,8 +41,8 @@ from .ledger_replay import apply_record as _apply
 from .ledger_replay import refusal as _refusal
 from .ledger_replay import totals as _totals
 from .money import fmt_usd
-from .records import Record, encode, line_hash, parse_line, split_lines, utc_now, verify_chain
-from .store import ChainFile, Store, safe_name, storage_error
+from .records import Record, split_lines, utc_now, verify_chain
+from .store import ChainFile, Store, safe_name, shared_lock
 
 __all__ = ["Ledger", "Limits", "Reservation", "LedgerState", "ledger_path", "new_ledger_id",
            "read_ledger", "LEDGER_KINDS"]
@@ -84,8 +84,9 @@ class Ledger(ChainFile):
         self.id = path.stem
         self._state = LedgerState(ledger=self.id)
         self._mine: dict[str, Reservation] = {}
-        self._lock_fd: int | None = None
-        self._append_fd: int | None = None
+
+    def _fold(self, rec: Record) -> None:
+        _apply(self._state, rec, str(self.path))
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -114,7 +115,7 @@ class Ledger(ChainFile):
         if not path.is_file():
             raise InputError(f"{path}: no ledger {ledger_id}")
         led = cls(path, fsync=store.fsync)
-        with led._locked():
+        with led.locked():
             led._refresh()
         return led
 
@@ -183,7 +184,7 @@ class Ledger(ChainFile):
 
     def state(self) -> LedgerState:
         """The current replayed state, including other writers' records."""
-        with self._locked():
+        with self.locked():
             self._refresh()
         return self._state
 
@@ -192,115 +193,21 @@ class Ledger(ChainFile):
         """The state as of this writer's last append (no I/O; for progress displays)."""
         return self._state
 
-    # -- locking and appending ---------------------------------------------------------
-    def _locked(self):
-        return _FileLock(self)
-
+    # -- appending (the one chain writer, ``ChainFile``) ----------------------------------
     def _append_locked(self, kind: str | None, make: Callable[[LedgerState], object], *,
                        durable: bool = True) -> Record:
-        with self._locked():
-            self._refresh()
-            made = make(self._state)
-            if kind is None:
-                kind, body = made  # type: ignore[misc]
-            else:
-                body = made
-            rec = Record(self._seq, self._prev, utc_now(), kind, body)
-            line = encode(rec)
-            fd = self._fds()[1]
-            self._write_line(fd, line + b"\n", durable)
-            self._size += len(line) + 1
-            self._seq += 1
-            self._prev = line_hash(line)
-            _apply(self._state, rec, str(self.path))
-            return rec
+        """Append the record ``make(state)`` returns (``(kind, body)`` when ``kind`` is None),
+        deciding on the state with every writer's records folded in."""
+        def made() -> tuple[str, dict]:
+            out = make(self._state)
+            return out if kind is None else (kind, out)  # type: ignore[return-value]
 
-    def _write_line(self, fd: int, data: bytes, durable: bool) -> None:
-        """Write one whole line (O_APPEND: it lands at the end whoever wrote last). A short
-        write or an error (a full disk) cuts the file back to its last whole line, so no
-        torn line is left behind, and raises StorageError naming the ledger."""
-        try:
-            written = os.write(fd, data)
-            if written != len(data):
-                raise OSError(28, f"short write ({written} of {len(data)} bytes)")
-            if self._fsync and durable:
-                os.fsync(fd)
-        except OSError as e:
-            try:
-                os.ftruncate(fd, self._size)
-            except OSError:
-                pass  # recovery sets a torn tail aside
-            raise storage_error(self.path, f"append ledger record {self._seq}", e) from None
-
-    def _fds(self) -> tuple[int, int]:
-        """(lock fd, append fd), opened once: a model call costs two appends, and opening
-        two files per append was the ledger's main cost."""
-        if self._lock_fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.path.with_name(self.path.name + ".lock"),
-                                    os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-            self._append_fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        return self._lock_fd, self._append_fd  # type: ignore[return-value]
+        return self.append_with(made, durable=durable)
 
     def release(self) -> None:
         """Close the file descriptors (the ledger stays usable; they reopen on demand)."""
         with self._mutex:
-            for fd in (self._lock_fd, self._append_fd):
-                if fd is not None:
-                    os.close(fd)
-            self._lock_fd = self._append_fd = None
-
-    def __del__(self):
-        try:
-            for fd in (self._lock_fd, self._append_fd):
-                if fd is not None:
-                    os.close(fd)
-        except Exception:
-            pass
-
-    def _refresh(self) -> None:
-        """Fold in whatever was appended since (by any writer). Caller holds the lock."""
-        size = os.fstat(self._fds()[1]).st_size
-        if size == self._size:
-            return
-        if size < self._size:
-            raise IntegrityError(f"{self.path}: the ledger shrank; it is append-only")
-        with open(self.path, "rb") as f:
-            f.seek(self._size)
-            tail = f.read(size - self._size)
-        lines, torn = split_lines(tail)
-        if torn:
-            raise IntegrityError(f"{self.path}: last line is torn (a crash mid-write); "
-                                 "the ledger cannot be trusted until it is repaired")
-        for line in lines:
-            rec = parse_line(line, f"{self.path}:{self._seq + 1}")
-            if rec.seq != self._seq or rec.prev != self._prev:
-                raise IntegrityError(f"{self.path}:{self._seq + 1}: hash chain broken")
-            _apply(self._state, rec, str(self.path))
-            self._seq, self._prev = rec.seq + 1, line_hash(line)
-        self._size = size
-
-
-class _FileLock:
-    """The thread mutex plus an exclusive ``flock`` on ``<ledger>.jsonl.lock``."""
-
-    def __init__(self, led: Ledger):
-        self.led = led
-
-    def __enter__(self):
-        self.led._mutex.acquire()
-        try:
-            fcntl.flock(self.led._fds()[0], fcntl.LOCK_EX)
-        except BaseException:
-            self.led._mutex.release()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            fcntl.flock(self.led._fds()[0], fcntl.LOCK_UN)
-        finally:
-            self.led._mutex.release()
+            super().release()
 
 
 def read_ledger(store: Store, ledger_id: str, *, tolerate_torn: bool = False) -> LedgerState:
@@ -313,7 +220,9 @@ def read_ledger(store: Store, ledger_id: str, *, tolerate_torn: bool = False) ->
     path = ledger_path(store, ledger_id)
     if not path.is_file():
         raise InputError(f"{path}: no ledger {ledger_id}")
-    lines, torn = split_lines(path.read_bytes())
+    with shared_lock(path.with_name(path.name + ".lock")):
+        data = path.read_bytes()
+    lines, torn = split_lines(data)
     if torn and not tolerate_torn:
         raise IntegrityError(f"{path}:{len(lines) + 1}: torn last line (no newline)")
     st = LedgerState(ledger=ledger_id)

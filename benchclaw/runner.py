@@ -6,8 +6,10 @@ Why it is built this way:
   drivers pull units (grid runs, then live trials) from one queue; each run takes a
   global slot and a per-tier slot (``settings.tier_concurrency``), so a speculative trial
   running two tiers at once cannot deadlock the pool.
-- **Evidence first, resumable by construction.** Before anything, open runs left by a
-  crash are sealed as ``aborted`` (``Store.recover``) and runs sealed without a journal
+- **Evidence first, resumable by construction.** The experiment's lock is held for the
+  grid's life (one runner per experiment; other experiments and ``try`` may share the runs
+  directory). Before anything, open runs left by a crash are sealed as ``aborted``
+  (``Store.recover``, which leaves runs whose writer is alive alone) and runs sealed without a journal
   record are adopted. What is done is then read from the journal (``_grid.History``):
   finished units are skipped; a run that called the model counts as it stands (an aborted
   one is a failure), never silently redone; one that never called the model runs again.
@@ -23,8 +25,6 @@ Journal records are exactly FORMAT.md §8. Memory policy: see ``History.memory_s
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import signal
 import threading
 import uuid
@@ -38,7 +38,7 @@ from ._grid import (History, Shard, Unit, attempt_from_run, make_cells, make_uni
 from ._progress import Progress
 from ._runner_io import (Backends, LocalExecutor, RunDone, RunJob, RunParts, TrackingStore, default_backends,
                          first_last)
-from .errors import BenchClawError, UsageError
+from .errors import BenchClawError
 from .experiments import Spec, require_registered
 from .ledger import Ledger, Limits, new_ledger_id, read_ledger
 from .money import fmt_usd
@@ -46,7 +46,7 @@ from .policies import next_batch, outcome
 from .store import Store, default_writer
 
 __all__ = ["run_experiment", "run_experiment_sync", "GridResult", "GridInterrupted", "Backends",
-           "default_backends", "runner_lock"]
+           "default_backends"]
 
 
 class GridInterrupted(BenchClawError):
@@ -135,7 +135,7 @@ class _Grid:
 
     # -- the story ---------------------------------------------------------------------
     async def run(self, *, handle_signals: bool) -> GridResult:
-        with runner_lock(self.store):
+        with self.store.experiment_lock(self.spec.id):
             return await self._run(handle_signals)
 
     async def _run(self, handle_signals: bool) -> GridResult:
@@ -146,7 +146,7 @@ class _Grid:
         todo = self._units_to_do()                            # 4. what is left
         self._open_ledger()                                   # 5. the ledger, earlier spend carried
         try:
-            await self.executor.start(self.ledger)            #    (Ray: the ledger authority)
+            await self.executor.start(self.ledger, self._interrupted)  # (Ray: the ledger authority)
             writer = default_writer() + self.shard.writer_suffix if self.shard else None
             self.journal = self.store.journal(self.spec.id, writer)
             self._journal_start(todo)                         # 6. grid.start, then adopted runs
@@ -253,12 +253,22 @@ class _Grid:
             self.progress.close()
 
     def interrupt(self, why: str) -> None:
-        """Stop now: cancel every driver; cut-off runs are sealed as aborted."""
+        """Stop now: no new unit, run or call starts (``halted`` is checked by the drivers and
+        by every run's ledger before each call, so a cancellation lost in a race with a
+        finished call cannot let one through); every driver is cancelled; cut-off runs are
+        sealed as aborted."""
         if self.interrupted:
             return
         self.interrupted = why
         for task in self.drivers:
             task.cancel()
+
+    def halted(self) -> str | None:
+        """Why no new work may start (an interrupt or a stopping rule), or None."""
+        return self.interrupted or (self.stopping[1] if self.stopping else None)
+
+    def _interrupted(self) -> str | None:
+        return self.interrupted
 
     def _install_signals(self):
         if threading.current_thread() is not threading.main_thread():
@@ -280,7 +290,7 @@ class _Grid:
 
     async def _driver(self) -> None:
         try:
-            while self.queue and not self.stopping:
+            while self.queue and not self.halted():
                 unit = self.queue.popleft()
                 passed = await (self._grid_unit(unit) if unit.policy == "grid" else self._trial_unit(unit))
                 self.progress.update(done=1, passes=int(bool(passed)), spend=self.ledger.state().spent_usd)
@@ -302,7 +312,7 @@ class _Grid:
             self.history.memory_start(unit.cell.id) if unit.policy == "memory" else None)
         attempts = [attempt_from_run(r) for r in prior]
         batch_no = max((a.batch for a in attempts), default=-1) + 1
-        while not self.stopping:
+        while not self.halted():
             batch = next_batch(unit.policy, self.tiers, attempts, memory)
             if not batch:
                 return self._journal_trial(unit, tid, attempts, memory)
@@ -339,7 +349,7 @@ class _Grid:
                "memory_start": memory_start}
         job = RunJob(unit.cell, tier, ctx)
         async with self.slots, self.tier_slots[tier]:
-            if self.stopping:
+            if self.halted():
                 return None
             try:
                 done = await self.executor.run(job)
@@ -417,25 +427,6 @@ class _Grid:
 
 # ------------------------------------------------------------------------------ helpers
 
-@contextlib.contextmanager
-def runner_lock(store: Store):
-    """One process that runs agents (a grid runner, the demo, the studio) per runs directory
-    at a time: the next one's crash recovery would otherwise seal this one's open runs
-    under it. Raises UsageError when the lock is held."""
-    store._ensure()
-    path = store.root / ".runner.lock"
-    with open(path, "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UsageError(f"{store.root}: another process running agents (benchclaw run, demo or studio) is using this "
-                             f"runs directory ({path} is locked); wait for it or use another --runs") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _run_body(pol: dict, run_id: str, tier: str | None, end: dict, called: bool) -> dict:
     """The journal ``run`` record (FORMAT.md §8) from the policy context and the run's end."""
     cost = end.get("cost") or {}
@@ -451,8 +442,7 @@ def _run_body(pol: dict, run_id: str, tier: str | None, end: dict, called: bool)
 
 
 def _journal_body(job: RunJob, done: RunDone) -> dict:
-    body = _run_body(job.policy_context, done.run_id, job.tier, done.end, bool(done.end.get("calls") or done.reserved))
-    if done.cut_off_usd:  # a call in flight has no call record: its cost is a bound
-        high = Decimal(body["cost"]["high"]) + done.cut_off_usd
-        body["cost"] = {"known": False, "low": body["cost"]["low"], "high": fmt_usd(high)}
-    return body
+    # The journal claims what the sealed run says (the verifier compares them). A call cut
+    # off in flight has no call record; its cost is the ledger's: the reservation, settled
+    # unknown at its upper bound, which the analysis adds to the run as a cut-off call.
+    return _run_body(job.policy_context, done.run_id, job.tier, done.end, bool(done.end.get("calls") or done.reserved))

@@ -10,12 +10,19 @@ from typing import Callable, Iterator
 
 from . import jsonio
 from .errors import InputError, UsageError
+from .names import terminal_safe
 from .records import Record
 from .store import Store
 
 __all__ = ["run_rows", "resolve_run_id", "timeline"]
 
 _EXCERPT = 160
+
+
+def _one(value) -> str:
+    """A record's value inside one timeline line: newlines and controls escaped (a hostile
+    reply or error cannot fake a line or drive the terminal)."""
+    return terminal_safe(str(value), keep_newlines=False)
 
 
 def run_rows(store: Store) -> list[dict]:
@@ -66,7 +73,7 @@ def timeline(store: Store, prefix: str) -> Iterator[str]:
     yield f"file {run.path}"
     for rec in run.records:
         fmt = _FORMATTERS.get(rec.kind, _fmt_unknown)
-        yield f"{rec.seq:>3} {rec.at[11:23]} {rec.kind:<9} {fmt(store, rec)}"
+        yield f"{rec.seq:>3} {_one(rec.at[11:23])} {_one(rec.kind):<9} {fmt(store, rec)}"
 
 
 def _blob_text(store: Store, digest: str | None) -> str:
@@ -84,15 +91,15 @@ def _fmt_start(store: Store, rec: Record) -> str:
     b = rec.body
     task = b.get("task") or {}
     sim = " SIMULATED" if b.get("simulated") else ""
-    return (f"task {task.get('id')}@{task.get('version')} tier {b.get('tier')} ({b.get('model')}) "
-            f"profile {(b.get('profile') or {}).get('name')} seed {b.get('seed')}{sim}")
+    return _one(f"task {task.get('id')}@{task.get('version')} tier {b.get('tier')} ({b.get('model')}) "
+                f"profile {(b.get('profile') or {}).get('name')} seed {b.get('seed')}{sim}")
 
 
 def _fmt_call(store: Store, rec: Record) -> str:
     b = rec.body
     usage = b.get("usage") or {}
     err = b.get("error") or {}
-    parts = [f"turn {b.get('turn')} {b.get('outcome')}", f"{b.get('latency_ms')} ms"]
+    parts = [_one(f"turn {b.get('turn')} {b.get('outcome')}"), _one(f"{b.get('latency_ms')} ms")]
     if usage:
         parts.append(f"tokens in {usage.get('prompt')} out {usage.get('completion')} "
                      f"(reasoning {usage.get('reasoning')})")
@@ -100,20 +107,20 @@ def _fmt_call(store: Store, rec: Record) -> str:
         parts.append("usage unknown")
     parts.append(f"cost {_cost_text(b.get('cost') or {})}")
     if b.get("request_id"):
-        parts.append(f"req {b.get('request_id')}")
+        parts.append(_one(f"req {b.get('request_id')}"))
     if err:
-        parts.append(f"error {err.get('kind')}: {err.get('message')}")
-    reply = _blob_text(store, b.get("reply"))
+        parts.append(_one(f"error {err.get('kind')}: {err.get('message')}"))
+    reply = _one(_blob_text(store, b.get("reply")))
     return ", ".join(parts) + (f"\n              reply: {reply}" if reply else "")
 
 
 def _fmt_action(store: Store, rec: Record) -> str:
     b = rec.body
     args = {k: v for k, v in (b.get("args") or {}).items() if k != "content"}
-    verdict = "permitted" if b.get("permitted") else f"DENIED ({b.get('reason')})"
-    inj = f" [injection attempt: {b['injection'].get('lure')}]" if b.get("injection") else ""
-    obs = _blob_text(store, b.get("observation"))
-    return (f"{b.get('name')} {jsonio.dumps(args).decode()} {verdict}{inj}"
+    verdict = "permitted" if b.get("permitted") else f"DENIED ({_one(b.get('reason'))})"
+    inj = f" [injection attempt: {_one(b['injection'].get('lure'))}]" if b.get("injection") else ""
+    obs = _one(_blob_text(store, b.get("observation")))
+    return (f"{_one(b.get('name'))} {_one(jsonio.dumps(args).decode())} {verdict}{inj}"
             + (f"\n              observation: {obs}" if obs else ""))
 
 
@@ -121,23 +128,23 @@ def _fmt_check(store: Store, rec: Record) -> str:
     b = rec.body
     mark = "PASS" if b.get("passed") else "FAIL"
     role = "gate" if b.get("gate") else ("held-out" if b.get("heldout") else "check")
-    return f"{mark} {b.get('id')} ({role}) {b.get('detail', '')}"
+    return f"{mark} {_one(b.get('id'))} ({role}) {_one(b.get('detail', ''))}"
 
 
 def _fmt_artifact(store: Store, rec: Record) -> str:
     b = rec.body
-    return f"{b.get('path')} {b.get('size')} bytes {str(b.get('digest', ''))[:19]}…"
+    return _one(f"{b.get('path')} {b.get('size')} bytes {str(b.get('digest', ''))[:19]}…")
 
 
 def _fmt_end(store: Store, rec: Record) -> str:
     b = rec.body
-    return (f"status {b.get('status')} ({b.get('reason')}), turns {b.get('turns')}, "
-            f"calls {b.get('calls')}, cost {_cost_text(b.get('cost') or {})}, {b.get('elapsed_ms')} ms")
+    return _one(f"status {b.get('status')} ({b.get('reason')}), turns {b.get('turns')}, "
+                f"calls {b.get('calls')}, cost {_cost_text(b.get('cost') or {})}, {b.get('elapsed_ms')} ms")
 
 
 def _fmt_unknown(store: Store, rec: Record) -> str:
     text = jsonio.dumps(rec.body).decode()
-    return "(unknown kind, kept) " + (text if len(text) <= _EXCERPT else text[:_EXCERPT] + "…")
+    return "(unknown kind, kept) " + _one(text if len(text) <= _EXCERPT else text[:_EXCERPT] + "…")
 
 
 _FORMATTERS: dict[str, Callable[[Store, Record], str]] = {

@@ -16,10 +16,10 @@ offered for throw-away stores in benchmarks and tests of unrelated behaviour.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
-import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -27,15 +27,14 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import jsonio
-from .errors import InputError, IntegrityError, StorageError
+from .errors import FormatError, InputError, IntegrityError, StorageError, UsageError
 from .records import (GENESIS, Record, blob_refs, encode, line_hash, parse_line, split_lines,
                       utc_now, verify_chain)
 
 __all__ = ["Store", "RunWriter", "SealedRun", "Damage", "CheckReport", "Recovered",
-           "ChainFile", "Journal", "JournalEntry", "VERSION_TEXT"]
+           "ChainFile", "Journal", "JournalEntry", "VERSION_TEXT", "make_durable", "shared_lock"]
 
 VERSION_TEXT = b"benchclaw-runs 1\n"
-_SAFE_NAME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -46,25 +45,38 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def make_durable(fd: int) -> None:
+    """The one durability rule: a record (or blob) is on disk when this returns.
+
+    Every chain file and blob goes through here, so batching fsyncs (group commit) or moving
+    them off the event loop is a change to this function and its callers' ``durable`` flag.
+    """
+    os.fsync(fd)
+
+
 def storage_error(path: Path, what: str, err: OSError) -> StorageError:
     """The StorageError for a failed write of ``path`` (names the file and the cause)."""
     reason = err.strerror or str(err)
     hint = " (the disk is full)" if err.errno == 28 else ""
+    if err.errno in (13, 30):  # EACCES, EROFS
+        hint = " (the runs directory is not writable here)"
     return StorageError(f"{path}: cannot {what}: {reason}{hint}; everything written before is safe; "
                         "free space, then run `benchclaw runs recover` (a grid run does it on start)")
 
 
-def _append_line(f, path: Path, good_size: int, line: bytes, fsync: bool, what: str) -> None:
-    """Append one line; on failure cut the file back to ``good_size`` (no torn line left)
-    and raise StorageError."""
+def _append_line(fd: int, path: Path, good_size: int, line: bytes, durable: bool, what: str) -> None:
+    """The one append rule: write one whole line with ``O_APPEND``; a short write or an
+    error (a full disk) cuts the file back to ``good_size``, so no torn line is left
+    behind, and raises StorageError naming the file."""
     try:
-        f.write(line)
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
+        written = os.write(fd, line)
+        if written != len(line):
+            raise OSError(28, f"short write ({written} of {len(line)} bytes)")
+        if durable:
+            make_durable(fd)
     except OSError as e:
         try:
-            os.ftruncate(f.fileno(), good_size)
+            os.ftruncate(fd, good_size)
         except OSError:
             pass  # recovery sets a torn tail aside
         raise storage_error(path, what, e) from None
@@ -110,6 +122,7 @@ class Recovered:
     torn_bytes: int
     quarantined: str | None
     note: str
+    live: bool = False     # left alone: a live process holds the run's lock
 
 
 @dataclass
@@ -131,77 +144,191 @@ class SealedRun:
 
 
 class ChainFile:
-    """An append-only, hash-chained JSONL file shared by writers through an flock.
+    """An append-only, hash-chained JSONL file: the one writer of run logs, journals and
+    ledgers (FORMAT.md §2, "Locks").
 
-    The tail state (size, next seq, prev hash) is cached; under the lock it is refreshed
-    from whatever other writers appended since, so appends stay O(1) in the file's length.
+    - **Append rule**: under the file's lock, fold in what other writers appended, build
+      the next record from the tail (``seq``, ``prev``), write it as one ``O_APPEND`` write
+      (``_append_line``), and cut the file back on a failed or short write.
+    - **Refresh rule**: the tail is cached; before every append it is re-read from what
+      was appended since, and each new line must follow (``seq`` + 1, ``prev`` = hash of
+      the line before). A file that shrank, was replaced, or whose last known line changed
+      is refused with IntegrityError, never silently started over.
+    - **Durability rule**: ``make_durable`` before ``append`` returns (``durable=False``
+      lets the next durable append carry the record to disk).
+
+    Shared files (journals, ledgers) lock an ``flock`` on ``<file>.lock`` per append, and
+    readers take it shared (``snapshot``), so a reader never sees half a line. A run log
+    has one writer, which holds the lock on the file itself for the run's whole life
+    (``RunWriter``): that lock is how recovery tells a live run from a dead one.
     """
 
-    def __init__(self, path: Path, *, fsync: bool = True):
+    def __init__(self, path: Path, *, fsync: bool = True, clock: Callable[[], str] = utc_now):
         self.path = path
         self._fsync = fsync
-        self._size = 0
+        self._clock = clock
+        self._size = 0          # bytes of whole lines folded in so far
         self._seq = 0
         self._prev = GENESIS
+        self._last_len = 0      # length of the last folded line, newline included
+        self._fd: int | None = None
+        self._lock_fd: int | None = None
         self._mutex = threading.Lock()
 
-    def append(self, kind: str, body: dict) -> Record:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._mutex, open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    # -- the hooks subclasses fill in -----------------------------------------------------
+    def _fold(self, rec: Record) -> None:
+        """Called for every record of the file, in order (read from disk or just appended)."""
+
+    def _lock(self) -> None:
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)  # type: ignore[arg-type]
+
+    def _unlock(self) -> None:
+        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
+
+    # -- appending -----------------------------------------------------------------------
+    def append(self, kind: str, body: dict, *, durable: bool = True) -> Record:
+        """Append one record; on disk (``make_durable``) when this returns unless
+        ``durable=False``. Raises StorageError (disk full, read-only) or IntegrityError
+        (the file was shrunk, replaced or rewritten by someone else)."""
+        return self.append_with(lambda: (kind, body), durable=durable)
+
+    def append_with(self, make: Callable[[], tuple[str, dict]], *, durable: bool = True) -> Record:
+        """As ``append``, with ``make() -> (kind, body)`` called under the lock after every
+        other writer's records were folded in (so a decision sees all of them)."""
+        with self.locked():
+            self._refresh()
+            kind, body = make()
+            return self._write(kind, body, durable)
+
+    @contextlib.contextmanager
+    def locked(self):
+        """The thread mutex plus the file's flock; the cached tail may be refreshed inside."""
+        with self._mutex:
+            self._open()
+            self._lock()
             try:
-                self._refresh()
-                rec = Record(self._seq, self._prev, utc_now(), kind, body)
-                line = encode(rec)
-                try:
-                    f = open(self.path, "ab")
-                except OSError as e:
-                    raise storage_error(self.path, "open for appending", e) from None
-                with f:
-                    _append_line(f, self.path, self._size, line + b"\n", self._fsync,
-                                 f"append record {rec.seq}")
-                self._size += len(line) + 1
-                self._seq += 1
-                self._prev = line_hash(line)
-                return Record(rec.seq, rec.prev, rec.at, kind, body, line)
+                yield self
             finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+                self._unlock()
+
+    def _open(self) -> None:
+        if self._fd is not None:
+            return
+        lock = self.path.with_name(self.path.name + ".lock")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            self.release()
+            raise storage_error(self.path, "open for appending", e) from None
+
+    def _write(self, kind: str, body: dict, durable: bool) -> Record:
+        rec = Record(self._seq, self._prev, self._clock(), kind, body)
+        line = encode(rec)
+        _append_line(self._fd, self.path, self._size, line + b"\n",  # type: ignore[arg-type]
+                     durable and self._fsync, f"append record {rec.seq}")
+        rec = Record(rec.seq, rec.prev, rec.at, kind, body, line)
+        self._advance(rec, line)
+        return rec
+
+    def _advance(self, rec: Record, line: bytes) -> None:
+        self._size += len(line) + 1
+        self._seq, self._prev, self._last_len = rec.seq + 1, line_hash(line), len(line) + 1
+        self._fold(rec)
 
     def _refresh(self) -> None:
+        """Fold in whatever was appended since (the caller holds the lock). Raises
+        IntegrityError when the file is not the one this writer appended to."""
+        fd = self._fd
+        st = os.fstat(fd)  # type: ignore[arg-type]
         try:
-            size = self.path.stat().st_size
+            named = os.stat(self.path)
         except FileNotFoundError:
-            self._size, self._seq, self._prev = 0, 0, GENESIS
+            named = None
+        if named is None or (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
+            raise IntegrityError(f"{self.path}: the file was removed or replaced underneath its writer; "
+                                 "chain files are append-only")
+        if st.st_size < self._size:
+            raise IntegrityError(f"{self.path}: the file shrank ({st.st_size} < {self._size} bytes); "
+                                 "chain files are append-only")
+        if self._last_len:
+            last = os.pread(fd, self._last_len, self._size - self._last_len)  # type: ignore[arg-type]
+            if not last.endswith(b"\n") or line_hash(last[:-1]) != self._prev:
+                raise IntegrityError(f"{self.path}:{self._seq}: rewritten since it was appended; "
+                                     "chain files are append-only")
+        if st.st_size == self._size:
             return
-        if size == self._size:
-            return
-        if size < self._size:  # replaced underneath us: start over
-            self._size, self._seq, self._prev = 0, 0, GENESIS
-        with open(self.path, "rb") as f:
-            f.seek(self._size)
-            tail = f.read(size - self._size)
+        tail = os.pread(fd, st.st_size - self._size, self._size)  # type: ignore[arg-type]
         lines, torn = split_lines(tail)
         if torn:
-            raise IntegrityError(f"{self.path}: last line is torn; run `benchclaw runs recover`")
+            raise IntegrityError(f"{self.path}: last line is torn (a crash mid-write); "
+                                 "run `benchclaw runs recover`")
         for line in lines:
-            rec = parse_line(line, str(self.path))
-            self._seq, self._prev = rec.seq + 1, line_hash(line)
-        self._size = size
+            rec = parse_line(line, f"{self.path}:{self._seq + 1}")
+            if rec.seq != self._seq or rec.prev != self._prev:
+                raise IntegrityError(f"{self.path}:{self._seq + 1}: hash chain broken (seq/prev do not "
+                                     "follow the line before)")
+            self._advance(rec, line)
+
+    def release(self) -> None:
+        """Close the file descriptors (an append reopens them; a run writer's never do)."""
+        for fd in {self._fd, self._lock_fd} - {None}:
+            try:
+                os.close(fd)  # type: ignore[arg-type]
+            except OSError:
+                pass
+        self._fd = self._lock_fd = None
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+    # -- reading -------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        """The file's bytes at a moment no writer was mid-append (a shared flock on its
+        lock file). Where the lock cannot be taken (a read-only copy), the bytes as they are.
+        Raises FileNotFoundError when the file does not exist."""
+        with shared_lock(self.path.with_name(self.path.name + ".lock")):
+            return self.path.read_bytes()
 
     def read(self) -> list[Record]:
         """Every record, chain verified. Raises IntegrityError/FormatError naming the line."""
-        data = self.path.read_bytes()
+        data = self.snapshot()
         lines, torn = split_lines(data)
         if torn:
             raise IntegrityError(f"{self.path}:{len(lines) + 1}: torn last line (no newline)")
         return verify_chain(lines, str(self.path))
 
 
+@contextlib.contextmanager
+def shared_lock(lock_path: Path):
+    """Hold ``lock_path`` shared (readers of a shared chain file). Opens it read-only when it
+    cannot be created (a read-only runs directory) and skips locking when it cannot be opened."""
+    fd = None
+    for flags in (os.O_WRONLY | os.O_CREAT | os.O_APPEND, os.O_RDONLY):
+        try:
+            fd = os.open(lock_path, flags | os.O_CLOEXEC, 0o644)
+            break
+        except OSError:
+            continue
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 class Journal(ChainFile):
     """One writer's experiment journal: ``journals/<experiment>/<writer>.jsonl``."""
 
-    def __init__(self, path: Path, experiment: str, writer: str, *, fsync: bool = True):
-        super().__init__(path, fsync=fsync)
+    def __init__(self, path: Path, experiment: str, writer: str, *, fsync: bool = True,
+                 clock: Callable[[], str] = utc_now):
+        super().__init__(path, fsync=fsync, clock=clock)
         self.experiment = experiment
         self.writer = writer
 
@@ -220,71 +347,87 @@ class JournalEntry:
         return self.record.body
 
 
-class RunWriter:
+class RunWriter(ChainFile):
     """An open run: ``open/<uuid>.jsonl``, appended and fsynced record by record.
+
+    The writer holds an exclusive ``flock`` on the file from its creation until it is
+    sealed or closed: recovery (any process's) seals only open runs whose lock it can take,
+    that is, whose writer is dead. The file is created under a name recovery ignores
+    (``.new-<name>``), locked, then renamed, so no recovery ever sees it unlocked.
 
     ``on_append``, when given, is called with each record once it is on disk (a live view
     follows a run this way); what it raises propagates to the appender, so it must not."""
 
-    def __init__(self, store: "Store", path: Path, on_append: Callable[[Record], None] | None = None):
+    def __init__(self, store: "Store", path: Path, on_append: Callable[[Record], None] | None = None, *,
+                 clock: Callable[[], str] = utc_now):
+        super().__init__(path, fsync=store.fsync, clock=clock)
         self.store = store
-        self.path = path
         self.on_append = on_append
         self.records: list[Record] = []
-        self._prev = GENESIS
         self._hash = hashlib.sha256()
-        self._size = 0
         self._failure: StorageError | None = None
+        self.run_id: str | None = None
+        new = path.with_name(".new-" + path.name)
         try:
-            self._file = open(path, "xb")
+            fd = os.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
         except OSError as e:
             raise storage_error(path, "create the run file", e) from None
-        self.run_id: str | None = None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else holds it
+            os.rename(new, path)
+        except OSError as e:
+            os.close(fd)
+            new.unlink(missing_ok=True)
+            raise storage_error(path, "create the run file", e) from None
+        self._fd = self._lock_fd = fd
 
-    def append(self, kind: str, body: dict) -> Record:
-        """Append one record; it is on disk (fsynced) when this returns."""
-        if self._file is None:
+    # The lock is held for the run's life, so an append only takes the thread mutex.
+    def _lock(self) -> None:
+        pass
+
+    def _unlock(self) -> None:
+        pass
+
+    def _open(self) -> None:
+        if self._fd is None:
             if self._failure is not None:
                 raise StorageError(f"{self._failure} (this run stopped being writable then; "
                                    "recovery will seal what is on disk)")
-            raise IntegrityError(f"{self.path}: run is sealed; a sealed run is never written again")
-        rec = Record(len(self.records), self._prev, utc_now(), kind, body)
-        line = encode(rec)
-        try:
-            _append_line(self._file, self.path, self._size, line + b"\n", self.store.fsync,
-                         f"append record {rec.seq}")
-        except StorageError as e:
-            self._failure = e
-            self.close_unsealed()  # this run cannot go on; recovery seals what is on disk
-            raise
-        self._size += len(line) + 1
-        self._hash.update(line + b"\n")
-        self._prev = line_hash(line)
-        rec = Record(rec.seq, rec.prev, rec.at, kind, body, line)
+            raise IntegrityError(f"{self.path}: run is sealed or closed; a run file is never reopened")
+
+    def _fold(self, rec: Record) -> None:
+        self._hash.update(rec.line + b"\n")
         self.records.append(rec)
         if self.on_append is not None:
             self.on_append(rec)
-        return rec
+
+    def append(self, kind: str, body: dict, *, durable: bool = True) -> Record:
+        """Append one record; it is on disk (fsynced) when this returns."""
+        try:
+            return super().append(kind, body, durable=durable)
+        except StorageError as e:
+            if self._fd is not None:
+                self._failure = e
+                self.close_unsealed()  # this run cannot go on; recovery seals what is on disk
+            raise
 
     def seal(self) -> str:
         """Rename the finished run to ``runs/<aa>/<sha256>.jsonl``; returns the run id.
-        Idempotent: sealing again returns the same id."""
-        if self._file is None:
-            return self.run_id  # type: ignore[return-value]
-        if not self.records or self.records[-1].kind != "run.end":
-            raise IntegrityError(f"{self.path}: a run is sealed only after its run.end record")
-        self.close_unsealed()
-        self.run_id = self.store._seal_file(self.path, self._hash.hexdigest())
+        Idempotent: sealing again returns the same id. The rename happens while the
+        writer's lock is held, so no recovery can seal the same file."""
+        with self._mutex:
+            if self._fd is None:
+                return self.run_id  # type: ignore[return-value]
+            if not self.records or self.records[-1].kind != "run.end":
+                raise IntegrityError(f"{self.path}: a run is sealed only after its run.end record")
+            self.run_id = self.store._seal_file(self.path, self._hash.hexdigest())
+            self.release()
         return self.run_id
 
     def close_unsealed(self) -> None:
-        """Close the file without sealing (recovery will seal it as aborted)."""
-        f, self._file = self._file, None
-        if f is not None:
-            try:
-                f.close()
-            except OSError:
-                pass  # what reached the disk is what recovery keeps
+        """Close the file without sealing; this releases the run's lock, so recovery will
+        seal it as aborted."""
+        self.release()
 
 
 class Store:
@@ -300,10 +443,19 @@ class Store:
     # -- layout ---------------------------------------------------------------------------
     @classmethod
     def existing(cls, root: Path | str, **kw) -> "Store":
-        """Open a runs directory that must exist. Raises InputError naming it otherwise."""
+        """Open a runs directory that must exist (with its VERSION file). Raises InputError
+        naming it otherwise, FormatError for another format's VERSION."""
         root = Path(root)
         if not root.is_dir():
             raise InputError(f"{root}: no such runs directory")
+        try:
+            version = (root / "VERSION").read_bytes()
+        except OSError:
+            raise InputError(f"{root}: not a runs directory (no VERSION file; `benchclaw prereg`, `run` "
+                             "and `try` create one)") from None
+        if version != VERSION_TEXT:
+            raise FormatError(f"{root}/VERSION: not a runs directory of this format "
+                              f"(expected {VERSION_TEXT!r})")
         return cls(root, **kw)
 
     def _ensure(self) -> None:
@@ -341,7 +493,7 @@ class Store:
                 f.write(data)
                 f.flush()
                 if self.fsync:
-                    os.fsync(f.fileno())
+                    make_durable(f.fileno())
             os.replace(tmp, path)
         except OSError as e:
             tmp.unlink(missing_ok=True)
@@ -366,10 +518,12 @@ class Store:
         return data
 
     # -- runs -----------------------------------------------------------------------------
-    def open_run(self, *, on_append: Callable[[Record], None] | None = None) -> RunWriter:
-        """A new open run; ``on_append`` observes each record as it lands (``RunWriter``)."""
+    def open_run(self, *, on_append: Callable[[Record], None] | None = None,
+                 clock: Callable[[], str] = utc_now) -> RunWriter:
+        """A new open run, locked by this writer until sealed; ``on_append`` observes each
+        record as it lands (``RunWriter``), ``clock`` stamps ``at``."""
         self._ensure()
-        return RunWriter(self, self.root / "open" / f"{uuid.uuid4().hex}.jsonl", on_append)
+        return RunWriter(self, self.root / "open" / f"{uuid.uuid4().hex}.jsonl", on_append, clock=clock)
 
     def _seal_file(self, open_path: Path, hexd: str) -> str:
         target = self.root / "runs" / hexd[:2] / f"{hexd}.jsonl"
@@ -413,8 +567,9 @@ class Store:
             yield self.read_run(run_id, verify=verify)
 
     def open_run_paths(self) -> list[Path]:
+        """Open runs, not the ``.new-*`` files a writer is still creating (``RunWriter``)."""
         base = self.root / "open"
-        return sorted(base.glob("*.jsonl")) if base.is_dir() else []
+        return sorted(p for p in base.glob("*.jsonl") if not p.name.startswith(".")) if base.is_dir() else []
 
     # -- journals -------------------------------------------------------------------------
     def journal(self, experiment: str, writer: str | None = None) -> Journal:
@@ -445,6 +600,75 @@ class Store:
         base = self.root / "journals"
         return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
 
+    # -- locks (FORMAT.md "Locks") -------------------------------------------------------
+    def experiment_lock_path(self, experiment: str) -> Path:
+        return self.root / "locks" / f"{safe_name(experiment, 'experiment id')}.lock"
+
+    @contextlib.contextmanager
+    def experiment_lock(self, experiment: str):
+        """Held (exclusive ``flock``) by the one process running or amending an experiment:
+        ``benchclaw run``/``demo`` for the grid's whole life, ``deviate`` while it appends.
+        Raises UsageError at once when another process holds it."""
+        self._ensure()
+        path = self.experiment_lock_path(experiment)
+        try:
+            path.parent.mkdir(exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise storage_error(path, "take the experiment's lock", e) from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UsageError(f"{self.root}: {experiment} is being run by another process "
+                                 f"({path} is locked); wait for it to finish") from None
+            yield
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def experiment_quiet(self, experiment: str, note: Callable[[str], None] | None = None):
+        """Hold the experiment's lock shared, so no grid or deviation of it writes while a
+        reader (``export``) reads: waits while one runs, telling ``note`` so. Where the lock
+        cannot be opened (a read-only copy) nothing can be writing, and nothing is held."""
+        path = self.experiment_lock_path(experiment)
+        fd = None
+        for flags in (os.O_WRONLY | os.O_CREAT, os.O_RDONLY):
+            try:
+                if flags & os.O_CREAT:
+                    path.parent.mkdir(exist_ok=True)
+                fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
+                break
+            except OSError:
+                continue
+        try:
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if note is not None:
+                        note(f"waiting: experiment {experiment} is being run by another process "
+                             f"({path}); its evidence is read once that grid ends")
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def experiment_live(self, experiment: str) -> bool:
+        """True while a process holds the experiment's lock (its grid is running)."""
+        try:
+            fd = os.open(self.experiment_lock_path(experiment), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
     # -- integrity and recovery (implemented in _store_check to keep this file short) -----
     def check(self) -> CheckReport:
         from ._store_check import check_store
@@ -457,10 +681,20 @@ class Store:
         return recover_store(self)
 
 
+_PROCESS_WRITER: list[str] = []
+
+
 def default_writer() -> str:
-    """A per-machine writer id, so shards of a grid on two machines never share a file."""
-    host = "".join(c if c in _SAFE_NAME else "-" for c in socket.gethostname())[:48] or "host"
-    return os.environ.get("BENCHCLAW_WRITER") or host
+    """This process's journal writer id: ``BENCHCLAW_WRITER`` when set, else a random id
+    drawn once per process (``w-<16 hex>``). It names the journal file this process appends
+    to, so two machines (or processes) never append to the same file, and it reveals no
+    host or user name in published evidence."""
+    env = os.environ.get("BENCHCLAW_WRITER")
+    if env:
+        return env
+    if not _PROCESS_WRITER:
+        _PROCESS_WRITER.append("w-" + uuid.uuid4().hex[:16])
+    return _PROCESS_WRITER[0]
 
 
 __all__ += ["default_writer", "safe_name", "blob_refs", "storage_error"]

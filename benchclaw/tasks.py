@@ -26,6 +26,7 @@ from .checks import CheckResult, CheckSpec, run_checks, validate_spec
 from .checks.digest import task_digest
 from .checks.quotes import parse_line_spec
 from .errors import FormatError, InputError
+from .names import entry_name_fold, entry_name_problem, terminal_safe
 from .paths import builtin_tasks_dir
 
 __all__ = ["Task", "load_task", "find_tasks", "get_task", "task_digest", "path_allowed",
@@ -73,6 +74,7 @@ class Task:
         """Build and validate a task from its files (paths relative to ``v<N>/``).
         Raises FormatError naming ``where``/file and the field at fault."""
         files = dict(files)
+        _check_names(files, where)
         meta = _toml(files, "task.toml", where)
         spec = _toml(files, "checks.toml", where)
         part = {p: _under(files, p) for p in ("inputs", "heldout", "reference")}
@@ -90,6 +92,23 @@ class Task:
 
 
 # -- reading the folder ---------------------------------------------------------------
+
+def _check_names(files: Mapping[str, bytes], where: str) -> None:
+    """Every file name must be one a bundle may hold (``names.entry_name_problem``), and no
+    two may collide after case folding and Unicode normalisation (``Incident.md`` beside
+    ``incident.md``): they would pass here and make the exported bundle unreadable."""
+    seen: dict[str, str] = {}
+    for name in sorted(files):
+        problem = entry_name_problem(f"tasks/x/v1/{name}")
+        if problem:
+            raise FormatError(f"{where}/{terminal_safe(name, keep_newlines=False)}: file name refused "
+                              f"in a bundle: {problem}")
+        folded = entry_name_fold(name)
+        if folded in seen:
+            raise FormatError(f"{where}/{name}: differs from {seen[folded]!r} only by case or Unicode "
+                              "normalisation (a bundle cannot hold both)")
+        seen[folded] = name
+
 
 def _toml(files: Mapping[str, bytes], name: str, where: str) -> dict:
     if name not in files:

@@ -14,7 +14,7 @@ import pytest
 
 from benchclaw.site import build_site
 from benchclaw.site._render import exp_url, run_url
-from benchclaw.site._synth import synth_runs
+from tests.synth_runs import synth_runs
 
 pytestmark = pytest.mark.browser
 

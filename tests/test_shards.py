@@ -58,7 +58,10 @@ def run(store: Store, shard: Shard | None = None):
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every evidence file's bytes. Lock files are left out: they are empty, carry no
+    evidence (FORMAT.md §1, Locks) and appear wherever a reader took a lock."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.suffix != ".lock"}
 
 
 def outcomes(store: Store) -> list[tuple]:

@@ -12,7 +12,7 @@ import pytest
 from benchclaw.errors import InputError, IntegrityError, UsageError
 from benchclaw.site import build_site
 from benchclaw.site._render import object_url, run_url
-from benchclaw.site._synth import XSS_PROBE, add_run, synth_runs
+from tests.synth_runs import XSS_PROBE, add_run, synth_runs
 from benchclaw.store import Store
 
 

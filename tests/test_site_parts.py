@@ -16,7 +16,7 @@ from benchclaw.site import make_server
 from benchclaw.site._charts import frontier, pass_vs_cost
 from benchclaw.site._experiment import condense, expand
 from benchclaw.site._render import Scrubber, cell_slug, fmt_usd, markdown
-from benchclaw.site._synth import synth_runs
+from tests.synth_runs import synth_runs
 from benchclaw.store import Store
 
 
@@ -153,7 +153,7 @@ def test_site_experiment_summary_is_the_report_summary(tmp_path):
 
 def test_a_damaged_analysis_cache_heals_instead_of_misreporting(tmp_path):
     from benchclaw.site import build_site
-    from benchclaw.site._synth import add_run
+    from tests.synth_runs import add_run
 
     synth_runs(tmp_path / "runs", 12)
     out = tmp_path / "site"

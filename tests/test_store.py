@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from benchclaw.errors import FormatError, InputError, IntegrityError
 from benchclaw.records import GENESIS, split_lines, verify_chain
+from decimal import Decimal
+
 from benchclaw.store import Store
 
 
@@ -303,3 +305,123 @@ def test_a_failed_append_leaves_no_torn_line_and_says_why(tmp_path, monkeypatch)
     assert len(lines) == 1 and torn == b""  # the failed line was cut back off
     [result] = store.recover()
     assert [r.kind for r in store.read_run(result.run_id).records] == ["run.start", "run.end"]
+
+
+# --------------------------------------------------------------- one chain writer, one lock protocol
+
+def test_refresh_refuses_a_shrunk_file(tmp_path):
+    from benchclaw.store import ChainFile
+
+    path = tmp_path / "j.jsonl"
+    chain = ChainFile(path, fsync=False)
+    for i in range(3):
+        chain.append("note", {"i": i})
+    data = path.read_bytes()
+    path.write_bytes(data[: data.index(b"\n") + 1])  # truncated in place to its first line
+    with pytest.raises(IntegrityError, match="shrank"):
+        chain.append("note", {"i": 3})
+
+
+def test_refresh_refuses_a_rewritten_file_of_the_same_length(tmp_path):
+    from benchclaw.store import ChainFile
+
+    path = tmp_path / "j.jsonl"
+    chain = ChainFile(path, fsync=False)
+    chain.append("note", {"i": 1})
+    chain.append("note", {"i": 2})
+    with open(path, "r+b") as f:  # same inode, same size, last line changed
+        data = f.read()
+        f.seek(0)
+        f.write(data.replace(b'{"i":2}', b'{"i":7}'))
+    with pytest.raises(IntegrityError, match="rewritten"):
+        chain.append("note", {"i": 3})
+
+
+def test_refresh_refuses_a_replaced_file_and_a_line_that_does_not_chain(tmp_path):
+    from benchclaw.records import GENESIS, Record, encode
+    from benchclaw.store import ChainFile
+
+    path = tmp_path / "j.jsonl"
+    chain = ChainFile(path, fsync=False)
+    chain.append("note", {"i": 1})
+    fresh = tmp_path / "other.jsonl"
+    fresh.write_bytes(path.read_bytes())
+    os.replace(fresh, path)
+    with pytest.raises(IntegrityError, match="replaced"):
+        chain.append("note", {"i": 2})
+    # Another writer's line that does not follow the tail (a second genesis) is refused too.
+    other = ChainFile(tmp_path / "k.jsonl", fsync=False)
+    other.append("note", {"i": 1})
+    with open(tmp_path / "k.jsonl", "ab") as f:
+        f.write(encode(Record(0, GENESIS, "2026-01-01T00:00:00.000000Z", "note", {})) + b"\n")
+    with pytest.raises(IntegrityError, match="hash chain broken"):
+        other.append("note", {"i": 2})
+
+
+def _hammer(root: str, tag: str, threads: int, n: int) -> None:
+    import threading
+    from decimal import Decimal
+
+    from benchclaw.ledger import Ledger
+
+    store = Store(root, fsync=False)
+    led = Ledger.open(store, "L")
+
+    def work(t: int) -> None:
+        journal = store.journal("X", writer="shared")
+        for i in range(n):
+            journal.append("note", {"w": tag, "t": t, "i": i})
+            res = led.reserve(run=f"{tag}{t}", key=str(i), tokens=1, usd=Decimal("0.001"))
+            led.settle(res, tokens=1, usd=Decimal("0.001"))
+
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
+def test_two_processes_with_many_threads_share_one_journal_and_one_ledger(tmp_path):
+    """Two machines' worth of writers: two processes x 4 threads append to one journal file
+    and one ledger; every record lands once, in one unbroken chain."""
+    from pathlib import Path
+
+    from benchclaw.ledger import Ledger, Limits, read_ledger
+
+    store = Store(tmp_path / "runs", fsync=False)
+    Ledger.create(store, "L", Limits(usd=Decimal("100")))
+    repo = str(Path(__file__).resolve().parents[1])
+    # Plain subprocesses (not multiprocessing, whose helper process would outlive the test).
+    procs = [subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {repo!r}); "
+                               f"from tests.test_store import _hammer; _hammer({str(store.root)!r}, {tag!r}, 4, 40)"])
+             for tag in "ab"]
+    for p in procs:
+        assert p.wait(120) == 0
+    entries = store.read_journal("X")
+    assert len(entries) == 2 * 4 * 40
+    assert len({(e.body["w"], e.body["t"], e.body["i"]) for e in entries}) == 320
+    st = read_ledger(store, "L")
+    assert st.spent_usd == Decimal("0.320") and not st.open
+    assert store.check().ok
+
+
+def test_recovery_leaves_a_live_run_alone_and_seals_it_once_its_writer_is_gone(tmp_path):
+    store = Store(tmp_path / "runs", fsync=False)
+    w = store.open_run()
+    w.append("run.start", {"task": {}})
+    results = Store(store.root).recover()
+    assert [r.live for r in results] == [True] and w.path.exists()
+    w.append("call", {"n": 1})  # the writer goes on, undisturbed
+    w.close_unsealed()  # its writer is gone: the lock is released
+    (done,) = Store(store.root).recover()
+    assert not done.live and done.run_id and done.kept_records == 2
+    assert store.read_run(done.run_id).end["status"] == "aborted"
+
+
+def test_a_run_file_whose_writer_died_before_naming_it_is_dropped(tmp_path):
+    store = Store(tmp_path / "runs", fsync=False)
+    store._ensure()
+    unborn = store.root / "open" / ".new-0123.jsonl"
+    unborn.write_bytes(b"")  # created, never locked by a live writer, never renamed
+    assert store.open_run_paths() == [] and store.check().open_runs == 0
+    assert store.recover() == [] and not unborn.exists()

@@ -227,7 +227,7 @@ def test_a_second_studio_on_the_same_runs_directory_is_refused(tmp_path):
     first = _studio(tmp_path)
     first.open()
     try:
-        with pytest.raises(UsageError, match="another process running agents"):
+        with pytest.raises(UsageError, match="being run by another process"):
             _studio(tmp_path).open()
     finally:
         asyncio.run(first.close())

@@ -176,3 +176,30 @@ def test_cli_show_and_bad_folder(tmp_path):
     edit(folder / "checks.toml", 'type = "quotes"', 'type = "quotez"')
     from benchclaw.cli import run_cli
     assert run_cli(cli, ["tasks", "ls", "--tasks", str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize("name, message", [
+    ("inputs/Incident.md", "only by case"),        # beside inputs/incident.md
+    ("inputs/a:b.md", "colon"),
+    ("inputs/bad\rname.md", "control character"),
+    ("inputs/tab\tname.md", "control character"),
+    ("inputs/back\\slash.md", "backslash"),
+    ("inputs/incident\u212a.md", None),               # a Kelvin sign: fine alone
+])
+def test_file_names_a_bundle_refuses_fail_at_load_time(tmp_path, name, message):
+    """Before: such a task loaded, ran and exported, and only the bundle was UNREADABLE."""
+    folder = copy_task(tmp_path)
+    (folder / name).write_bytes(b"x\n")
+    if message is None:
+        load_task(folder)
+        return
+    with pytest.raises(FormatError, match=message):
+        load_task(folder)
+
+
+def test_names_equal_after_unicode_normalisation_collide(tmp_path):
+    folder = copy_task(tmp_path)
+    (folder / "inputs" / "caf\u00e9.md").write_bytes(b"x\n")
+    (folder / "inputs" / "cafe\u0301.md").write_bytes(b"y\n")
+    with pytest.raises(FormatError, match="Unicode normalisation"):
+        load_task(folder)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from .. import jsonio
 from ..errors import InputError
+from ..paths import make_output_dir, refuse_evidence_overlap
 from ..store import Store
 from ..verify.manifest import build_manifest
 from ._collect import collect
@@ -35,15 +37,22 @@ class ExportReport:
 
 
 def export_bundle(runs_dir: Path | str, experiment_id: str, out_path: Path | str, *,
-                  include_site: Path | str | None = None) -> ExportReport:
+                  include_site: Path | str | None = None,
+                  note: Callable[[str], None] | None = None) -> ExportReport:
     """Write the bundle of ``experiment_id`` from ``runs_dir`` to ``out_path``.
 
+    Waits while another process runs the experiment's grid (``note`` is told so).
     Raises InputError (missing runs directory, journal, run or blob; unwritable output),
     IntegrityError (damaged evidence in the runs directory), and whatever the analysis
     raises for experiment data it cannot summarise.
     """
     store = Store.existing(runs_dir)
-    files = collect(store, experiment_id, Path(include_site) if include_site else None)
+    refuse_evidence_overlap(Path(out_path).parent, "bundle", evidence=(store.root,), may_contain=True)
+    make_output_dir(Path(out_path).parent, "bundle")
+    # While a grid of this experiment runs, its journal, ledger and runs are mid-story (a
+    # bundle of them would not verify): wait for it, and hold it off while reading.
+    with store.experiment_quiet(experiment_id, note):
+        files = collect(store, experiment_id, Path(include_site) if include_site else None)
     files[SUMMARY] = claimed_summary(files, experiment_id)
     manifest = build_manifest([experiment_id], files)
     try:

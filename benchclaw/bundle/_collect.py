@@ -31,7 +31,7 @@ def collect(store: Store, experiment: str, include_site: Path | None = None) -> 
     files: dict[str, bytes] = {"VERSION": VERSION_TEXT}
     journal_bodies = _journals(store, experiment, files)
     runs = _runs(store, experiment, journal_bodies)
-    bodies = list(journal_bodies)
+    bodies = [body for _, body in journal_bodies]  # (the spec blob of a grid with no sealed run yet)
     for run in runs:
         files[run_path(run.run_id)] = run.path.read_bytes()
         bodies.extend(r.body for r in run.records)

@@ -15,6 +15,7 @@ import sys
 import click
 
 from ..errors import BenchClawError, EXIT_USAGE
+from ..names import terminal_safe
 
 __all__ = ["main", "cli", "COMMANDS"]
 
@@ -88,7 +89,7 @@ def run_cli(group: click.Command, argv: list[str] | None = None, prog: str | Non
             import traceback
 
             traceback.print_exc()
-        click.echo(f"error: {err}", err=True)
+        click.echo(f"error: {terminal_safe(str(err), keep_newlines=False)}", err=True)
         return err.exit_code
     except click.exceptions.Exit as e:
         return e.exit_code
@@ -103,10 +104,17 @@ def run_cli(group: click.Command, argv: list[str] | None = None, prog: str | Non
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:  # a path the command was given cannot be used: bad input, not a bug
+        if verbose:
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(terminal_safe(f"error: {where}{e.strerror or e}", keep_newlines=False), err=True)
+        return EXIT_USAGE
     except Exception as e:  # a bug: say so without a traceback unless asked
         if verbose:
             raise
-        click.echo(f"internal error: {type(e).__name__}: {e} (run with --verbose for the traceback)", err=True)
+        click.echo(f"internal error: {type(e).__name__}: {terminal_safe(str(e), keep_newlines=False)} "
+                   "(run with --verbose for the traceback)", err=True)
         return 3
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._common import echo_err, emit_json, runs_option
+from ._common import echo, echo_err, emit_json, runs_option
 
 
 @click.command()
@@ -25,17 +25,18 @@ def export(experiment: str, runs_dir: Path, out_path: Path | None, include_site:
     catalogs and spec they used, the journals, ledgers and the summary as claimed, listed
     with their SHA-256 in manifest.json. Exporting twice gives identical bytes; the
     manifest digest printed here is the bundle's identity. Check it with
-    `benchclaw-verify`.
+    `benchclaw-verify`. While another process runs the experiment's grid, export waits
+    for it to end (and says so), because a grid half-way through does not verify.
 
     Example: benchclaw export E01 --runs runs/ -o E01.zip && benchclaw-verify E01.zip
     """
     from ..bundle import export_bundle
 
     out = out_path or Path(f"{experiment}.zip")
-    rep = export_bundle(runs_dir, experiment, out, include_site=include_site)
+    rep = export_bundle(runs_dir, experiment, out, include_site=include_site, note=echo_err)
     if as_json:
         emit_json({"path": str(rep.path), "manifest_digest": rep.manifest_digest,
                    "files": rep.files, "bytes": rep.bytes})
         return
-    click.echo(str(rep.path))
+    echo(str(rep.path))
     echo_err(f"{rep.files} files, {rep.bytes} bytes; manifest {rep.manifest_digest}")

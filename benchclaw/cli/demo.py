@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ._common import echo_err
+from ._common import echo, echo_err
 
 
 @click.command()
@@ -28,4 +28,4 @@ def demo(workdir: Path, concurrency: int | None) -> None:
     """
     from ..demo import run_demo
 
-    run_demo(workdir, say=click.echo, note=echo_err, stream=sys.stderr, concurrency=concurrency)
+    run_demo(workdir, say=echo, note=echo_err, stream=sys.stderr, concurrency=concurrency)

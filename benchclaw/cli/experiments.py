@@ -10,7 +10,7 @@ import click
 
 from ..errors import EXIT_FAILED
 from ..store import Store
-from ._common import echo_err, runs_option
+from ._common import echo, echo_err, one_line, runs_option
 
 
 @click.command()
@@ -29,7 +29,7 @@ def prereg(spec_path: Path, runs_dir: Path) -> None:
     reg = do_prereg(Store(runs_dir), spec_path)
     state = "registered" if reg.fresh else "already registered (unchanged)"
     echo_err(f"{reg.experiment} {state} at {reg.registered_at} in {runs_dir}/journals/{reg.experiment}/")
-    click.echo(reg.spec_digest)
+    echo(reg.spec_digest)
 
 
 @click.command()
@@ -48,7 +48,7 @@ def deviate(experiment: str, reason: str, spec_path: Path | None, runs_dir: Path
     reg = do_deviate(Store.existing(runs_dir), experiment, reason, spec_path=spec_path)
     _, at, digest = reg.history[-1]
     echo_err(f"deviation recorded for {experiment} at {at}")
-    click.echo(digest)
+    echo(digest)
 
 
 @click.command()
@@ -101,7 +101,7 @@ def run(experiment: str, spec_path: Path | None, runs_dir: Path, concurrency: in
         echo_err(f"interrupted: {e}; run `benchclaw run {experiment}` again to resume")
         raise SystemExit(130)
     for line in result.summary_lines():
-        click.echo(line)
+        echo(one_line(line))
     if result.status != "complete":
         raise SystemExit(EXIT_FAILED)
 

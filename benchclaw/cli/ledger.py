@@ -7,7 +7,7 @@ import click
 from ..errors import InputError
 from ..ledger import read_ledger
 from ..store import Store
-from ._common import emit_json, runs_option
+from ._common import echo, emit_json, runs_option
 
 
 @click.group()
@@ -37,14 +37,14 @@ def show(ledger_id: str | None, runs_dir, as_json: bool) -> None:
         if not ids:
             raise InputError(f"{store.root}/ledgers: no ledgers")
         for i in ids:
-            click.echo(i)
+            echo(i)
         return
     summary = read_ledger(store, ledger_id).summary()
     if as_json:
         emit_json(summary)
         return
     for line in _lines(summary):
-        click.echo(line)
+        echo(line)
 
 
 def _lines(s: dict) -> list[str]:

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from ..errors import FormatError
-from ._common import echo_err, runs_option
+from ..names import json_terminal_safe
+from ._common import echo, echo_err, runs_option
 
 
 @click.command()
@@ -34,15 +35,15 @@ def report(experiment: str, runs_dir: Path, json_path: str | None, md_path: str 
     summary = build_summary(Store.existing(runs_dir), experiment)
     to_stdout = "-" in (json_path, md_path)
     if not to_stdout:
-        click.echo(render_terminal(summary), nl=False)
+        echo(render_terminal(summary), nl=False)
     if json_path == "-":
-        click.echo(summary_bytes(summary).decode("utf-8"), nl=False)
+        click.echo(json_terminal_safe(summary_bytes(summary).decode("utf-8")), nl=False)
     elif json_path:
         write_summary(summary, Path(json_path))
         echo_err(f"wrote {json_path}")
     if md_path == "-":
         from ..analysis import render_markdown
-        click.echo(render_markdown(summary), nl=False)
+        echo(render_markdown(summary), nl=False)
     elif md_path:
         write_markdown(summary, Path(md_path))
         echo_err(f"wrote {md_path}")

@@ -9,7 +9,7 @@ import click
 from ..errors import IntegrityError
 from ..runs_view import run_rows, timeline
 from ..store import Store
-from ._common import emit_json, runs_option
+from ._common import echo, emit_json, one_line, runs_option
 
 
 @click.group()
@@ -33,13 +33,13 @@ def ls(runs_dir, as_json: bool) -> None:
         emit_json(rows)
         return
     if not rows:
-        click.echo(f"no sealed runs in {runs_dir}", err=True)
+        echo(f"no sealed runs in {runs_dir}", err=True)
         return
     fmt = "{:<12} {:<28} {:<10} {:<8} {:>4} {:<14} {:>12}"
-    click.echo(fmt.format("run", "task", "tier", "profile", "seed", "status", "cost_usd"))
+    echo(fmt.format("run", "task", "tier", "profile", "seed", "status", "cost_usd"))
     for r in rows:
-        click.echo(fmt.format(r["run_id"][:12], r["task"][:28], r["tier"][:10], r["profile"][:8],
-                              str(r["seed"]), r["status"][:14], r["cost"]))
+        echo(fmt.format(*(one_line(v) for v in (r["run_id"][:12], r["task"][:28], r["tier"][:10],
+                                                  r["profile"][:8], r["seed"], r["status"][:14], r["cost"]))))
 
 
 @runs.command("show")
@@ -52,7 +52,7 @@ def show(run_id: str, runs_dir) -> None:
     """
     store = Store.existing(runs_dir)
     for line in timeline(store, run_id):
-        click.echo(line)
+        echo(line)
 
 
 @runs.command("check")
@@ -71,11 +71,11 @@ def check(runs_dir) -> None:
         kinds = ", ".join(f"{k} x{n}" for k, n in sorted(report.unknown_kinds.items()))
         summary += f"; unknown record kinds kept: {kinds}"
     if report.ok:
-        click.echo(f"ok: {summary}")
+        echo(f"ok: {summary}")
         return
-    click.echo(summary, err=True)
+    echo(summary, err=True)
     for damage in report.damages[1:10]:
-        click.echo(f"  also damaged: {damage}", err=True)
+        echo(f"  also damaged: {damage}", err=True)
     raise IntegrityError(f"damaged: {report.damages[0]} ({len(report.damages)} damaged in all)")
 
 
@@ -84,16 +84,20 @@ def check(runs_dir) -> None:
 def recover(runs_dir) -> None:
     """Seal runs left open by a crash as `aborted`, keeping every complete record.
 
-    A torn last line is moved to quarantine/ and reported, never dropped.
+    A torn last line is moved to quarantine/ and reported, never dropped. A run whose
+    writer is alive (a `run` or `try` in flight holds its lock) is left alone.
 
     Example: benchclaw runs recover --runs runs/
     """
     results = Store.existing(runs_dir).recover()
     if not results:
-        click.echo("nothing to recover")
+        echo("nothing to recover")
     for r in results:
+        if r.live:
+            echo(f"{r.open_path}: {r.note}")
+            continue
         target = f"run {r.run_id}" if r.run_id else f"set aside at {r.quarantined}"
-        click.echo(f"{r.open_path}: {r.note} ({r.kept_records} records kept) -> {target}")
+        echo(f"{r.open_path}: {r.note} ({r.kept_records} records kept) -> {target}")
 
 
 @click.command()
@@ -111,4 +115,4 @@ def merge(other: Path, runs_dir: Path) -> None:
     from .._store_merge import merge_store
 
     report = merge_store(Store(runs_dir), Store.existing(other))
-    click.echo(f"merged {other} into {runs_dir}: {report.line()}")
+    echo(f"merged {other} into {runs_dir}: {report.line()}")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._common import echo_err
+from ._common import echo, echo_err
 
 __all__ = ["sim"]
 
@@ -53,7 +53,7 @@ def serve(port: int, latency_scale: float, faults: tuple[str, ...], retry_after:
         raise UsageError(f"cannot listen on 127.0.0.1:{port} ({e.strerror or e}); try another --port") from None
     models = ", ".join(server.backend.profiles.models)
     echo_err(f"simulated OpenAI-compatible API on {server.base_url} (models: {models}); Ctrl-C stops it")
-    click.echo(server.base_url)
+    echo(server.base_url)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._common import echo_err, runs_option
+from ._common import echo, echo_err, runs_option
 
 __all__ = ["build", "serve"]
 
@@ -42,7 +42,7 @@ def build(runs_dir: Path, tasks_dir: Path | None, out_dir: Path, public: bool, b
              f"{report.runs} runs ({report.seconds:.2f} s)")
     for warning in report.warnings:
         echo_err(f"warning: {warning}")
-    click.echo(str(out_dir / "index.html"))
+    echo(str(out_dir / "index.html"))
 
 
 @click.command()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._common import emit_json
+from ._common import echo, emit_json
 
 __all__ = ["tasks"]
 
@@ -48,7 +48,7 @@ def ls_cmd(tasks_dir: Path | None, as_json: bool) -> None:
         emit_json(rows)
         return
     head = [["ID", "VERSION", "FAMILY", "CHECKS", "DIGEST"]]
-    click.echo(_table(head + [[r["id"], str(r["version"]), r["family"], str(r["checks"]), r["digest"]]
+    echo(_table(head + [[r["id"], str(r["version"]), r["family"], str(r["checks"]), r["digest"]]
                               for r in rows]))
 
 
@@ -64,23 +64,23 @@ def show_cmd(task_id: str, tasks_dir: Path | None, version: int | None) -> None:
     from ..tasks import get_task
 
     t = get_task(task_id, tasks_dir, version)
-    click.echo(f"{t.id} v{t.version}  ({t.family})  {t.title}")
-    click.echo(f"digest:   {t.digest}")
-    click.echo(f"folder:   {t.folder}")
-    click.echo(f"readable: {', '.join(t.readable)}")
-    click.echo(f"writable: {', '.join(t.writable)}   outputs: {', '.join(t.outputs)}")
-    click.echo(f"limits:   {', '.join(f'{k}={v}' for k, v in sorted(t.limits.items())) or 'defaults'}")
-    click.echo("checks:")
+    echo(f"{t.id} v{t.version}  ({t.family})  {t.title}")
+    echo(f"digest:   {t.digest}")
+    echo(f"folder:   {t.folder}")
+    echo(f"readable: {', '.join(t.readable)}")
+    echo(f"writable: {', '.join(t.writable)}   outputs: {', '.join(t.outputs)}")
+    echo(f"limits:   {', '.join(f'{k}={v}' for k, v in sorted(t.limits.items())) or 'defaults'}")
+    echo("checks:")
     for c in t.checks:
         role = "held-out" if c.heldout else ("gate" if c.gate else "extra")
-        click.echo(f"  {c.id:<16} {c.type:<12} {role}")
-    click.echo("lures:")
+        echo(f"  {c.id:<16} {c.type:<12} {role}")
+    echo("lures:")
     for lure in t.lures:
-        click.echo(f"  {lure['id']:<28} {lure['kind']:<9} {lure['target']}")
-    click.echo("files:")
+        echo(f"  {lure['id']:<28} {lure['kind']:<9} {lure['target']}")
+    echo("files:")
     for path, data in sorted(t.files().items()):
-        click.echo(f"  {path} ({len(data):,} bytes)")
-    click.echo("\n--- prompt ---\n" + t.prompt)
+        echo(f"  {path} ({len(data):,} bytes)")
+    echo("\n--- prompt ---\n" + t.prompt)
 
 
 def _read_artifacts(folder: Path) -> dict[str, bytes]:
@@ -123,8 +123,8 @@ def check_cmd(task_id: str, artifact_dir: Path, tasks_dir: Path | None,
         for r in results:
             role = "held-out" if r.heldout else ("gate" if r.gate else "extra")
             rows.append([r.id, r.type, role, "pass" if r.passed else "FAIL", r.detail])
-        click.echo(_table(rows))
+        echo(_table(rows))
     failed = sum(not r.passed for r in results)
     if failed:  # exit 1 through the one error path (main prints it on stderr)
         raise CheckFailed(f"{task.id} v{task.version}: {failed} of {len(results)} checks failed")
-    click.echo(f"{task.id} v{task.version}: all {len(results)} checks passed", err=True)
+    echo(f"{task.id} v{task.version}: all {len(results)} checks passed", err=True)

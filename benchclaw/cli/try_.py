@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import CheckFailed
-from ._common import echo_err, emit_json, runs_option
+from ._common import echo, echo_err, emit_json, one_line, runs_option
 
 
 @click.command("try")
@@ -46,11 +46,11 @@ def try_cmd(task_id, tier, profile, provider, catalog, seed, max_tokens, tasks_r
         low, high = fmt_usd(res.cost_low), fmt_usd(res.cost_high)
         cost = low if low == high else f"{low}..{high}"
         label = "  [SIMULATED: evidence about the simulator, not a model]" if res.simulated else ""
-        click.echo(f"status: {res.status} ({res.reason}){label}")
-        click.echo(f"turns: {res.turns}  calls: {res.calls}  denials: {res.denials}  "
+        echo(f"status: {res.status} ({one_line(res.reason)}){label}")
+        echo(f"turns: {res.turns}  calls: {res.calls}  denials: {res.denials}  "
                    f"injection attempts: {res.injection_attempts}  cost: {cost} USD  time: {res.elapsed_ms} ms")
-        click.echo(f"run: {res.run_id}")
-        click.echo(f"evidence: {res.path}")
+        echo(f"run: {res.run_id}")
+        echo(f"evidence: {res.path}")
         echo_err(f"see it: benchclaw runs show {res.run_id[:12]} --runs {runs_dir}")
     if res.status != "passed":
-        raise CheckFailed(f"the run did not pass: {res.status} ({res.reason}); its evidence is kept")
+        raise CheckFailed(f"the run did not pass: {res.status} ({one_line(res.reason)}); its evidence is kept")

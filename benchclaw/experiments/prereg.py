@@ -74,7 +74,7 @@ def prereg(store: Store, path: Path | str) -> Registration:
             f"experiment {spec.id} is already registered with {reg.spec_digest}; {path} now hashes to "
             f"{spec.digest}. Record the change first: benchclaw deviate {spec.id} --reason \"...\"")
     store.put_blob(spec.source)
-    store.journal(spec.id).append("prereg", {"experiment": spec.id, "spec_path": str(path),
+    store.journal(spec.id).append("prereg", {"experiment": spec.id, "spec_path": recorded_path(store, path),
                                              "spec_digest": spec.digest})
     reg = registration(store, spec.id)
     return Registration(reg.experiment, reg.spec_path, reg.spec_digest, reg.registered_at, reg.history,
@@ -95,10 +95,23 @@ def deviate(store: Store, experiment: str, reason: str, *, spec_path: Path | str
     if spec.id != experiment:
         raise RegistrationError(f"{path}: spec id is {spec.id!r}, not {experiment!r}")
     store.put_blob(spec.source)
-    store.journal(experiment).append("deviation", {
-        "experiment": experiment, "reason": reason.strip(), "spec_digest": spec.digest,
-        "previous_digest": reg.spec_digest, "spec_path": str(spec_path or reg.spec_path)})
+    with store.experiment_lock(experiment):  # never under a grid that is running the old spec
+        store.journal(experiment).append("deviation", {
+            "experiment": experiment, "reason": reason.strip(), "spec_digest": spec.digest,
+            "previous_digest": reg.spec_digest,
+            "spec_path": recorded_path(store, spec_path) if spec_path else reg.spec_path})
     return registration(store, experiment)
+
+
+def recorded_path(store: Store, path: Path | str) -> str:
+    """The spec path a journal records: relative to the project folder (the runs directory's
+    parent) when the spec lies in it, else only its file name; never an absolute path, so no
+    user or host name reaches published evidence (``locate_spec`` finds it again)."""
+    p = Path(path).resolve()
+    try:
+        return p.relative_to(store.root.resolve().parent).as_posix()
+    except ValueError:
+        return p.name
 
 
 def locate_spec(store: Store, reg: Registration, override: Path | str | None = None) -> Path:

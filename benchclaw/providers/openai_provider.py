@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import ProviderConfigError
 from .base import (ChatRequest, ChatResponse, Provider, error_response, parse_completion_body,
                    parse_retry_after, status_kind)
-from .vault import Secret, install_log_redaction, load_key, redact
+from .vault import Secret, install_log_redaction, redact, tier_key
 
 __all__ = ["OpenAIProvider", "make_openai_provider"]
 
@@ -36,7 +36,7 @@ def make_openai_provider(tier, *, sim_options=None, key: Secret | str | None = N
     if isinstance(key, str):
         key = Secret(key, label=f"key of tier {tier.name}")
     if key is None:
-        key = load_key(tier.key_env, tier.key_file)
+        key = tier_key(tier)  # the catalog's key source, under the rules for untrusted catalogs
     return OpenAIProvider(tier, key)
 
 

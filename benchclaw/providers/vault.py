@@ -31,7 +31,8 @@ from pathlib import Path
 
 from ..errors import ProviderConfigError
 
-__all__ = ["Secret", "redact", "RedactingFilter", "install_log_redaction", "REDACTED", "load_key"]
+__all__ = ["Secret", "redact", "RedactingFilter", "install_log_redaction", "REDACTED", "load_key", "tier_key",
+           "KEY_ENVS_VAR", "KNOWN_KEY_HOSTS"]
 
 REDACTED = "[REDACTED]"
 MIN_FRAGMENT = 8
@@ -116,6 +117,86 @@ def load_key(key_env: str | None, key_file: str | None = None) -> Secret | None:
     if key_env:
         return Secret.from_env(key_env)
     return None
+
+
+# -- which key may go where (a catalog is untrusted input: FORMAT.md "Catalogs") --------
+
+KEY_ENVS_VAR = "BENCHCLAW_KEY_ENVS"  # the user's own extra key variables, comma-separated
+# Well-known provider keys go only to their provider's hosts (a name or a ".suffix").
+KNOWN_KEY_HOSTS = {"OPENAI_API_KEY": ("api.openai.com",),
+                   "NEBIUS_API_KEY": (".nebius.com", ".nebius.ai")}
+KEY_FILE_SUFFIX = ".key"
+
+
+def tier_key(tier) -> Secret | None:
+    """The key an ``openai`` tier sends, read under the rules that make a shared catalog safe
+    to use; ``None`` when the tier names no key source. Raises ``ProviderConfigError`` naming
+    the tier when:
+
+    - the key would go to a host other than the one named next to the key source (a catalog
+      that ``extends`` another and moves its base_url must name the key source again);
+    - it would go over plain HTTP to a host that is not loopback, unless the tier says
+      ``allow_http = true``;
+    - ``key_env`` is neither a ``BENCHCLAW_…KEY`` variable, nor a well-known provider key sent
+      to that provider's host, nor listed by the user in ``BENCHCLAW_KEY_ENVS``;
+    - ``key_file`` (relative paths resolve against the catalog's folder) is not a ``*.key`` file;
+    - the source is unset, empty or unreadable.
+    """
+    if not tier.key_env and not tier.key_file:
+        return None
+    where = f"tier {tier.name!r}"
+    host = _host(tier.base_url)
+    if tier.key_url is not None and _host(tier.key_url) != host:
+        raise ProviderConfigError(f"{where}: its key source was named for host {_host(tier.key_url)!r} but "
+                                  f"base_url now points at {host!r}; name key_env/key_file again next to "
+                                  "this base_url")
+    if str(tier.base_url).lower().startswith("http://") and not _loopback(host) and not tier.allow_http:
+        raise ProviderConfigError(f"{where}: refusing to send its key over plain HTTP to {host!r}; use https, "
+                                  "a loopback host, or set allow_http = true in the tier if you mean it")
+    try:
+        if tier.key_file:
+            if not Path(tier.key_file).name.endswith(KEY_FILE_SUFFIX):
+                raise ProviderConfigError(f"key_file {tier.key_file!r} is not a *{KEY_FILE_SUFFIX} file; "
+                                          "only such files may hold a key")
+            return Secret.from_file(tier.key_file)
+        _check_key_env(tier.key_env, host)
+        return Secret.from_env(tier.key_env)
+    except ProviderConfigError as e:
+        raise ProviderConfigError(f"{where}: {e}") from None
+
+
+def _check_key_env(var: str, host: str) -> None:
+    allowed = {v.strip() for v in os.environ.get(KEY_ENVS_VAR, "").split(",") if v.strip()}
+    if var in allowed or (var.startswith("BENCHCLAW_") and var.endswith("KEY")):
+        return
+    hosts = KNOWN_KEY_HOSTS.get(var)
+    if hosts is not None:
+        if any(host == h or (h.startswith(".") and host.endswith(h)) for h in hosts):
+            return
+        raise ProviderConfigError(f"key_env {var} may only be sent to {', '.join(hosts)}, not {host!r} "
+                                  f"(add {var} to {KEY_ENVS_VAR} to allow it)")
+    raise ProviderConfigError(f"key_env {var} is not a key variable BenchClaw reads: use a variable named "
+                              f"BENCHCLAW_…KEY, or list {var} in {KEY_ENVS_VAR}")
+
+
+def _host(url: str | None) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        return (urlsplit(url or "").hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _live_keys() -> list[str]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError, UsageError
-from ..paths import site_templates_dir
+from ..paths import make_output_dir, refuse_evidence_overlap, site_templates_dir
 from ..store import Store
 from ._cache import BuildCache, PageWriter, fast_dumps, write_atomic
 from ._render import Scrubber, make_env, object_url, renderer_digest, run_url
@@ -93,6 +93,9 @@ def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundl
     t0 = time.perf_counter()
     with gc_paused():  # see the module docstring ("Speed"); workers re-enable it
         b = _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers)
+        b.warnings.extend(f"experiment {e} is being run by another process: the site shows the evidence "
+                          "sealed so far (a snapshot); build again when its grid ends"
+                          for e in b.store.experiments() if b.store.experiment_live(e))
         _stage2_runs(b)
         from ._pages import stage_lists, stage_tasks
         from ._exppages import stage_experiments
@@ -116,8 +119,7 @@ def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundl
 def _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers) -> Build:
     store = Store.existing(runs_dir, fsync=False)
     out = Path(out_dir)
-    if out.resolve() == store.root.resolve() or store.root.resolve() in out.resolve().parents:
-        raise UsageError(f"{out}: the site must not be written inside the runs directory {store.root}")
+    refuse_evidence_overlap(out, "site", evidence=(store.root, tasks_dir))
     if tasks_dir is not None and not Path(tasks_dir).is_dir():
         raise InputError(f"{tasks_dir}: no such tasks folder")
     if bundle_path is not None and not Path(bundle_path).is_file():
@@ -125,7 +127,7 @@ def _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers) -
     templates = site_templates_dir()
     if not (templates / "base.html").is_file():
         raise InputError(f"{templates}: the site templates are missing (base.html)")
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out, "site")
     renderer = renderer_digest(templates, public)
     cache = BuildCache.load(out, renderer)
     scrub = Scrubber([store.root, out, templates, tasks_dir, Path.cwd(),

@@ -75,8 +75,8 @@ def _standing(st: LedgerState | None, usd: Decimal, tokens: int) -> Standing:
 
 class StudioBudgets:
     """The ledgers of one studio in one runs directory (``studio-<label>-s-<session>``
-    and ``studio-<label>-day-<yyyymmdd>``). Thread-safe; the process holds the runs
-    directory's runner lock, so no other process writes these ledgers."""
+    and ``studio-<label>-day-<yyyymmdd>``). Thread-safe; the process holds the studio's
+    lock (``locks/studio-<label>.lock``), so no other process writes these ledgers."""
 
     def __init__(self, store: Store, budgets: Budgets, label: str, *,
                  today: Callable[[], str] | None = None):

@@ -2,9 +2,9 @@
 
 The story of a process, top to bottom:
 
-1. ``open``: take the runs directory's runner lock (the studio runs agents, so no other
-   runner may seal its open runs, and it may seal what a killed studio left), seal runs cut
-   off by a crash as ``aborted`` (``Store.recover``), settle the ledgers' orphaned
+1. ``open``: take the studio's lock (``locks/studio-<label>.lock``: one studio per label
+   writes its journal and ledgers), seal runs whose writer died as ``aborted``
+   (``Store.recover``, which leaves any live process's open runs alone), settle the ledgers' orphaned
    reservations as unknown (``StudioBudgets.recover``), journal the runs and jobs a killed
    studio never finished, then append ``studio.open``.
 2. ``start``: a visitor's request names ids; each is looked up in the allow-lists loaded at
@@ -165,10 +165,8 @@ class Studio:
     # -- 1. open / 4. close ----------------------------------------------------------------
     def open(self) -> None:
         """Take the runs directory, recover what a killed studio left, journal ``studio.open``.
-        Raises UsageError when another runner holds the runs directory."""
-        from ..runner import runner_lock
-
-        self._lock_cm = runner_lock(self.store)
+        Raises UsageError when another studio of this label runs on the runs directory."""
+        self._lock_cm = self.store.experiment_lock(self.journal_id)  # one studio per label (FORMAT.md §1)
         self._lock_cm.__enter__()
         try:
             self.journal = self.store.journal(self.journal_id, "studio")

@@ -53,7 +53,9 @@ def render_text(report, max_failures: int = 10, quiet: bool = False) -> str:
     shown = report.failures()[:max_failures]
     if shown:
         lines.append("first failures:")
-        lines.extend(f"  [{s.number} {s.name}] {err}" for s, err in shown)
+        from ..names import terminal_safe  # a failure names bundle content: one line, escaped
+
+        lines.extend(f"  [{s.number} {s.name}] {terminal_safe(str(err), keep_newlines=False)}" for s, err in shown)
     verdict = {0: "VERIFIED", 1: f"NOT VERIFIED: {report.failure_count} failure(s)",
                2: "UNREADABLE: not a bundle the verifier will read"}[report.exit_code]
     lines.append(verdict)
@@ -62,18 +64,20 @@ def render_text(report, max_failures: int = 10, quiet: bool = False) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    from ..names import json_terminal_safe, terminal_safe
     from . import verify_bundle
 
     report = verify_bundle(args.bundle)
     try:
+        # A bundle is hostile input: nothing from it reaches the terminal unescaped.
         if args.json:
             from .. import jsonio
 
-            sys.stdout.write(jsonio.dumps_pretty(report.to_dict()) + "\n")
+            sys.stdout.write(json_terminal_safe(jsonio.dumps_pretty(report.to_dict())) + "\n")
         elif args.quiet:
-            sys.stderr.write(render_text(report, args.failures, quiet=True) + "\n")
+            sys.stderr.write(terminal_safe(render_text(report, args.failures, quiet=True)) + "\n")
         else:
-            sys.stdout.write(render_text(report, args.failures) + "\n")
+            sys.stdout.write(terminal_safe(render_text(report, args.failures)) + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
         pass

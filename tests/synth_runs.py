@@ -1,9 +1,10 @@
-"""Synthetic evidence for the site's tests and benchmark (FORMAT.md §3, §7-8).
+"""Synthetic evidence for the site's tests and benchmark (FORMAT.md §3, §7-8). Test-only:
+it fabricates evidence, so it lives in tests/, never in the shipped package.
 
 The site must be built and measured before the agent runtime and grid runner exist, and
 its benchmark needs 10,000 runs in seconds. So this module writes run logs that follow the
-record format exactly (same envelope, chain and blob rule through ``benchclaw.records``
-and ``Store.put_blob``) but fabricates their content from a seeded RNG instead of calling
+record format exactly (written by the one chain writer, ``Store.open_run`` and
+``Journal``, with a synthetic clock, and blobs through ``Store.put_blob``) but fabricates their content from a seeded RNG instead of calling
 a model. Every run is marked ``simulated`` and its provider is ``synth``: it is evidence
 about nothing, and the site shows it as simulated.
 
@@ -25,11 +26,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from .. import jsonio
-from ..money import CostBounds, Prices, Usage, call_cost
-from ..records import GENESIS, Record, encode, line_hash
-from ..store import Store
-from ._synth_tasks import TASKS, XSS_PROBE, task_files
+from benchclaw import jsonio
+from benchclaw.money import CostBounds, Prices, Usage, call_cost
+from benchclaw.store import Journal, Store
+
+from .synth_tasks import TASKS, XSS_PROBE, task_files
 
 __all__ = ["synth_runs", "add_run", "SynthInfo", "XSS_PROBE", "TIERS"]
 
@@ -79,25 +80,18 @@ class _Clock:
 
 
 class _RunBuilder:
-    """Accumulates one run's records and writes it sealed (content-addressed name)."""
+    """One run written through the store's run writer, stamped by the synthetic clock."""
 
     def __init__(self, store: Store, clock: _Clock):
-        self.store, self.clock = store, clock
-        self.lines: list[bytes] = []
-        self.prev = GENESIS
+        self.ms = 1
+        self.writer = store.open_run(clock=lambda: clock.tick(self.ms))
 
     def add(self, kind: str, body: dict, ms: int = 1) -> None:
-        line = encode(Record(len(self.lines), self.prev, self.clock.tick(ms), kind, body))
-        self.lines.append(line)
-        self.prev = line_hash(line)
+        self.ms = ms
+        self.writer.append(kind, body)
 
     def seal(self) -> str:
-        data = b"".join(ln + b"\n" for ln in self.lines)
-        run_id = hashlib.sha256(data).hexdigest()
-        path = self.store.run_path(run_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        return run_id
+        return self.writer.seal()
 
 
 def _rng(*parts) -> random.Random:
@@ -267,14 +261,11 @@ def _scenario(rng: random.Random, tier: str, task: str) -> dict:
 
 
 def _write_journal(store: Store, exp: str, clock: _Clock, entries: list[tuple[str, dict]]) -> None:
-    path = store.root / "journals" / exp / "synth.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    prev, lines = GENESIS, []
-    for i, (kind, body) in enumerate(entries):
-        line = encode(Record(i, prev, clock.tick(), kind, body))
-        lines.append(line + b"\n")
-        prev = line_hash(line)
-    path.write_bytes(b"".join(lines))
+    journal = Journal(store.root / "journals" / exp / "synth.jsonl", exp, "synth", fsync=False,
+                      clock=clock.tick)
+    for kind, body in entries:
+        journal.append(kind, body)
+    journal.release()
 
 
 def synth_runs(root: Path | str, n_runs: int, *, experiment: str = "E01", seed: int = 0) -> SynthInfo:
@@ -290,8 +281,7 @@ def synth_runs(root: Path | str, n_runs: int, *, experiment: str = "E01", seed: 
     clock = _Clock(_EPOCH)
     spec = _spec_bytes(experiment)
     spec_digest = store.put_blob(spec)
-    journal: list[tuple[str, dict]] = [("prereg", {"experiment": experiment, "spec_path": str(
-        Path(root).resolve().parent / "experiments" / f"{experiment}.toml"),
+    journal: list[tuple[str, dict]] = [("prereg", {"experiment": experiment, "spec_path": f"experiments/{experiment}.toml",
                                                    "spec_digest": spec_digest})]
     tasks = {name: _put_task(store, name) for name in TASKS}
     catalog = store.put_blob(b'v = 1\nname = "synth"\nsimulated = true\n')
@@ -353,7 +343,7 @@ def _spec_bytes(exp: str) -> bytes:
     return f'''v = 1
 id = "{exp}"
 title = "Synthetic grid: does a ladder match always-ultra for less?"
-notes = """Synthetic runs written by `benchclaw.site._synth` for the site's tests and benchmark.
+notes = """Synthetic runs written by `tests/synth_runs.py` for the site's tests and benchmark.
 They follow the record format exactly but **no model was called**."""
 
 [grid]
