@@ -50,7 +50,17 @@ concurrency = 8
 [budget]
 usd = "100000"
 """
-RUNS_PER_SEED = 9 * 2 * 3
+
+
+def runs_per_seed() -> int:
+    """Grid runs one seed makes: the tasks ``tasks = ["*"]`` resolves to (the latest
+    version of every shipped task, counted, since task families keep being added)
+    x 2 profiles x 3 tiers."""
+    from benchclaw._grid import resolve_tasks
+    from benchclaw.tasks import find_tasks
+
+    return len(resolve_tasks(["*"], find_tasks(), "bench")) * 2 * 3
+
 EXP = "BENCHV"
 
 # peak_mb is the process's own high-water mark (VmHWM): ru_maxrss of a process that
@@ -83,7 +93,7 @@ def build_runs(workdir: Path, runs: int) -> Path:
     from benchclaw.store import Store
 
     root = workdir / "runs"
-    seeds = list(range(1, math.ceil(runs / RUNS_PER_SEED) + 1))
+    seeds = list(range(1, math.ceil(runs / runs_per_seed()) + 1))
     spec = workdir / f"{EXP}.toml"
     text = SPEC.format(seeds=seeds)
     if spec.is_file() and spec.read_text() == text and (root / "runs").is_dir():
