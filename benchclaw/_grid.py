@@ -36,7 +36,7 @@ from .records import parse_line
 from .store import Store
 
 __all__ = ["Cell", "Unit", "History", "Shard", "resolve_tasks", "make_cells", "make_units", "cell_id",
-           "group_key", "trial_id", "attempt_from_run", "BAD_STATUSES"]
+           "group_key", "trial_id", "attempt_from_run", "BAD_STATUSES", "longest_first"]
 
 # Primary outcomes a `--rerun` invocation re-runs (for secondary analyses only).
 BAD_STATUSES = frozenset({"aborted", "provider_error", "budget_stop"})
@@ -150,6 +150,50 @@ class Shard:
     @staticmethod
     def share_tokens(tokens: int | None, mine: int, total: int) -> int | None:
         return None if tokens is None else (tokens * mine // total if total > 0 else 0)
+
+
+# Live policies whose runs depend on the order grid runs reach the journal: ``memory``
+# starts at the tier of the *last* passing run in journal order (FORMAT.md §8).
+JOURNAL_ORDER_POLICIES = frozenset({"memory"})
+
+
+def longest_first(units: list[Unit], ladder: Iterable[str], history: "History") -> list[Unit]:
+    """The order the runner starts ``units`` in: the longest-expected first, so the last
+    wave of a concurrent grid is short runs and every slot stays busy to the end (in grid
+    order the long runs of the last cells start last and finish alone).
+
+    Only the order changes, never which units run or what they do. Grid runs stay before
+    live trials (tier memory reads the grid's runs); live trials keep their order. When a
+    live policy reads the grid's journal order (``JOURNAL_ORDER_POLICIES``: tier memory)
+    the grid order is kept as it is, since reordering would change where such a trial
+    starts. A grid unit's expected length is, best evidence first:
+
+    1. earlier runs: the mean ``elapsed_ms`` of the journal's runs that called the model
+       on the same task version, profile and tier (any seed, any invocation);
+    2. without any, the catalog's ladder: a cheaper tier is expected to take longer (it
+       fails checks and spends more turns; on the simulator lightning averages 7.3 calls
+       a run against 4.8 for ultra). Units with no earlier runs go before those with
+       some: an unknown group may be long.
+
+    Ties keep grid order (the sort is stable), so the order is deterministic."""
+    if any(u.policy in JOURNAL_ORDER_POLICIES for u in units):
+        return list(units)
+    rank = {t: i for i, t in enumerate(ladder)}
+    sums: dict[tuple[str, str | None], list[float]] = {}
+    for r in history.runs:
+        if r.get("called_model") and r.get("cell"):
+            acc = sums.setdefault((group_key(r["cell"]), r.get("tier")), [0.0, 0])
+            acc[0] += float(r.get("elapsed_ms") or 0)
+            acc[1] += 1
+
+    def key(u: Unit) -> tuple:
+        acc = sums.get((group_key(u.cell.id), u.tier))
+        if acc is None:
+            return (0, rank.get(u.tier, len(rank)))
+        return (1, -acc[0] / acc[1])
+
+    grid = [u for u in units if u.policy == "grid"]
+    return sorted(grid, key=key) + [u for u in units if u.policy != "grid"]
 
 
 # ----------------------------------------------------------------------------- history

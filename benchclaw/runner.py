@@ -3,7 +3,8 @@
 Why it is built this way:
 - **asyncio, one process.** A run spends nearly all its time waiting for the model, so
   one event loop keeps ``--concurrency N`` runs in flight with no threads. ``N`` unit
-  drivers pull units (grid runs, then live trials) from one queue; each run takes a
+  drivers pull units (grid runs, longest-expected first, then live trials: see
+  ``_grid.longest_first``) from one queue; each run takes a
   global slot and a per-tier slot (``settings.tier_concurrency``), so a speculative trial
   running two tiers at once cannot deadlock the pool.
 - **Evidence first, resumable by construction.** The experiment's lock is held for the
@@ -34,7 +35,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
-from ._grid import (History, Shard, Unit, attempt_from_run, make_cells, make_units, resolve_tasks, trial_id)
+from ._grid import (History, Shard, Unit, attempt_from_run, longest_first, make_cells, make_units,
+                    resolve_tasks, trial_id)
 from ._progress import Progress
 from ._runner_io import (Backends, LocalExecutor, RunDone, RunJob, RunParts, TrackingStore, default_backends,
                          first_last)
@@ -237,7 +239,10 @@ class _Grid:
 
     # -- 7. execution ------------------------------------------------------------------
     async def _execute(self, todo: list[Unit], handle_signals: bool) -> None:
-        self.queue = deque(todo)
+        # The catalog's ladder ranks tiers cheapest first; a catalog without one (a test
+        # double) is ranked in the spec's tier order.
+        ladder = getattr(self.catalog, "ladder", None) or self.tiers
+        self.queue = deque(longest_first(todo, ladder, self.history))
         self.slots = asyncio.Semaphore(self.concurrency)
         caps = self.spec.settings.tier_concurrency
         self.tier_slots = {t: asyncio.Semaphore(caps.get(t, self.concurrency)) for t in self.tiers}

@@ -344,3 +344,67 @@ def test_a_second_runner_of_the_same_experiment_is_refused(tmp_path):
         with pytest.raises(UsageError, match="being run by another process"):
             run(store, FakeAgent())
     assert not store.open_run_paths() and "grid.start" not in kinds(store)
+
+
+# ------------------------------------------------------------------ scheduling for the tail
+
+def _outcomes(store):
+    """What each unit did, without run ids or timing: the run set and its results."""
+    runs = journal(store, "run")
+    out = sorted((r["cell"], r["policy"], r["trial"] or "", r["tier"], r["status"], r["passed"], r["cost"]["low"])
+                 for r in runs)
+    trials = sorted((t["trial"], t["passed"], t["tier"], t["cost"]["low"]) for t in journal(store, "trial"))
+    return out, trials
+
+
+def test_grid_starts_longest_expected_first_without_changing_runs_or_results(tmp_path, monkeypatch):
+    import benchclaw.runner as runner_mod
+
+    # Baseline: the queue in grid order (the rule replaced by the identity).
+    (tmp_path / "base").mkdir()
+    (tmp_path / "sched").mkdir()
+    base, _ = setup(tmp_path / "base", live='["ladder", "speculative"]')
+    with monkeypatch.context() as m:
+        m.setattr(runner_mod, "longest_first", lambda units, ladder, history: list(units))
+        run(base, FakeAgent(), concurrency=1)
+    store, _ = setup(tmp_path / "sched", live='["ladder", "speculative"]')
+    run(store, FakeAgent(), concurrency=1)
+
+    assert _outcomes(store) == _outcomes(base)  # the same runs, the same results
+    grid_order = [(r["cell"], r["tier"]) for r in journal(base, "run") if r["policy"] == "grid"]
+    got = [(r["cell"], r["tier"]) for r in journal(store, "run") if r["policy"] == "grid"]
+    # No earlier runs: the ladder's cheapest tier first (expected longest), ties in grid order.
+    want = sorted(grid_order, key=lambda ct: TIERS.index(ct[1]))
+    assert got == want and got != grid_order
+    # Live trials still start after every grid run, in their own order.
+    policies = [r["policy"] for r in journal(store, "run")]
+    assert policies.index("ladder") > max(i for i, p in enumerate(policies) if p == "grid")
+
+
+def test_longest_first_prefers_earlier_runs_measured_durations(tmp_path):
+    from benchclaw._grid import History, Unit, longest_first, make_cells, make_units
+
+    tasks = [SimpleNamespace(id="alpha-one", version=1), SimpleNamespace(id="beta-two", version=1)]
+    cells = make_cells(tasks, ["direct"], [1, 2])
+    units = make_units(cells, TIERS, True, ["ladder"])
+    h = History()
+    # Seed 1 already ran: alpha's ultra took longest, beta's lightning shortest.
+    for task, tier, ms in [("alpha-one", "lightning", 100), ("alpha-one", "super", 200), ("alpha-one", "ultra", 900),
+                           ("beta-two", "lightning", 50), ("beta-two", "super", 300)]:
+        h.add({"run_id": f"{task}{tier}", "cell": f"{task}@1/direct/1", "tier": tier, "policy": "grid",
+               "called_model": True, "elapsed_ms": ms})
+    h.add({"run_id": "x", "cell": "beta-two@1/direct/1", "tier": "ultra", "policy": "grid",
+           "called_model": False, "elapsed_ms": 99999})  # never called the model: no evidence of length
+    todo = [u for u in units if u.cell.seed == 2 or u.policy != "grid"]
+    order = longest_first(todo, TIERS, h)
+    names = [(u.cell.task.id, u.tier) for u in order if u.policy == "grid"]
+    assert names == [("beta-two", "ultra"),                      # no measured run: unknown first
+                     ("alpha-one", "ultra"), ("beta-two", "super"), ("alpha-one", "super"),
+                     ("alpha-one", "lightning"), ("beta-two", "lightning")]
+    live = [u for u in todo if u.policy != "grid"]
+    assert len(live) == 4 and order[-len(live):] == live  # live trials last, in their order
+    assert sorted(order, key=lambda u: str(u.key)) == sorted(todo, key=lambda u: str(u.key))
+    # Tier memory reads the journal order of grid runs: with a memory trial to run, keep it.
+    mem = make_units(cells, TIERS, True, ["memory"])
+    assert longest_first(mem, TIERS, h) == mem
+    assert isinstance(order[0], Unit)
