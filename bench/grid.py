@@ -197,9 +197,15 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=None)
     ap.add_argument("--seeds", type=int, default=4, help="concurrency mode: seeds per cell (grid size)")
     ap.add_argument("--profile", action="store_true", help="overhead mode: cProfile the grid")
+    ap.add_argument("--grid-order", action="store_true",
+                    help="start runs in plain grid order (the runner before longest-first), for comparison")
     ap.add_argument("--tmpdir", default=None, help="put the runs directory here (default: the system temp dir)")
     args = ap.parse_args()
     TMPDIR[0] = args.tmpdir
+    if args.grid_order:
+        import benchclaw.runner
+
+        benchclaw.runner.longest_first = lambda units, history, prior: list(units)
     if args.latency is not None:
         concurrency_efficiency(args.latency, args.concurrency or 16, args.seeds)
     else:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ._grid import (History, Shard, Unit, attempt_from_run, longest_first, make_cells, make_units,
-                    resolve_tasks, trial_id)
+                    resolve_tasks, run_length_prior, trial_id)
 from ._progress import Progress
 from ._runner_io import (Backends, LocalExecutor, RunDone, RunJob, RunParts, TrackingStore, default_backends,
                          first_last)
@@ -240,9 +240,10 @@ class _Grid:
     # -- 7. execution ------------------------------------------------------------------
     async def _execute(self, todo: list[Unit], handle_signals: bool) -> None:
         # The catalog's ladder ranks tiers cheapest first; a catalog without one (a test
-        # double) is ranked in the spec's tier order.
-        ladder = getattr(self.catalog, "ladder", None) or self.tiers
-        self.queue = deque(longest_first(todo, ladder, self.history))
+        # double) is ranked in the spec's tier order, a profile without actions as none.
+        prior = run_length_prior(getattr(self.catalog, "ladder", None) or self.tiers,
+                                 {n: len(getattr(p, "actions", ())) for n, p in self.profiles.items()})
+        self.queue = deque(longest_first(todo, self.history, prior))
         self.slots = asyncio.Semaphore(self.concurrency)
         caps = self.spec.settings.tier_concurrency
         self.tier_slots = {t: asyncio.Semaphore(caps.get(t, self.concurrency)) for t in self.tiers}

@@ -365,7 +365,7 @@ def test_grid_starts_longest_expected_first_without_changing_runs_or_results(tmp
     (tmp_path / "sched").mkdir()
     base, _ = setup(tmp_path / "base", live='["ladder", "speculative"]')
     with monkeypatch.context() as m:
-        m.setattr(runner_mod, "longest_first", lambda units, ladder, history: list(units))
+        m.setattr(runner_mod, "longest_first", lambda units, history, prior: list(units))
         run(base, FakeAgent(), concurrency=1)
     store, _ = setup(tmp_path / "sched", live='["ladder", "speculative"]')
     run(store, FakeAgent(), concurrency=1)
@@ -382,7 +382,7 @@ def test_grid_starts_longest_expected_first_without_changing_runs_or_results(tmp
 
 
 def test_longest_first_prefers_earlier_runs_measured_durations(tmp_path):
-    from benchclaw._grid import History, Unit, longest_first, make_cells, make_units
+    from benchclaw._grid import History, Unit, longest_first, make_cells, make_units, run_length_prior
 
     tasks = [SimpleNamespace(id="alpha-one", version=1), SimpleNamespace(id="beta-two", version=1)]
     cells = make_cells(tasks, ["direct"], [1, 2])
@@ -396,7 +396,7 @@ def test_longest_first_prefers_earlier_runs_measured_durations(tmp_path):
     h.add({"run_id": "x", "cell": "beta-two@1/direct/1", "tier": "ultra", "policy": "grid",
            "called_model": False, "elapsed_ms": 99999})  # never called the model: no evidence of length
     todo = [u for u in units if u.cell.seed == 2 or u.policy != "grid"]
-    order = longest_first(todo, TIERS, h)
+    order = longest_first(todo, h, run_length_prior(TIERS, {"direct": 3}))
     names = [(u.cell.task.id, u.tier) for u in order if u.policy == "grid"]
     assert names == [("beta-two", "ultra"),                      # no measured run: unknown first
                      ("alpha-one", "ultra"), ("beta-two", "super"), ("alpha-one", "super"),
@@ -406,5 +406,16 @@ def test_longest_first_prefers_earlier_runs_measured_durations(tmp_path):
     assert sorted(order, key=lambda u: str(u.key)) == sorted(todo, key=lambda u: str(u.key))
     # Tier memory reads the journal order of grid runs: with a memory trial to run, keep it.
     mem = make_units(cells, TIERS, True, ["memory"])
-    assert longest_first(mem, TIERS, h) == mem
+    assert longest_first(mem, h, run_length_prior(TIERS, {})) == mem
     assert isinstance(order[0], Unit)
+
+
+def test_run_length_prior_puts_cheap_tiers_and_checking_profiles_first():
+    from benchclaw._grid import longest_first, make_cells, make_units, run_length_prior, History
+
+    cells = make_cells([SimpleNamespace(id="alpha-one", version=1)], ["direct", "checker"], [1])
+    units = make_units(cells, TIERS, True, [])
+    prior = run_length_prior(["lightning", "super", "ultra"], {"direct": 3, "checker": 4})
+    got = [(u.tier, u.cell.profile) for u in longest_first(units, History(), prior)]
+    assert got == [("lightning", "checker"), ("lightning", "direct"), ("super", "checker"),
+                   ("super", "direct"), ("ultra", "checker"), ("ultra", "direct")]
