@@ -143,3 +143,47 @@ def test_terminal_tables_fit_100_columns_and_lose_no_column(tmp_path, capsys):
     lines = _text_table(["id", "a", "b"], [["H1", "x" * 70, "y " * 60]])
     assert max(map(len, lines)) <= 100 and sum(line.startswith("H1") for line in lines) == 2
     assert "\n".join(lines).count("y") == 60 and "\n".join(lines).count("x") == 70  # nothing cut
+
+
+def _ledger(tmp_path, n=5):
+    from types import SimpleNamespace
+
+    from benchclaw.store import ChainFile
+
+    store = Store(tmp_path / "runs", fsync=False)
+    path = store.root / "ledgers" / "L1.jsonl"
+    path.parent.mkdir(parents=True)
+    led = ChainFile(path, fsync=False)
+    for i in range(n):
+        led.append("reserve", {"id": f"r{i}", "attempt": "a", "key": f"0.{i}", "usd": "0.01"})
+    journal = [SimpleNamespace(kind="grid.start", body={"ledger": "L1"})]
+    return store, path, journal
+
+
+def test_ledgers_stream_the_same_verified_records_as_a_whole_read(tmp_path):
+    from benchclaw.report import ledger_records
+    from benchclaw.store import ChainFile
+
+    store, path, journal = _ledger(tmp_path)
+    [stream] = ledger_records(store, journal, {})
+    assert [r.line for r in stream] == [r.line for r in ChainFile(path).read()]
+
+
+def test_a_damaged_ledger_stream_names_the_line_as_a_whole_read_does(tmp_path):
+    import pytest
+
+    from benchclaw.errors import BenchClawError
+    from benchclaw.report import ledger_records
+    from benchclaw.store import ChainFile
+
+    store, path, journal = _ledger(tmp_path)
+    good = path.read_bytes()
+    lines = good.split(b"\n")
+    lines[2] = lines[2].replace(b'"0.01"', b'"0.00"')  # an edited reservation
+    for damaged in (b"\n".join(lines), good + b'{"torn'):
+        path.write_bytes(damaged)
+        with pytest.raises(BenchClawError) as whole:
+            ChainFile(path).read()
+        with pytest.raises(type(whole.value)) as streamed:
+            list(ledger_records(store, journal, {})[0])
+        assert str(streamed.value) == str(whole.value) and "L1.jsonl:" in str(streamed.value)
