@@ -214,7 +214,7 @@ def main() -> None:
     if args.grid_order:
         import benchclaw.runner
 
-        benchclaw.runner.longest_first = lambda units, history, prior: list(units)
+        benchclaw.runner.longest_first = lambda units, history, prior, capped=(): list(units)
     if args.latency is not None:
         concurrency_efficiency(args.latency, args.concurrency or 16, args.seeds)
     else:

@@ -158,7 +158,8 @@ class Shard:
 JOURNAL_ORDER_POLICIES = frozenset({"memory"})
 
 
-def longest_first(units: list[Unit], history: "History", prior: Callable[[Unit], Any]) -> list[Unit]:
+def longest_first(units: list[Unit], history: "History", prior: Callable[[Unit], Any], *,
+                  capped: Iterable[str] = ()) -> list[Unit]:
     """The order the runner starts ``units`` in: the longest-expected first, so the last
     wave of a concurrent grid is short runs and every slot stays busy to the end (in grid
     order the long runs of the last cells start last and finish alone).
@@ -167,7 +168,10 @@ def longest_first(units: list[Unit], history: "History", prior: Callable[[Unit],
     live trials (tier memory reads the grid's runs); live trials keep their order. When a
     live policy reads the grid's journal order (``JOURNAL_ORDER_POLICIES``: tier memory)
     the grid order is kept as it is, since reordering would change where such a trial
-    starts. A grid unit's expected length is, best evidence first:
+    starts. It is kept too when a tier is ``capped`` below the grid's concurrency
+    (``settings.tier_concurrency``): sorted by length, that tier's runs would queue
+    together and wait on its cap one after another, where grid order interleaves them
+    with the other tiers' runs. A grid unit's expected length is, best evidence first:
 
     1. earlier runs: the mean ``elapsed_ms`` of the journal's runs that called the model
        on the same task version, profile and tier (any seed, any invocation);
@@ -176,7 +180,7 @@ def longest_first(units: list[Unit], history: "History", prior: Callable[[Unit],
        go before those with some: an unknown group may be long.
 
     Ties keep grid order (the sort is stable), so the order is deterministic."""
-    if any(u.policy in JOURNAL_ORDER_POLICIES for u in units):
+    if any(u.policy in JOURNAL_ORDER_POLICIES for u in units) or any(True for _ in capped):
         return list(units)
     sums: dict[tuple[str, str | None], list[float]] = {}
     for r in history.runs:

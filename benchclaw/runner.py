@@ -243,9 +243,10 @@ class _Grid:
         # double) is ranked in the spec's tier order, a profile without actions as none.
         prior = run_length_prior(getattr(self.catalog, "ladder", None) or self.tiers,
                                  {n: len(getattr(p, "actions", ())) for n, p in self.profiles.items()})
-        self.queue = deque(longest_first(todo, self.history, prior))
-        self.slots = asyncio.Semaphore(self.concurrency)
         caps = self.spec.settings.tier_concurrency
+        capped = [t for t in self.tiers if caps.get(t, self.concurrency) < self.concurrency]
+        self.queue = deque(longest_first(todo, self.history, prior, capped=capped))
+        self.slots = asyncio.Semaphore(self.concurrency)
         self.tier_slots = {t: asyncio.Semaphore(caps.get(t, self.concurrency)) for t in self.tiers}
         self.drivers = [asyncio.create_task(self._driver()) for _ in range(min(self.concurrency, len(todo)))]
         restore = self._install_signals() if handle_signals else (lambda: None)

@@ -365,7 +365,7 @@ def test_grid_starts_longest_expected_first_without_changing_runs_or_results(tmp
     (tmp_path / "sched").mkdir()
     base, _ = setup(tmp_path / "base", live='["ladder", "speculative"]')
     with monkeypatch.context() as m:
-        m.setattr(runner_mod, "longest_first", lambda units, history, prior: list(units))
+        m.setattr(runner_mod, "longest_first", lambda units, history, prior, capped=(): list(units))
         run(base, FakeAgent(), concurrency=1)
     store, _ = setup(tmp_path / "sched", live='["ladder", "speculative"]')
     run(store, FakeAgent(), concurrency=1)
@@ -407,6 +407,8 @@ def test_longest_first_prefers_earlier_runs_measured_durations(tmp_path):
     # Tier memory reads the journal order of grid runs: with a memory trial to run, keep it.
     mem = make_units(cells, TIERS, True, ["memory"])
     assert longest_first(mem, h, run_length_prior(TIERS, {})) == mem
+    # A tier capped below the concurrency: sorted, its runs would wait on the cap in a row.
+    assert longest_first(todo, h, run_length_prior(TIERS, {}), capped=["ultra"]) == todo
     assert isinstance(order[0], Unit)
 
 
