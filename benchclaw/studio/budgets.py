@@ -12,9 +12,19 @@ argument for one run and does the pairing:
    settling it at zero (the call was never made);
 3. settle both with the usage the provider reported (or as unknown, at the upper bound).
 
-A crash between 1 and 2 leaves the session reservation open, which replay counts as spent:
-the safe side. On start-up ``recover`` settles reservations left open by a killed process
-as unknown (the same arithmetic as leaving them open, made explicit in the file).
+The call is made only after both reservations are on disk, so a crash can leave the pair
+half done; on start-up ``recover`` settles each reservation a killed process left open by
+looking at its partner in the other ledger (same ``run``, ``key`` and ``attempt``):
+
+- a session reservation whose day partner was never written (crash between 1 and 2, or
+  between the day's refusal and the release): the call provably never started, settled
+  known at 0;
+- an open reservation whose partner is settled with known usage (crash between the two
+  settles of 3): settled with the same usage;
+- otherwise (both open, or the partner unknown): settled unknown, at the upper bound.
+
+So after every restart the sum of the sessions' spend equals the day's spend, and each
+figure is the spend as reported or its upper bound where the call may have been made.
 
 Trade-off: two fsyncs per call instead of one; a model call takes hundreds of milliseconds.
 """
@@ -30,6 +40,8 @@ from typing import Callable
 from ..errors import BudgetError
 from ..ledger import Ledger, Limits, Reservation, ledger_path, read_ledger
 from ..ledger_replay import LedgerState
+from ..money import parse_usd
+from ..records import split_lines, verify_chain
 from ..store import Store
 from .config import Budgets
 
@@ -139,23 +151,81 @@ class StudioBudgets:
 
     # -- start-up -------------------------------------------------------------------------
     def recover(self) -> int:
-        """Settle as unknown every reservation a killed studio left open in this studio's
-        ledgers (each stays counted at its upper bound). Returns how many."""
-        n = 0
+        """Settle every reservation a killed studio left open in this studio's ledgers, pair
+        by pair (module docstring: partner never reserved -> 0, partner settled -> the same
+        usage, else unknown at the upper bound). Returns how many."""
         prefix = f"studio-{self.label}-"
-        for path in sorted((self.store.root / "ledgers").glob(f"{prefix}*.jsonl")):
-            led = Ledger.open(self.store, path.stem)
-            for rid, o in list(led.state().open.items()):
-                led.settle(Reservation(rid, "", "", o.tokens, o.usd), tokens=None, usd=None,
-                           reason="studio restarted: the call was cut off")
+        paths = sorted((self.store.root / "ledgers").glob(f"{prefix}*.jsonl"))
+        books = {p.stem: _reservations(self.store, p.stem) for p in paths}
+        sessions = {k: r for lid, rs in books.items() if lid.startswith(f"{prefix}s-")
+                    for k, r in _by_pair(rs).items()}
+        days = {k: r for lid, rs in books.items() if lid.startswith(f"{prefix}day-")
+                for k, r in _by_pair(rs).items()}
+        n = 0
+        for lid, rs in books.items():
+            is_session = lid.startswith(f"{prefix}s-")
+            partners = days if is_session else sessions
+            led = None
+            for (pk, r) in _by_pair(rs).items():
+                if r["settled"] is not None:
+                    continue
+                led = led or Ledger.open(self.store, lid)
+                partner = partners.get(pk)
+                rid = r["id"]
+                res = Reservation(rid, r["run"], r["key"], r["tokens"], r["usd"], r["attempt"])
+                if partner is None and is_session:
+                    led.settle(res, tokens=0, usd=Decimal(0),
+                               reason="studio restarted: the day budget never reserved this call, so it was never made")
+                elif partner is not None and partner["settled"] is not None and partner["settled"][0]:
+                    _, tokens, usd = partner["settled"]
+                    led.settle(res, tokens=tokens, usd=usd,
+                               reason="studio restarted: settled as its partner in the other ledger")
+                else:
+                    led.settle(res, tokens=None, usd=None, reason="studio restarted: the call was cut off")
                 n += 1
-            led.release()
+            if led is not None:
+                led.release()
         return n
 
     def close(self) -> None:
         with self._lock:
             for led in self._ledgers.values():
                 led.release()
+
+
+def _pair_key(r: dict) -> tuple:
+    return (r["run"], r["key"], r["attempt"])
+
+
+def _reservations(store: Store, ledger_id: str) -> dict[str, dict]:
+    """Every reservation of a ledger as written, by id: run, key, attempt, upper bound and
+    ``settled`` (None while open, else ``(known, tokens, usd)``). A torn last line is
+    ignored as ``read_ledger`` does (a torn ``reserve`` was never acknowledged)."""
+    path = ledger_path(store, ledger_id)
+    lines, _torn = split_lines(path.read_bytes())
+    out: dict[str, dict] = {}
+    for rec in verify_chain(lines, str(path)):
+        b = rec.body
+        if rec.kind == "reserve":
+            out[str(b["id"])] = {"id": str(b["id"]), "run": b.get("run"), "key": b.get("key"), "attempt": b.get("attempt"),
+                                 "tokens": int(b["tokens"]), "usd": parse_usd(b["usd"], f"{path}.usd"),
+                                 "settled": None}
+        elif rec.kind == "settle" and str(b.get("id")) in out:
+            out[str(b["id"])]["settled"] = (bool(b.get("known")), int(b["tokens"]),
+                                            parse_usd(b["usd"], f"{path}.usd"))
+    return out
+
+
+def _by_pair(rs: dict[str, dict]) -> dict[tuple, dict]:
+    """Reservations by (run, key, attempt, n): the n-th reservation of a call in one ledger
+    pairs with the n-th in the other (a run reserves one call at a time, session first)."""
+    seen: dict[tuple, int] = {}
+    out = {}
+    for r in rs.values():
+        k = _pair_key(r)
+        seen[k] = seen.get(k, -1) + 1
+        out[k + (seen[k],)] = r
+    return out
 
 
 class CallBudget:
