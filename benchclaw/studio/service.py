@@ -5,7 +5,7 @@ The story of a process, top to bottom:
 1. ``open``: take the studio's lock (``locks/studio-<label>.lock``: one studio per label
    writes its journal and ledgers), seal runs whose writer died as ``aborted``
    (``Store.recover``, which leaves any live process's open runs alone), settle the ledgers' orphaned
-   reservations as unknown (``StudioBudgets.recover``), journal the runs and jobs a killed
+   reservations pair by pair (``StudioBudgets.recover``), journal the runs and jobs a killed
    studio never finished, then append ``studio.open``.
 2. ``start``: a visitor's request names ids; each is looked up in the allow-lists loaded at
    start-up (an unknown id is refused, nothing is resolved from the request). Concurrency,
