@@ -1,0 +1,275 @@
+"""Step 3's replay: each run's workspace rebuilt from the task inputs and the model's replies.
+
+The recorded artifacts, observations and action arguments are claims; the replay derives
+them instead (FORMAT.md "Replay"). Walking a run's records in order with the workspace
+starting as the task's ``inputs/``:
+
+- every ``call``'s request holds exactly the conversation so far: the task's first two
+  messages, then, per acted-on turn, the model's reply (as the assistant) and the
+  observation sent back (as the user). A reply or an observation cannot be changed without
+  changing every later request (whose prompt estimate step 4 recomputes);
+- every ``action`` is what the last ``call`` of its turn replied: the same action name,
+  the path as the model wrote it, a write's content exactly the reply's ``content``, a
+  finish's summary the reply's; an ``invalid`` action's reply really is not a valid
+  offered action;
+- a permitted read or write is one the task's globs allow, on the path the model's path
+  normalises to; a permitted read's observation is exactly the bytes the workspace held
+  then, and a write's observation, a ``check``'s (the gate checks re-run on the workspace
+  then) and a denial's are the ones the runtime sends, byte for byte;
+- the files written are returned: the checks are re-run on them (not on the recorded
+  artifact blobs, which must merely equal them).
+
+Pure: the task loader, the checks and ``jsonio`` only; it never imports the agent.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+
+from .. import jsonio
+from ..checks import run_checks
+from ..records import DIGEST_RE
+from ..tasks import Task, path_allowed
+from ._context import Bundle, RunData
+from ._errors import VerificationError
+from .manifest import object_path
+
+__all__ = ["replay_run", "MAX_READ_CHARS", "MAX_RECORDED_PATH"]
+
+MAX_READ_CHARS = 64 * 1024       # a read observation carries at most this many characters
+MAX_RECORDED_PATH = 1024         # args.path is the model's path cut to this many characters
+MAX_SUMMARY_CHARS = 2000
+MAX_REPLY_CHARS = 1 << 20
+_FIELDS = {"read": ("path",), "write": ("path", "content"), "check": (), "finish": ("summary",)}
+_LIT = "literal:"
+
+
+def _lit(value):
+    return _LIT + value if isinstance(value, str) and DIGEST_RE.match(value) else value
+
+
+class _Dup(Exception):
+    pass
+
+
+def _pairs(pairs):
+    seen = set()
+    for k, _ in pairs:
+        if k in seen:
+            raise _Dup(k)
+        seen.add(k)
+    return dict(pairs)
+
+
+def _decode_action(text: str | None, offered) -> dict | None:
+    """The reply as a well-formed action object, or None when the runtime would have
+    refused it as invalid (FORMAT.md "Replay": the acceptance rule)."""
+    if text is None or not text.strip() or len(text) > MAX_REPLY_CHARS:
+        return None
+    try:
+        obj = json.loads(text.strip(), object_pairs_hook=_pairs)
+    except (ValueError, RecursionError, _Dup):
+        return None
+    if not isinstance(obj, dict) or _depth(obj) > 32:
+        return None
+    try:
+        jsonio.dumps(obj)  # a lone surrogate cannot be encoded: the runtime refuses it
+    except (TypeError, ValueError):
+        return None
+    name = obj.get("action")
+    if not isinstance(name, str) or name not in _FIELDS or (offered is not None and name not in offered):
+        return None
+    if any(not isinstance(obj.get(k), str) for k in _FIELDS[name]):
+        return None
+    return obj
+
+
+def _depth(obj) -> int:
+    stack, deepest = [(obj, 1)], 0
+    while stack:
+        cur, d = stack.pop()
+        if isinstance(cur, (dict, list)):
+            deepest = max(deepest, d)
+            stack.extend((v, d + 1) for v in (cur.values() if isinstance(cur, dict) else cur))
+    return deepest
+
+
+def normalise(raw: str) -> str | None:
+    """The workspace path a permitted action on ``raw`` acted on, or None when the runtime
+    would have refused the path itself (the rule of FORMAT.md "Workspace")."""
+    if (not isinstance(raw, str) or not raw.strip() or len(raw.encode("utf-8", "surrogatepass")) > 255
+            or any(c in raw for c in "\x00\\:") or raw != raw.strip() or raw.startswith("/")
+            or raw.endswith("/") or any(ord(c) > 0x7E or ord(c) < 0x20 for c in raw)
+            or unicodedata.normalize("NFKC", raw) != raw):
+        return None
+    parts = [p for p in raw.split("/") if p not in ("", ".")]
+    if ".." in parts or not parts or len(parts) > 16:
+        return None
+    return "/".join(parts)
+
+
+class _Run:
+    def __init__(self, b: Bundle, run: RunData, task: Task):
+        self.b, self.run, self.task = b, run, task
+        self.ws: dict[str, bytes] = dict(task.inputs)
+        self.written: dict[str, int] = {}
+        self.convo: list[dict] = []
+        self.last_call: dict = {}
+        prof = run.start.get("profile")
+        acts = prof.get("actions") if isinstance(prof, dict) else None
+        self.offered = set(acts) if isinstance(acts, list) else None
+
+    def fail(self, line: int, msg: str) -> VerificationError:
+        return VerificationError(self.run.path, msg, line)
+
+    def blob(self, digest, line: int) -> bytes:
+        if not isinstance(digest, str) or not DIGEST_RE.match(digest):
+            raise self.fail(line, f"{digest!r} is not a blob digest")
+        return self.b.read(object_path(digest), self.run.path, line)
+
+    # -- calls: the request is the conversation so far --------------------------------
+    def call(self, line: int, body: dict) -> None:
+        self.last_call[body.get("turn")] = (line, body)
+        req = self.b.memo.get(("request", body.get("request")))
+        if req is None:
+            try:
+                req = jsonio.loads(self.blob(body.get("request"), line))
+            except ValueError:
+                raise self.fail(line, "the request blob is not JSON") from None
+        msgs = req.get("messages") if isinstance(req, dict) else None
+        if not isinstance(msgs, list) or len(msgs) < 2:
+            raise self.fail(line, "the request holds no conversation (system and task messages)")
+        first = msgs[1].get("content") if isinstance(msgs[1], dict) else None
+        prompt = self.task.prompt.rstrip("\n") + "\n\n"
+        if not isinstance(first, str) or not first.startswith(prompt):
+            raise self.fail(line, "the request's task message is not the task's prompt")
+        if msgs[2:] != self.convo:
+            turn = _first_diff(msgs[2:], self.convo)
+            raise self.fail(line, f"call {body.get('turn')}.{body.get('attempt')}: its request does not "
+                            f"hold the conversation the run's replies and observations make (message "
+                            f"{turn + 2} differs)")
+
+    # -- actions: what the reply asked for, done to the workspace ----------------------
+    def action(self, line: int, body: dict) -> None:
+        turn = body.get("turn")
+        got = self.last_call.get(turn)
+        if got is None:
+            raise self.fail(line, f"action at turn {turn} follows no call of that turn")
+        cline, call = got
+        reply = call.get("reply")
+        text = None if reply is None else self.blob(reply, cline).decode("utf-8", "surrogatepass")
+        obj = _decode_action(text, self.offered)
+        name = body.get("name")
+        if name == "invalid":
+            if obj is not None:
+                raise self.fail(line, f"recorded as an invalid reply, but the reply of call {cline} is a "
+                                f"valid '{obj['action']}' action")
+        elif obj is None or obj["action"] != name:
+            raise self.fail(line, f"action '{name}' is not what the reply of line {cline} asks for "
+                            f"({'an invalid reply' if obj is None else repr(obj['action'])})")
+        obs = self.blob(body.get("observation"), line)
+        args = body.get("args") if isinstance(body.get("args"), dict) else {}
+        want = _ACTIONS[name](self, line, body, args, obj) if name in _ACTIONS else None
+        if want is not None and obs != jsonio.dumps(want):
+            raise self.fail(line, f"the {name} observation is not what the runtime sends for it "
+                            f"(replayed {jsonio.dumps(want)[:80].decode('utf-8', 'replace')}...)")
+        self.convo.append({"content": text or "", "role": "assistant"})
+        self.convo.append({"content": obs.decode("utf-8", "surrogatepass"), "role": "user"})
+
+    def _path(self, line: int, args: dict, obj: dict) -> str:
+        raw = obj["path"]
+        if args.get("path") != _lit(raw[:MAX_RECORDED_PATH]):
+            raise self.fail(line, f"args.path {args.get('path')!r:.60} is not the path the reply names "
+                            f"({raw[:60]!r})")
+        return raw
+
+    def _permitted_path(self, line: int, body: dict, args: dict, raw: str, op: str) -> str:
+        path = normalise(raw)
+        if path is None:
+            raise self.fail(line, f"a permitted {op} of {raw[:60]!r}, a path the runtime refuses")
+        if args.get("resolved", raw) != path:
+            raise self.fail(line, f"{op} acted on {args.get('resolved')!r}, the model's path "
+                            f"{raw[:60]!r} is {path!r}")
+        t = self.task
+        ok = (path_allowed(t.readable, path) or path_allowed(t.writable, path)) if op == "read" else (
+            path_allowed(t.writable, path) and (t.overwrite_inputs or path not in t.inputs))
+        if not ok:
+            raise self.fail(line, f"a permitted {op} of {path!r}, which the task does not allow")
+        return path
+
+    def _denied(self, body: dict, name: str) -> dict | None:
+        reason = body.get("reason")
+        if isinstance(reason, str) and reason.startswith("denied: "):
+            return {"ok": False, "action": name, "error": reason, "denied": True}
+        if isinstance(reason, str) and reason.startswith("limit: ") and name == "write":
+            return {"ok": False, "action": "write", "error": reason}
+        raise VerificationError(self.run.path, f"a refused {name} without a 'denied: ' or 'limit: ' reason")
+
+    def read(self, line, body, args, obj):
+        raw = self._path(line, args, obj)
+        if body.get("permitted") is not True:
+            return self._denied(body, "read")
+        path = self._permitted_path(line, body, args, raw, "read")
+        data = self.ws.get(path)
+        if data is None:
+            return {"ok": False, "action": "read", "path": path, "error": f"not found: '{path}' does not exist"}
+        text = data.decode("utf-8", "replace")
+        want = {"ok": True, "action": "read", "path": path, "content": text[:MAX_READ_CHARS]}
+        if len(text) > MAX_READ_CHARS:
+            want["truncated"] = True
+        return want
+
+    def write(self, line, body, args, obj):
+        raw = self._path(line, args, obj)
+        data = obj["content"].encode("utf-8", "surrogatepass")
+        if self.blob(args.get("content"), line) != data or args.get("bytes") != len(data):
+            raise self.fail(line, "the written content is not the content of the reply that asked for it")
+        if body.get("permitted") is not True:
+            return self._denied(body, "write")
+        path = self._permitted_path(line, body, args, raw, "write")
+        self.ws[path] = data
+        self.written[path] = line
+        return {"ok": True, "action": "write", "path": path, "bytes": len(data)}
+
+    def check(self, line, body, args, obj):
+        if body.get("permitted") is not True:
+            return self._denied(body, "check")
+        gate = [s for s in self.task.checks if s.gate and not s.heldout]
+        results = run_checks(gate, self.ws, {}, include_heldout=False)
+        return {"ok": True, "action": "check",
+                "results": [{"id": r.id, "passed": r.passed, "detail": r.detail} for r in results]}
+
+    def finish(self, line, body, args, obj):
+        if args.get("summary") != _lit(obj["summary"][:MAX_SUMMARY_CHARS]):
+            raise self.fail(line, "the finish summary is not the one the reply gives")
+        return {"ok": True, "action": "finish"}
+
+    def invalid(self, line, body, args, obj):
+        reason = body.get("reason")
+        if body.get("permitted") is not False or not isinstance(reason, str) or not reason.startswith("invalid reply: "):
+            raise self.fail(line, "an invalid reply must be refused with a reason starting 'invalid reply: '")
+        return {"ok": False, "action": None, "error": reason}
+
+
+_ACTIONS = {"read": _Run.read, "write": _Run.write, "check": _Run.check, "finish": _Run.finish,
+            "invalid": _Run.invalid}
+
+
+def _first_diff(a: list, b: list) -> int:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def replay_run(b: Bundle, run: RunData, task: Task) -> dict[str, bytes]:
+    """Replay ``run`` over ``task``'s inputs; the files its permitted writes left (path ->
+    bytes). Raises VerificationError at the first record that does not follow."""
+    r = _Run(b, run, task)
+    for line, rec in enumerate(run.records, 1):
+        if rec.kind == "call":
+            r.call(line, rec.body)
+        elif rec.kind == "action":
+            r.action(line, rec.body)
+    return {p: r.ws[p] for p in r.written}
