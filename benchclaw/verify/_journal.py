@@ -30,6 +30,7 @@ from ._context import Bundle, RunData
 from ._errors import VerificationError
 from ._report import Section
 from ._shape import JOURNAL, check_body
+from ._stops import check_ledgers_after_registration, check_ledgers_closed, check_stop
 from .experiment import journal_records
 from .layout import spec_entry
 from .manifest import object_path
@@ -76,6 +77,7 @@ def verify_prereg(b: Bundle, sec: Section) -> None:
         for name, line, rec in journal:
             if rec.kind == "grid.start":
                 sec.attempt(_grid_registered, name, line, rec, regs)
+        sec.attempt(check_ledgers_after_registration, b, journal, regs[0][0])
         sec.count("registrations", len(regs))
 
 
@@ -181,6 +183,10 @@ def verify_completeness(b: Bundle, sec: Section) -> None:
             if rec.kind == "trial":
                 sec.attempt(_trial, b, name, line, rec.body, _tiers_of(journal, rec.body))
         sec.attempt(_planned, journal)
+        for name, line, rec in journal:
+            if rec.kind == "stop" and sec.attempt(check_stop, b, journal, name, line, rec):
+                sec.count("stops justified")
+        sec.attempt(check_ledgers_closed, b, journal)
         sec.count("runs named", len(named))
         for name, line, rec in journal:
             if rec.kind == "correction" and sec.attempt(_correction, exp, name, line, rec, journal):
