@@ -114,7 +114,8 @@ def test_cli_prereg_prints_digest_and_run_refuses_changed_spec(tmp_path, spec_fi
     runner = CliRunner()
     res = runner.invoke(cli, ["prereg", "experiments/X1.toml"])
     assert res.exit_code == 0, res.output
-    assert res.stdout.strip() == load_spec(spec_file).digest
+    assert res.stdout.strip() == registration(Store(tmp_path / "runs"), "X1").digest
+    assert load_spec(spec_file).digest in res.stderr
     spec_file.write_bytes(MINIMAL + b"\n")
     from benchclaw.cli import run_cli
     assert run_cli(cli, ["run", "X1"]) == 2

@@ -31,7 +31,7 @@ from ._errors import VerificationError
 from ._report import Section
 from ._shape import JOURNAL, check_body
 from ._stops import check_ledgers_after_registration, check_ledgers_closed, check_stop
-from .experiment import journal_records
+from .experiment import journal_records, registration_digest
 from .layout import spec_entry
 from .manifest import object_path
 
@@ -78,6 +78,10 @@ def verify_prereg(b: Bundle, sec: Section) -> None:
             if rec.kind == "grid.start":
                 sec.attempt(_grid_registered, name, line, rec, regs)
         sec.attempt(check_ledgers_after_registration, b, journal, regs[0][0])
+        records = [(name, line, rec) for name, line, rec in journal if rec.kind in ("prereg", "deviation")]
+        for run in _runs_of(b, exp):
+            sec.attempt(_run_pinned, run, records)
+        sec.attempt(_registered_digest, b, exp, records[0])
         sec.count("registrations", len(regs))
 
 
@@ -144,6 +148,51 @@ def _run_registered(run: RunData, regs: list) -> None:
     if not any(d == digest and at < start_at for at, d, _, _ in regs):
         raise VerificationError(run.path, f"spec digest {digest} was not registered before the run "
                                 f"started at {start_at}", 1)
+
+
+def registration_of(b: Bundle, exp: str) -> str | None:
+    """The registration digest of ``exp``'s first prereg record (None when unreadable)."""
+    try:
+        first = next((rec for _, _, rec in journal_of(b, exp) if rec.kind == "prereg"), None)
+    except VerificationError:
+        return None
+    return registration_digest(first.body) if first is not None else None
+
+
+def _registered_digest(b: Bundle, exp: str, first: tuple) -> None:
+    """``--registered``: the registration the auditor holds is this bundle's."""
+    name, line, rec = first
+    if b.registered is None:
+        return
+    got = registration_digest(rec.body)
+    if got not in b.registered:
+        raise VerificationError(name, f"the registration digest is {got}, not the one you hold "
+                                f"({', '.join(sorted(b.registered))}): spec, catalog or task versions differ "
+                                "from what was registered", line)
+
+
+def _run_pinned(run: RunData, records: list) -> None:
+    """The run used the catalog and a task version its registration pinned (FORMAT.md §8)."""
+    digest, start_at = run.policy.get("spec_digest"), run.records[0].at
+    reg = None
+    for name, line, rec in records:
+        if rec.body.get("spec_digest") == digest and rec.at < start_at:
+            reg = (name, line, rec.body)
+    if reg is None:
+        return  # _run_registered reports it
+    name, line, body = reg
+    if "catalog" in body and run.start.get("catalog") != body["catalog"]:
+        raise VerificationError(run.path, f"ran with catalog {_short_ref(run.start.get('catalog'))}, the "
+                                f"registration ({name}:{line}) pinned {_short_ref(body['catalog'])}", 1)
+    task = run.start.get("task") or {}
+    mine = {"id": task.get("id"), "version": task.get("version"), "digest": task.get("digest")}
+    if "tasks" in body and mine not in (body["tasks"] or []):
+        raise VerificationError(run.path, f"ran task {mine['id']} v{mine['version']} {mine['digest']}, "
+                                f"which the registration ({name}:{line}) did not pin", 1)
+
+
+def _short_ref(ref) -> str:
+    return f"{ref.get('name')} {ref.get('digest')}" if isinstance(ref, dict) else repr(ref)
 
 
 def _grid_registered(name: str, line: int, rec: Record, regs: list) -> None:

@@ -82,6 +82,8 @@ class VerifyReport:
     manifest_digest: str | None = None
     experiments: tuple[str, ...] = ()
     fatal: UnreadableBundle | None = None
+    registrations: dict = field(default_factory=dict)  # experiment -> registration digest (or None)
+    unproven: list = field(default_factory=list)       # [(entry prefix, files, why)] not verified
 
     @classmethod
     def empty(cls, source: str) -> "VerifyReport":
@@ -116,5 +118,7 @@ class VerifyReport:
         return {"v": 1, "source": self.source, "verdict": verdict[self.exit_code],
                 "exit_code": self.exit_code, "manifest_digest": self.manifest_digest,
                 "experiments": list(self.experiments),
+                "registrations": dict(self.registrations),
+                "unproven": [{"prefix": p, "files": n, "why": w} for p, n, w in self.unproven],
                 "fatal": self.fatal.to_dict() if self.fatal else None,
                 "sections": [s.to_dict() for s in self.sections]}

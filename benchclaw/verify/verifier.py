@@ -54,9 +54,12 @@ def _steps() -> tuple[tuple[str, Callable[[Bundle, Section], None]], ...]:
 STEPS = _steps
 
 
-def verify_bundle(source: str | os.PathLike | bytes, *, limits: Limits = Limits()) -> VerifyReport:
+def verify_bundle(source: str | os.PathLike | bytes, *, limits: Limits = Limits(),
+                  registered: str | list[str] | None = None) -> VerifyReport:
     """Verify a bundle given as a path or as its bytes. Never raises for bad input: the
-    report's ``exit_code`` is 0 (verified), 1 (evidence does not match) or 2 (unreadable)."""
+    report's ``exit_code`` is 0 (verified), 1 (evidence does not match) or 2 (unreadable).
+    ``registered``: the registration digest(s) the auditor holds (``benchclaw prereg``
+    printed it); step 7 fails unless the bundle's registration is one of them."""
     label = "<bytes>" if isinstance(source, (bytes, bytearray)) else str(source)
     report = VerifyReport.empty(label)
     paused = gc.isenabled()
@@ -64,7 +67,10 @@ def verify_bundle(source: str | os.PathLike | bytes, *, limits: Limits = Limits(
     try:
         data = _load(source, limits)
         bundle = Bundle(ZipView(data, limits), limits)
+        if registered is not None:
+            bundle.registered = frozenset([registered] if isinstance(registered, str) else registered)
         _run_steps(bundle, report)
+        _after(bundle, report)
     except UnreadableBundle as e:
         report.fatal = e
     except (MemoryError, RecursionError) as e:
@@ -73,6 +79,22 @@ def verify_bundle(source: str | os.PathLike | bytes, *, limits: Limits = Limits(
         if paused:
             gc.enable()
     return report
+
+
+def _after(b: Bundle, report: VerifyReport) -> None:
+    """What the report states beside the steps: each experiment's registration digest (for
+    the auditor to compare), and the entries no step proves (``site/``: pages rendered
+    from the evidence by a builder the verifier does not run)."""
+    from ._journal import registration_of
+
+    if b.manifest is None:
+        return
+    for exp in b.manifest.experiments:
+        report.registrations[exp] = registration_of(b, exp)
+    site = [n for n in b.view.names if n.startswith("site/")]
+    if site:
+        report.unproven.append(("site/", len(site), "the pages are not recomputed: their tables and "
+                                "numbers are NOT verified; read the numbers from summary.json"))
 
 
 def _load(source, limits: Limits) -> bytes:
