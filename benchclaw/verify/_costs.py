@@ -146,13 +146,28 @@ def upper_bound(b: Bundle, prices: Prices, estimate: int, max_tokens: int) -> st
     return got
 
 
-def derive(data: bytes) -> list | None:
-    """What step 4 reads from an object, as JSON values: ``["r", max_tokens, estimate]`` for a
-    well-formed request (a message list of objects, an int ``max_tokens``), ``["u", usage
-    dict or None]`` for any other JSON value (``_normalised``'s answer), None when the bytes
-    are not JSON or reading them raised anything else (step 4 then reads the blob itself)."""
-    if data[:1] not in (b"{", b"["):
+def sim_prompt_tokens(messages: list) -> int:
+    """The simulator's prompt token count (FORMAT.md §6, "Simulated usage")."""
+    return 3 + sum(4 + (len(str(m.get("content") or "")) + 3) // 4 for m in messages)
+
+
+def _chars(data: bytes) -> int | None:
+    try:
+        return len(data.decode("utf-8", "surrogatepass"))
+    except UnicodeDecodeError:
         return None
+
+
+def derive(data: bytes) -> list | None:
+    """What step 4 reads from an object, as JSON values: ``["r", max_tokens, estimate,
+    simulated prompt tokens]`` for a well-formed request (a message list of objects, an int
+    ``max_tokens``), ``["u", usage dict or None, characters]`` for any other JSON value
+    (``_normalised``'s answer, and the text's length for a reply), ``["t", None, characters]``
+    for text that is not JSON (a reply), None when reading raised anything else (step 4
+    then reads the blob itself)."""
+    if data[:1] not in (b"{", b"["):
+        n = _chars(data)
+        return None if n is None else ["t", None, n]
     try:
         obj = jsonio.loads(data)
     except ValueError:
@@ -163,16 +178,17 @@ def derive(data: bytes) -> list | None:
                 not all(isinstance(m, dict) for m in messages):
             return None
         try:
-            return ["r", max_tokens, estimate_prompt_tokens(messages)]
+            return ["r", max_tokens, estimate_prompt_tokens(messages), sim_prompt_tokens(messages)]
         except Exception:  # noqa: BLE001 - RecursionError and the like: step 4 reports it
             return None
+    n = _chars(data)
     try:
         usage = normalise_usage(obj)
     except (BenchClawError, ValueError, TypeError):
-        return ["u", None]
+        return ["u", None, n]
     except Exception:  # noqa: BLE001 - step 4 reads it again and reports what it raises
         return None
-    return ["u", usage.to_dict()]
+    return ["u", usage.to_dict(), n]
 
 
 def _derived(b: Bundle, run: RunData, digest, line: int, what: str, kind: str):
@@ -181,13 +197,14 @@ def _derived(b: Bundle, run: RunData, digest, line: int, what: str, kind: str):
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
         raise VerificationError(run.path, f"{what} {digest!r} is not a blob digest", line)
     got = b.derived.get(object_path(digest))
-    return got if got is not None and got[0] == kind else None
+    return got if got is not None and got[0] in kind else None
 
 
 def _check_estimate(b: Bundle, run: RunData, line: int, body: dict, estimate: int, max_tokens: int) -> None:
-    known = _derived(b, run, body.get("request"), line, "request", "r")
+    known = _derived(b, run, body.get("request"), line, "request", ("r",))
     if known is not None:
-        _, request_max, got = known
+        _, request_max, got, sim = known
+        b.memo[("sim prompt", line, run.run_id)] = sim
         if request_max != max_tokens:
             raise VerificationError(run.path, f"call: request max_tokens {request_max!r} "
                                     f"!= params.max_tokens {max_tokens}", line)
@@ -204,6 +221,7 @@ def _check_estimate(b: Bundle, run: RunData, line: int, body: dict, estimate: in
                                 f"!= params.max_tokens {max_tokens}", line)
     try:
         got = estimate_prompt_tokens(messages)
+        b.memo[("sim prompt", line, run.run_id)] = sim_prompt_tokens(messages)
     except RecursionError:
         raise VerificationError(run.path, "call: the request's messages nest too deeply", line) from None
     if got != estimate:
@@ -230,14 +248,44 @@ def _check_usage(b: Bundle, run: RunData, line: int, body: dict) -> Usage | None
     if (want.to_dict() if want else None) != recorded:
         raise VerificationError(run.path, f"call usage {recorded} differs from the raw usage "
                                 f"normalised: {want.to_dict() if want else None}", line)
+    sim = b.memo.pop(("sim prompt", line, run.run_id), None)
+    rid = body.get("response_id")
+    if want is not None and run.start.get("provider") == "sim" and isinstance(rid, str) and rid.startswith(_SIM_ID):
+        _simulated_usage(b, run, line, body, want, sim)
     return want
+
+
+_SIM_ID = "chatcmpl-sim-"  # the simulator's response ids (a scripted test provider has others)
+
+
+def _simulated_usage(b: Bundle, run: RunData, line: int, body: dict, usage: Usage, sim: int | None) -> None:
+    """A simulated call's usage follows from its request and reply by the simulator's token
+    rule (FORMAT.md §6): a provider's can only be taken on trust, the simulator's cannot."""
+    if sim is not None and usage.prompt != sim:
+        raise VerificationError(run.path, f"simulated call: usage prompt {usage.prompt}, the simulator "
+                                f"counts {sim} tokens in the request", line)
+    if body.get("finish_reason") == "length":
+        if usage.completion != (body.get("params") or {}).get("max_tokens"):
+            raise VerificationError(run.path, "simulated call cut off at max_tokens: usage completion "
+                                    f"{usage.completion} is not max_tokens", line)
+        return
+    reply = body.get("reply")
+    known = _derived(b, run, reply, line, "reply", "ut") if reply is not None else None
+    n = known[2] if known is not None else (0 if reply is None else _chars(_blob(b, run, reply, line, "reply")))
+    if n is None:
+        return
+    text = (n + 3) // 4
+    if usage.completion < text or (usage.reasoning and usage.completion - usage.reasoning != text):
+        raise VerificationError(run.path, f"simulated call: usage completion {usage.completion} "
+                                f"(reasoning {usage.reasoning}) does not fit a reply of {n} characters "
+                                f"({text} tokens by the simulator's rule)", line)
 
 
 def _normalised(b: Bundle, run: RunData, line: int, digest) -> Usage | None:
     """The raw usage blob normalised, once per blob (step 2 tied its bytes to its digest)."""
     key = ("usage", digest)
     if key not in b.memo:
-        known = _derived(b, run, digest, line, "usage_raw", "u")
+        known = _derived(b, run, digest, line, "usage_raw", ("u",))
         if known is not None:
             b.memo[key] = None if known[1] is None else Usage(**known[1])
             return b.memo[key]
