@@ -1,0 +1,259 @@
+"""Consistent forgeries of every kind issue 15 lists, each refused with exit 1 naming what
+does not follow. Built with ``tests/forgery_kit.py`` the way an outsider reading FORMAT.md
+would: chains re-linked, run ids renamed, the journal, ledgers, summary and manifest redone.
+The kit's own re-derivation is proven first: an edit-free pass through it still verifies,
+so each refusal below is the verifier's recomputation, not a slip of the forger."""
+
+from decimal import Decimal
+
+import pytest
+
+from benchclaw import jsonio
+from benchclaw.bundle import export_bundle
+from benchclaw.verify import verify_bundle
+from benchclaw.verify.cli import render_text
+
+from tests.forgery_kit import of
+from tests.test_bundle_support import EXP, eventful_runs
+
+
+@pytest.fixture(scope="module")
+def genuine(tmp_path_factory):
+    root = tmp_path_factory.mktemp("forge")
+    runs = eventful_runs(root / "runs")
+    export_bundle(runs, EXP, root / "b.zip")
+    data = (root / "b.zip").read_bytes()
+    rep = verify_bundle(data)
+    assert rep.exit_code == 0, [str(f) for _, f in rep.failures()]
+    return data, rep.registrations[EXP]
+
+
+def refused(data: bytes, section: str, *words: str, registered=None) -> None:
+    rep = verify_bundle(data, registered=registered)
+    assert rep.exit_code == 1, render_text(rep)
+    texts = [str(f) for f in rep.section(section).failures]
+    assert any(all(w in t for w in words) for t in texts), (section, words, render_text(rep, 20))
+
+
+def failed_with_write(recs) -> bool:
+    return recs[-1]["body"]["status"] == "failed" and any(
+        o["kind"] == "action" and o["body"]["name"] == "write" and o["body"]["permitted"] for o in recs)
+
+
+def test_the_kit_redoing_everything_without_an_edit_still_verifies(genuine, tmp_path):
+    f = of(genuine[0])
+    data = f.finish(tmp_path, costs=True)
+    rep = verify_bundle(data, registered=genuine[1])
+    assert rep.exit_code == 0, render_text(rep, 20)
+
+
+# -- 1. a write not tied to the reply that asked for it ---------------------------------------
+
+def test_a_failed_runs_file_swapped_for_the_reference_answer(genuine, tmp_path):
+    f = of(genuine[0])
+    rid = f.find_run(failed_with_write)
+    prefix, task = f.task(f.records(rid))
+    new = f.swap_written_files(rid, {p: task.reference[p] for p in f.written_paths(rid) if p in task.reference})
+    assert f.records(new)[-1]["body"]["passed"] is True  # the forger's re-judged claim
+    refused(f.finish(tmp_path), "checks", "the written content is not the content of the reply")
+
+
+def test_a_reply_rewritten_to_ask_for_the_reference_answer_breaks_the_conversation(genuine, tmp_path):
+    f = of(genuine[0])
+    rid = f.find_run(failed_with_write)
+    recs = f.records(rid)
+    _, task = f.task(recs)
+    wline = max(i for i, o in enumerate(recs) if o["kind"] == "action" and o["body"]["name"] == "write")
+    w = recs[wline]["body"]
+    path = w["args"].get("resolved", w["args"]["path"])
+    good = task.reference[path]
+    reply_line = max(i for i in range(wline) if recs[i]["kind"] == "call")
+    reply = jsonio.dumps({"action": "write", "content": good.decode(), "path": w["args"]["path"]})
+    digest = f.put_blob(reply)
+
+    def edit(objs):
+        objs[reply_line]["body"]["reply"] = digest
+        return objs
+    f.edit_run(rid, edit)
+    new = f.renamed[rid]
+    f.swap_written_files(new, {path: good})
+    refused(f.finish(tmp_path), "checks", "does not hold the conversation")
+
+
+# -- 2. task inputs: reads tied to the input bytes, versions pinned by the registration --------
+
+def test_a_task_input_changed_and_its_digest_rewritten_in_every_run(genuine, tmp_path):
+    f = of(genuine[0])
+    rid = f.find_run(lambda r: any(o["kind"] == "action" and o["body"]["name"] == "read"
+                                   and o["body"]["permitted"] for o in r))
+    recs = f.records(rid)
+    prefix, task = f.task(recs)
+    read = next(o["body"] for o in recs if o["kind"] == "action" and o["body"]["name"] == "read" and o["body"]["permitted"])
+    path = read["args"].get("resolved", read["args"]["path"])
+    f.change_task_input(prefix, "inputs/" + path, task.inputs[path] + b"\nappended by the forger\n")
+    data = f.finish(tmp_path)
+    refused(data, "checks", "read observation is not what the runtime sends")
+    refused(data, "prereg", "which the registration", "did not pin")
+
+
+def test_the_changed_task_also_re_pinned_in_the_registration_changes_its_digest(genuine, tmp_path):
+    f = of(genuine[0])
+    rid = f.find_run(lambda r: True)
+    prefix, task = f.task(f.records(rid))
+    path = sorted(task.inputs)[0]
+    old = f.records(rid)[0]["body"]["task"]["digest"]
+    new = f.change_task_input(prefix, "inputs/" + path, task.inputs[path] + b" ")
+
+    def repin(objs):
+        for o in objs:
+            for t in o["body"].get("tasks") or []:
+                if t["digest"] == old:
+                    t["digest"] = new
+        return objs
+    f.edit_journal(repin)
+    data = f.finish(tmp_path)
+    rep = verify_bundle(data)
+    assert rep.registrations[EXP] != genuine[1]  # what the auditor compares by eye
+    assert f"REGISTRATION {EXP}  {rep.registrations[EXP]}" in render_text(rep)
+    refused(data, "prereg", "not the one you hold", registered=genuine[1])
+
+
+# -- 3. prices: certified by the registration, not by the bundle alone -------------------------
+
+def test_catalog_prices_halved_with_every_cost_ledger_and_journal_redone(genuine, tmp_path):
+    f = of(genuine[0])
+    f.scale_prices(Decimal("0.5"))
+    data = f.finish(tmp_path)
+    refused(data, "prereg", "ran with catalog", "pinned")
+    # the only remaining tie is the registration: nothing else disagrees
+    rep = verify_bundle(data)
+    assert all(s.ok for s in rep.sections if s.name != "prereg"), render_text(rep, 20)
+
+
+def test_halved_prices_re_pinned_in_the_registration_fail_against_the_held_digest(genuine, tmp_path):
+    f = of(genuine[0])
+    f.scale_prices(Decimal("0.5"))
+    cat = f.records(f.run_ids()[0])[0]["body"]["catalog"]
+
+    def repin(objs):
+        for o in objs:
+            if "catalog" in o["body"] and o["kind"] in ("prereg", "deviation"):
+                o["body"]["catalog"] = cat
+        return objs
+    f.edit_journal(repin)
+    data = f.finish(tmp_path)
+    assert verify_bundle(data).exit_code == 0  # self-consistent: only the held digest tells
+    refused(data, "prereg", "not the one you hold", registered=genuine[1])
+
+
+# -- 4. a dropped run excused by a fabricated stop ---------------------------------------------
+
+def _complete_invocation(f):
+    ends = [o["body"] for o in f.journal() if o["kind"] == "grid.end" and o["body"]["status"] == "complete"]
+    return ends[0]["invocation"]
+
+
+def _drop_and_excuse(f, rule: str, status: str):
+    inv = _complete_invocation(f)
+    named = {o["body"]["run_id"]: o["body"] for o in f.journal() if o["kind"] == "run"}
+    mine = [r for r in f.run_ids() if named.get(r, {}).get("invocation") == inv and named[r]["policy"] == "grid"]
+    rid = sorted(mine, key=lambda r: named[r]["status"] != "failed")[0]  # a failed one if any
+    start = f.drop_run(rid)
+    f.add_journal_record("stop", {"invocation": inv, "rule": rule, "detail": "forged",
+                                  "cells_left": [start["policy"]["cell"]]}, before_kind="grid.end", invocation=inv)
+
+    def restatus(objs):
+        for o in objs:
+            if o["kind"] == "grid.end" and o["body"]["invocation"] == inv:
+                o["body"]["status"] = status
+        return objs
+    f.edit_journal(restatus)
+    lname = f"ledgers/{next(o['body']['ledger'] for o in f.journal() if o['kind'] == 'grid.start' and o['body']['invocation'] == inv)}.jsonl"
+    f.edit_chain(lname, lambda objs: [{**o, "body": {**o["body"], "status": status}} if o["kind"] == "ledger.close" else o
+                                      for o in objs])
+    return inv
+
+
+def test_a_dropped_run_excused_by_a_fabricated_spend_stop(genuine, tmp_path):
+    f = of(genuine[0])
+    _drop_and_excuse(f, "spend", "stopped")
+    refused(f.finish(tmp_path), "complete", "stop 'spend' does not follow", "threshold is $4")
+
+
+def test_a_dropped_run_excused_by_a_fabricated_interruption(genuine, tmp_path):
+    f = of(genuine[0])
+    _drop_and_excuse(f, "interrupted", "interrupted")
+    refused(f.finish(tmp_path), "complete", "stop 'interrupted' does not follow", "cut off")
+
+
+def test_a_dropped_run_excused_by_fabricated_provider_errors(genuine, tmp_path):
+    f = of(genuine[0])
+    _drop_and_excuse(f, "provider_errors", "stopped")
+    refused(f.finish(tmp_path), "complete", "stop 'provider_errors' does not follow")
+
+
+# -- 5. ledgers: after the registration, and closed ------------------------------------------
+
+def test_a_ledger_opened_before_the_registration(genuine, tmp_path):
+    f = of(genuine[0])
+    reg_at = next(o["at"] for o in f.journal() if o["kind"] == "prereg")
+    name = f.ledger_names()[0]
+    earlier = reg_at[:-8] + "000000Z" if reg_at[-8:] != "000000Z" else reg_at
+    earlier = "2000-01-01T00:00:00.000000Z"
+
+    def move(objs):
+        objs[0]["at"] = earlier
+        objs[1]["at"] = earlier
+        return objs
+    f.edit_chain(name, move)
+    refused(f.finish(tmp_path), "prereg", "precedes the registration")
+
+
+def test_a_ledger_whose_close_was_removed(genuine, tmp_path):
+    f = of(genuine[0])
+    name = f.ledger_names()[-1]
+    f.edit_chain(name, lambda objs: [o for o in objs if o["kind"] != "ledger.close"])
+    refused(f.finish(tmp_path), "complete", "never closed")
+
+
+# -- 6. usage: a forged raw blob with its normalised usage ------------------------------------
+
+def test_a_raw_usage_blob_forged_with_its_normalised_usage(genuine, tmp_path):
+    f = of(genuine[0])
+    rid = f.find_run(lambda r: any(o["kind"] == "call" and o["body"].get("usage_raw") for o in r))
+    recs = f.records(rid)
+    line = next(i for i, o in enumerate(recs, 1) if o["kind"] == "call" and o["body"].get("usage_raw"))
+    raw = jsonio.loads(f.blob(recs[line - 1]["body"]["usage_raw"]))
+    raw["completion_tokens"] = 1  # the forger's cheaper call
+    raw["total_tokens"] = raw["prompt_tokens"] + raw["completion_tokens"]
+    details = raw.get("completion_tokens_details")
+    if isinstance(details, dict) and "reasoning_tokens" in details:
+        details["reasoning_tokens"] = 0
+    f.set_usage(rid, line, raw)
+    refused(f.finish(tmp_path), "costs", "simulated call", "does not fit a reply")
+
+
+def test_a_raw_prompt_count_lowered_with_its_normalised_usage(genuine, tmp_path):
+    f = of(genuine[0])
+    rid = f.find_run(lambda r: any(o["kind"] == "call" and o["body"].get("usage_raw") for o in r))
+    recs = f.records(rid)
+    line = next(i for i, o in enumerate(recs, 1) if o["kind"] == "call" and o["body"].get("usage_raw"))
+    raw = jsonio.loads(f.blob(recs[line - 1]["body"]["usage_raw"]))
+    raw["prompt_tokens"] -= 100
+    raw["total_tokens"] -= 100
+    for k in ("prompt_cache_miss_tokens",):
+        if k in raw:
+            raw[k] -= 100
+    f.set_usage(rid, line, raw)
+    refused(f.finish(tmp_path), "costs", "simulated call: usage prompt")
+
+
+# -- 7. site/: never passes silently ----------------------------------------------------------
+
+def test_replaced_site_pages_are_reported_unproven(genuine, tmp_path):
+    f = of(genuine[0])
+    f.files["site/index.html"] = b"<h1>ladder: 100% pass, $0.00</h1>"
+    rep = verify_bundle(f.finish(tmp_path))
+    text = render_text(rep)
+    assert "UNPROVEN  site/ (1 files)" in text and "NOT verified" in text
+    assert rep.to_dict()["unproven"] == [{"prefix": "site/", "files": 1, "why": rep.unproven[0][2]}]
