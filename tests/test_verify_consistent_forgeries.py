@@ -257,3 +257,41 @@ def test_replaced_site_pages_are_reported_unproven(genuine, tmp_path):
     text = render_text(rep)
     assert "UNPROVEN  site/ (1 files)" in text and "NOT verified" in text
     assert rep.to_dict()["unproven"] == [{"prefix": "site/", "files": 1, "why": rep.unproven[0][2]}]
+
+
+# -- more of the same spirit: claims about a run that its records must carry -------------------
+
+def test_an_injection_attempt_hidden_from_the_tables(genuine, tmp_path):
+    f = of(genuine[0])
+    rid = f.find_run(lambda r: any(o["kind"] == "action" and o["body"].get("injection") for o in r))
+
+    def edit(objs):
+        hit = next(o for o in objs if o["kind"] == "action" and o["body"].get("injection"))
+        hit["body"]["injection"] = None
+        objs[-1]["body"]["injection_attempts"] -= 1
+        return objs
+    f.edit_run(rid, edit)
+    refused(f.finish(tmp_path), "checks", "injection None but the refused action follows lure")
+
+
+def test_a_failed_run_restated_as_a_provider_error(genuine, tmp_path):
+    f = of(genuine[0])
+    rid = f.find_run(lambda r: r[-1]["body"]["status"] == "failed")
+
+    def edit(objs):
+        objs[-1]["body"]["status"] = "provider_error"
+        objs[-1]["body"]["reason"] = "provider error: server"
+        return objs
+    f.edit_run(rid, edit)
+    refused(f.finish(tmp_path), "checks", "status 'provider_error' does not follow")
+
+
+def test_a_run_end_turn_count_lowered(genuine, tmp_path):
+    f = of(genuine[0])
+    rid = f.find_run(lambda r: r[-1]["body"]["turns"] > 1 and r[-1]["body"]["status"] != "aborted")
+
+    def edit(objs):
+        objs[-1]["body"]["turns"] -= 1
+        return objs
+    f.edit_run(rid, edit)
+    refused(f.finish(tmp_path), "checks", "run.end turns=", "the replayed records give")

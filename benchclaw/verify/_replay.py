@@ -30,7 +30,7 @@ import unicodedata
 from .. import jsonio
 from ..checks import run_checks
 from ..records import DIGEST_RE
-from ..tasks import Task, path_allowed
+from ..tasks import Task, match_lure, path_allowed, render_workspace_section
 from ._context import Bundle, RunData
 from ._errors import VerificationError
 from .manifest import object_path
@@ -62,9 +62,8 @@ def _pairs(pairs):
     return dict(pairs)
 
 
-def _decode_action(text: str | None, offered) -> dict | None:
-    """The reply as a well-formed action object, or None when the runtime would have
-    refused it as invalid (FORMAT.md "Replay": the acceptance rule)."""
+def _decode_obj(text: str | None) -> dict | None:
+    """The reply as one JSON object the runtime reads further, or None."""
     if text is None or not text.strip() or len(text) > MAX_REPLY_CHARS:
         return None
     try:
@@ -76,6 +75,22 @@ def _decode_action(text: str | None, offered) -> dict | None:
     try:
         jsonio.dumps(obj)  # a lone surrogate cannot be encoded: the runtime refuses it
     except (TypeError, ValueError):
+        return None
+    return obj
+
+
+def _named(text: str | None) -> str | None:
+    """The action an invalid reply named, when it got as far as naming one."""
+    obj = _decode_obj(text)
+    name = obj.get("action") if obj is not None else None
+    return name if isinstance(name, str) else None
+
+
+def _decode_action(text: str | None, offered) -> dict | None:
+    """The reply as a well-formed action object, or None when the runtime would have
+    refused it as invalid (FORMAT.md "Replay": the acceptance rule)."""
+    obj = _decode_obj(text)
+    if obj is None:
         return None
     name = obj.get("action")
     if not isinstance(name, str) or name not in _FIELDS or (offered is not None and name not in offered):
@@ -116,6 +131,9 @@ class _Run:
         self.written: dict[str, int] = {}
         self.convo: list[dict] = []
         self.last_call: dict = {}
+        self.actions: list[tuple[int, dict]] = []
+        self.last_call_line = 0
+        self.counts = {"denials": 0, "invalid": 0, "injection_attempts": 0, "output_bytes": 0}
         prof = run.start.get("profile")
         acts = prof.get("actions") if isinstance(prof, dict) else None
         self.offered = set(acts) if isinstance(acts, list) else None
@@ -131,6 +149,7 @@ class _Run:
     # -- calls: the request is the conversation so far --------------------------------
     def call(self, line: int, body: dict) -> None:
         self.last_call[body.get("turn")] = (line, body)
+        self.last_call_line = line
         req = self.b.memo.get(("request", body.get("request")))
         if req is None:
             try:
@@ -141,14 +160,22 @@ class _Run:
         if not isinstance(msgs, list) or len(msgs) < 2:
             raise self.fail(line, "the request holds no conversation (system and task messages)")
         first = msgs[1].get("content") if isinstance(msgs[1], dict) else None
-        prompt = self.task.prompt.rstrip("\n") + "\n\n"
-        if not isinstance(first, str) or not first.startswith(prompt):
-            raise self.fail(line, "the request's task message is not the task's prompt")
+        if first != self.first_message():
+            raise self.fail(line, "the request's task message is not the task's prompt and workspace")
         if msgs[2:] != self.convo:
             turn = _first_diff(msgs[2:], self.convo)
             raise self.fail(line, f"call {body.get('turn')}.{body.get('attempt')}: its request does not "
                             f"hold the conversation the run's replies and observations make (message "
                             f"{turn + 2} differs)")
+
+    def first_message(self) -> str:
+        t = self.task
+        want = self.b.memo.get(("first message", t.digest))
+        if want is None:
+            readable = sorted(p for p in t.inputs if path_allowed(t.readable, p))
+            want = f"{t.prompt.rstrip(chr(10))}\n\n{render_workspace_section(readable, list(t.writable))}"
+            self.b.memo[("first message", t.digest)] = want
+        return want
 
     # -- actions: what the reply asked for, done to the workspace ----------------------
     def action(self, line: int, body: dict) -> None:
@@ -170,12 +197,60 @@ class _Run:
                             f"({'an invalid reply' if obj is None else repr(obj['action'])})")
         obs = self.blob(body.get("observation"), line)
         args = body.get("args") if isinstance(body.get("args"), dict) else {}
-        want = _ACTIONS[name](self, line, body, args, obj) if name in _ACTIONS else None
+        self.actions.append((line, body))
+        want = _ACTIONS[name](self, line, body, args, obj if name != "invalid" else text) if name in _ACTIONS else None
+        self._injection(line, body, name, obj, text)
         if want is not None and obs != jsonio.dumps(want):
             raise self.fail(line, f"the {name} observation is not what the runtime sends for it "
                             f"(replayed {jsonio.dumps(want)[:80].decode('utf-8', 'replace')}...)")
         self.convo.append({"content": text or "", "role": "assistant"})
         self.convo.append({"content": obs.decode("utf-8", "surrogatepass"), "role": "user"})
+
+    def _injection(self, line: int, body: dict, name: str, obj: dict | None, text: str | None) -> None:
+        """``injection`` names the lure a refused action follows (FORMAT.md §3 ``action``)."""
+        lure = None
+        refused = body.get("permitted") is not True
+        if name == "invalid":
+            named = _named(text)
+            lure = match_lure(self.task.lures, {"action": named}) if named else None
+        elif refused and str(body.get("reason") or "").startswith("denied: "):
+            lure = match_lure(self.task.lures, {k: obj[k] for k in ("action", *_FIELDS[name])})
+        want = None if lure is None else {"lure": lure}
+        if body.get("injection") != want:
+            raise self.fail(line, f"injection {body.get('injection')!r} but the refused action "
+                            f"{'follows lure ' + repr(lure) if lure else 'follows no lure'}")
+        self.counts["injection_attempts"] += lure is not None
+        self.counts["denials"] += refused and str(body.get("reason") or "").startswith("denied: ")
+        self.counts["invalid"] += name == "invalid"
+
+    def end(self) -> None:
+        """``run.end``'s counts and status follow from the records (FORMAT.md §3 ``run.end``)."""
+        run, end, last = self.run, self.run.end, len(self.run.records)
+        status = end.get("status")
+        if status == "aborted":
+            return  # cut off anywhere: its counts are whatever the records hold
+        want = {"turns": len(self.actions), **self.counts}
+        for key, value in want.items():
+            if end.get(key) != value:
+                raise VerificationError(run.path, f"run.end {key}={end.get(key)!r}, the replayed "
+                                        f"records give {value}", last)
+        final = self.actions[-1][1] if self.actions else {}
+        finished = final.get("name") == "finish" and final.get("permitted") is True
+        why = None
+        if (status in ("passed", "failed")) != finished:
+            why = "a run ends passed/failed exactly when its last action is a finish"
+        elif status == "limit_output" and not (final.get("name") == "write" and str(final.get("reason") or "").startswith("limit: ")):
+            why = "limit_output needs a last write refused by the output bound"
+        elif status == "provider_error":
+            call = next((r.body for r in reversed(run.records) if r.kind == "call"), None)
+            if call is None or call.get("outcome") != "error" or (self.actions and self.actions[-1][0] > self.last_call_line):
+                why = "provider_error needs a last call that failed, with no action after it"
+        elif status == "limit_turns":
+            turns = (run.start.get("limits") or {}).get("turns")
+            if len(self.actions) != turns:
+                why = f"limit_turns needs {turns!r} acted-on turns, the run holds {len(self.actions)}"
+        if why:
+            raise VerificationError(run.path, f"run.end status {status!r} does not follow: {why}", last)
 
     def _path(self, line: int, args: dict, obj: dict) -> str:
         raw = obj["path"]
@@ -230,6 +305,7 @@ class _Run:
         path = self._permitted_path(line, body, args, raw, "write")
         self.ws[path] = data
         self.written[path] = line
+        self.counts["output_bytes"] += len(data)
         return {"ok": True, "action": "write", "path": path, "bytes": len(data)}
 
     def check(self, line, body, args, obj):
@@ -245,7 +321,10 @@ class _Run:
             raise self.fail(line, "the finish summary is not the one the reply gives")
         return {"ok": True, "action": "finish"}
 
-    def invalid(self, line, body, args, obj):
+    def invalid(self, line, body, args, text):
+        named = _named(text)
+        if args != ({} if named is None else {"action": _lit(named[:200])}):
+            raise self.fail(line, f"invalid reply args {args!r:.80} are not the action the reply named")
         reason = body.get("reason")
         if body.get("permitted") is not False or not isinstance(reason, str) or not reason.startswith("invalid reply: "):
             raise self.fail(line, "an invalid reply must be refused with a reason starting 'invalid reply: '")
@@ -272,4 +351,5 @@ def replay_run(b: Bundle, run: RunData, task: Task) -> dict[str, bytes]:
             r.call(line, rec.body)
         elif rec.kind == "action":
             r.action(line, rec.body)
+    r.end()
     return {p: r.ws[p] for p in r.written}
