@@ -43,6 +43,30 @@ def _lit(s: str) -> str:
 
 
 class Forgery(Forger):
+    def edit_run(self, run_id: str, edit, *, rechain: bool = True) -> str:
+        """As ``Forger.edit_run``, then every other run naming the old id (a rerun's
+        ``replaces``) is rewritten too, and renamed in turn."""
+        new = super().edit_run(run_id, edit, rechain=rechain)
+        old_b, new_b = run_id.encode(), new.encode()
+        for other in [r for r in self.run_ids() if r != new and old_b in self.files[run_path(r)]]:
+            def swap(objs):
+                for o in objs:
+                    o["body"] = jsonio.loads(jsonio.dumps(o["body"]).replace(old_b, new_b))
+                return objs
+            Forgery.edit_run(self, other, swap)
+        return new
+
+    def current(self, run_id: str) -> str:
+        """The id a run has now, after every rename."""
+        while self.renamed.get(run_id, run_id) != run_id:  # an edit that changed nothing keeps its id
+            run_id = self.renamed[run_id]
+        return run_id
+
+    def each_run(self):
+        """Every run id, each resolved to its current name when its turn comes."""
+        for rid in list(self.run_ids()):
+            yield self.current(rid)
+
     # -- reading ------------------------------------------------------------------------
     def journal_names(self) -> list[str]:
         return sorted(n for n in self.files if n.startswith(JOURNAL))
@@ -124,7 +148,7 @@ class Forgery(Forger):
         listing = "".join(f"sha256:{hashlib.sha256(v).hexdigest()}  {p}\n" for p, v in sorted(files.items()))
         new = self.put_blob(listing.encode())
         assert new == task_digest(files)
-        for rid in list(self.run_ids()):
+        for rid in self.each_run():
             recs = self.records(rid)
             t = recs[0]["body"]["task"]
             if f"tasks/{t['id']}/v{t['version']}" == prefix:
@@ -149,7 +173,7 @@ class Forgery(Forger):
         name = old.split("/")[1].rsplit("-", 1)[0]
         self.files[f"catalogs/{name}-{digest[7:19]}.toml"] = data
         cat = parse_catalog(data, "forged")
-        for rid in list(self.run_ids()):
+        for rid in self.each_run():
             def edit(objs):
                 b = objs[0]["body"]
                 b["catalog"] = {**b["catalog"], "digest": digest}
@@ -203,7 +227,7 @@ class Forgery(Forger):
         """Every call's cost from its usage and the run's prices, run totals, and the ledger
         reserve/settle amounts of those calls."""
         fixes: dict[tuple, tuple] = {}
-        for rid in list(self.run_ids()):
+        for rid in self.each_run():
             recs = self.records(rid)
             prices = self.prices_of(recs)
             attempt = (recs[0]["body"].get("policy") or {}).get("attempt")

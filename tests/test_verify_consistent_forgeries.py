@@ -295,3 +295,40 @@ def test_a_run_end_turn_count_lowered(genuine, tmp_path):
         return objs
     f.edit_run(rid, edit)
     refused(f.finish(tmp_path), "checks", "run.end turns=", "the replayed records give")
+
+
+def test_a_trials_failed_first_attempt_dropped(genuine, tmp_path):
+    f = of(genuine[0])
+    trial = next(o["body"] for o in f.journal() if o["kind"] == "trial" and len(o["body"]["runs"]) > 1)
+    first = trial["runs"][0]
+    f.drop_run(first)
+
+    def edit(objs):
+        for o in objs:
+            if o["kind"] == "trial" and o["body"]["trial"] == trial["trial"]:
+                o["body"]["runs"] = o["body"]["runs"][1:]
+        return objs
+    f.edit_journal(edit)
+    refused(f.finish(tmp_path), "complete", f"trial {trial['trial']}", "the policy asks for")
+
+
+def test_a_whole_cell_dropped_from_the_plan(genuine, tmp_path):
+    f = of(genuine[0])
+    cell = sorted({f.records(r)[0]["body"]["policy"]["cell"] for r in f.run_ids()})[0]
+    for rid in [r for r in f.run_ids() if f.records(r)[0]["body"]["policy"]["cell"] == cell]:
+        f.drop_run(rid)
+
+    def edit(objs):
+        out = []
+        for o in objs:
+            b = o["body"]
+            if o["kind"] == "trial" and b.get("cell") == cell:
+                continue
+            if o["kind"] == "grid.start":
+                b["cells"] = [c for c in b["cells"] if c != cell]
+            if o["kind"] == "stop":
+                b["cells_left"] = [c for c in b["cells_left"] if c != cell]
+            out.append(o)
+        return out
+    f.edit_journal(edit)
+    refused(f.finish(tmp_path), "prereg", "grid.start cells differ from the registered grid", cell)

@@ -24,7 +24,7 @@ from decimal import Decimal
 
 from ..errors import BenchClawError
 from ..money import fmt_usd, parse_usd
-from ..policies import Attempt, PolicyError, outcome
+from ..policies import Attempt, PolicyError, next_batch, outcome
 from ..records import Record
 from ._context import Bundle, RunData
 from ._errors import VerificationError
@@ -74,11 +74,12 @@ def verify_prereg(b: Bundle, sec: Section) -> None:
         for run in _runs_of(b, exp):
             if sec.attempt(_run_registered, run, regs):
                 sec.count("runs after registration")
+        records = [(name, line, rec) for name, line, rec in journal if rec.kind in ("prereg", "deviation")]
         for name, line, rec in journal:
             if rec.kind == "grid.start":
                 sec.attempt(_grid_registered, name, line, rec, regs)
+                sec.attempt(_grid_as_registered, b, name, line, rec, records)
         sec.attempt(check_ledgers_after_registration, b, journal, regs[0][0])
-        records = [(name, line, rec) for name, line, rec in journal if rec.kind in ("prereg", "deviation")]
         for run in _runs_of(b, exp):
             sec.attempt(_run_pinned, run, records)
         sec.attempt(_registered_digest, b, exp, records[0])
@@ -191,6 +192,39 @@ def _run_pinned(run: RunData, records: list) -> None:
                                 f"which the registration ({name}:{line}) did not pin", 1)
 
 
+def _grid_as_registered(b: Bundle, name: str, line: int, rec: Record, records: list) -> None:
+    """A ``grid.start`` plans the registered grid: its cells are the registered spec's
+    task versions (as pinned) x profiles x seeds, its tiers, live policies and all_tiers
+    the spec's. A cell left out of the plan could otherwise be dropped unseen."""
+    from pathlib import Path
+
+    from ..spec_format import parse_spec
+
+    digest = rec.body.get("spec_digest")
+    reg = None
+    for _, _, r in records:
+        if r.body.get("spec_digest") == digest and r.at <= rec.at:
+            reg = r.body
+    if reg is None or "tasks" not in reg or not b.has(object_path(digest)):
+        return  # unregistered (reported above) or a registration that pins no tasks
+    try:
+        spec = parse_spec(b.read(object_path(digest)), Path(digest))
+    except BenchClawError as e:
+        raise VerificationError(object_path(digest), f"the registered spec does not parse: {e}") from None
+    g = spec.grid
+    cells = sorted(f"{t.get('id')}@{t.get('version')}/{p}/{s}" for t in reg["tasks"] or []
+                   for p in g.profiles for s in g.seeds)
+    body = rec.body
+    want = {"cells": cells, "tiers": list(g.tiers), "policies": list(spec.live), "all_tiers": g.all_tiers}
+    got = {"cells": sorted(body.get("cells") or []), "tiers": body.get("tiers"),
+           "policies": body.get("policies"), "all_tiers": body.get("all_tiers", g.all_tiers)}
+    for key in want:
+        if got[key] != want[key]:
+            odd = sorted(set(want[key]) ^ set(got[key] or [])) if key == "cells" else got[key]
+            raise VerificationError(name, f"grid.start {key} differ from the registered grid "
+                                    f"({odd!r:.120})", line)
+
+
 def _short_ref(ref) -> str:
     return f"{ref.get('name')} {ref.get('digest')}" if isinstance(ref, dict) else repr(ref)
 
@@ -207,7 +241,15 @@ _SAME = (("cell", lambda r: r.policy.get("cell")),
          ("tier", lambda r: r.start.get("tier")),
          ("policy", lambda r: r.policy.get("policy")),
          ("trial", lambda r: r.policy.get("trial")),
-         ("status", lambda r: r.end.get("status")))
+         ("status", lambda r: r.end.get("status")),
+         # the rest of the record is the run's policy context, as written at run.start
+         ("step", lambda r: r.policy.get("step", 0)),
+         ("batch", lambda r: r.policy.get("batch", 0)),
+         ("rerun", lambda r: bool(r.policy.get("rerun"))),
+         ("replaces", lambda r: r.policy.get("replaces")),
+         ("attempt", lambda r: r.policy.get("attempt")),
+         ("memory_start", lambda r: r.policy.get("memory_start")),
+         ("elapsed_ms", lambda r: r.end.get("elapsed_ms") or 0))
 _CLAIMS = (("passed", lambda r: bool(r.end.get("passed"))),
            ("gate_passed", lambda r: bool(r.end.get("gate_passed"))),
            ("cost", lambda r: _run_cost(r)))
@@ -251,6 +293,8 @@ def _named_run(b: Bundle, name: str, line: int, body: dict, named: dict) -> None
     if run is None:
         return  # present but broken: step 2 reported it
     checks = _SAME + (_CLAIMS if "passed" in body else ())
+    if "invocation" in run.policy:
+        checks += (("invocation", lambda r: r.policy.get("invocation")),)
     for key, get in checks:
         if key in body and body.get(key) != get(run):
             raise VerificationError(name, f"run {run_id[:12]}: the journal says {key}={body.get(key)!r}, "
@@ -281,9 +325,16 @@ def _trial(b: Bundle, name: str, line: int, body: dict, tiers: list) -> None:
                                 int(run.end.get("elapsed_ms") or 0), run_id,
                                 int(run.policy.get("batch") or 0)))
     try:
+        _policy_sequence(body, tiers, attempts)
         out = outcome(str(body.get("policy")), tiers, attempts)
     except PolicyError as e:
         raise VerificationError(name, f"trial {body.get('trial')}: {e}", line) from None
+    listed = set(body.get("runs") or [])
+    for run in b.runs.values():
+        if (run.policy.get("trial") == body.get("trial") and run.run_id not in listed
+                and run.of_kind("call")):
+            raise VerificationError(name, f"trial {body.get('trial')} leaves out run {run.run_id[:12]}, "
+                                    "which called the model for it", line)
     want = {"passed": out.passed, "tier": out.taken.tier if out.taken else None}
     if "cost" in body:
         want["cost"] = {"low": _fmt(out.cost_low), "high": _fmt(out.cost_high)}
@@ -293,6 +344,25 @@ def _trial(b: Bundle, name: str, line: int, body: dict, tiers: list) -> None:
         if body.get(key) != value:
             raise VerificationError(name, f"trial {body.get('trial')}: recorded {key}={body.get(key)!r}, "
                                     f"recomputed from its runs {value!r}", line)
+
+
+def _policy_sequence(body: dict, tiers: list, attempts: list) -> None:
+    """The trial's runs, batch by batch, are exactly what its policy asked for, and the
+    policy asks for nothing more (FORMAT.md "Summary", policies). Raises PolicyError."""
+    policy, memory = str(body.get("policy")), body.get("memory_start")
+    done: list = []
+    batches: dict[int, list] = {}
+    for a in attempts:
+        batches.setdefault(a.batch, []).append(a)
+    for no in sorted(batches):
+        want = next_batch(policy, tiers, done, memory)
+        got = [a.tier for a in batches[no]]
+        if got != want:
+            raise PolicyError(f"batch {no} ran {got}, the policy asks for {want} after {len(done)} attempt(s)")
+        done.extend(batches[no])
+    more = next_batch(policy, tiers, done, memory)
+    if more:
+        raise PolicyError(f"recorded as complete, but the policy still asks for {more}")
 
 
 def _fmt(d: Decimal) -> str:
