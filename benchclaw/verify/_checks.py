@@ -1,12 +1,13 @@
-"""Step 3, the checks: every recorded check result is re-run from the stored artifact.
+"""Step 3, the checks: each run replayed from its task and replies, its checks re-run.
 
 For each run that passed step 2: the task version is rebuilt from the bundle's
-``tasks/<id>/v<N>/`` files (``Task.from_files``, the loader the runtime uses); the
-workspace is replayed from the run's permitted ``write`` actions over the task inputs and
-must equal the recorded ``artifact`` records (so an artifact cannot be swapped without
-the action that wrote it); then ``benchclaw.tasks.check_artifacts`` (pure) re-runs every
-check, held-out ones included, and each result must equal its ``check`` record field for
-field. ``run.end`` ``passed``, ``gate_passed`` and the status must follow from them.
+``tasks/<id>/v<N>/`` files (``Task.from_files``, the loader the runtime uses); the run is
+replayed over the task inputs (``_replay``: every request, action, observation and
+``run.end`` count follows from the model's replies), and the recorded ``artifact``
+records must equal the files the replay wrote; then ``benchclaw.tasks.check_artifacts``
+(pure) re-runs every check on those replayed files, held-out ones included, and each
+result must equal its ``check`` record field for field. ``run.end`` ``passed``,
+``gate_passed`` and the status must follow from them.
 
 A run with no check records must be ``aborted`` (the runtime records checks on every
 other ending; crash recovery and an abort record neither checks nor artifacts). An

@@ -150,12 +150,10 @@ class _Run:
     def call(self, line: int, body: dict) -> None:
         self.last_call[body.get("turn")] = (line, body)
         self.last_call_line = line
-        req = self.b.memo.get(("request", body.get("request")))
-        if req is None:
-            try:
-                req = jsonio.loads(self.blob(body.get("request"), line))
-            except ValueError:
-                raise self.fail(line, "the request blob is not JSON") from None
+        try:
+            req = jsonio.loads(self.blob(body.get("request"), line))
+        except ValueError:
+            raise self.fail(line, "the request blob is not JSON") from None
         msgs = req.get("messages") if isinstance(req, dict) else None
         if not isinstance(msgs, list) or len(msgs) < 2:
             raise self.fail(line, "the request holds no conversation (system and task messages)")

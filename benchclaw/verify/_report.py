@@ -20,12 +20,12 @@ MAX_KEPT = 200
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("container", "every entry listed in the manifest, with its size and SHA-256"),
     ("runs", "run ids, hash chains, referenced objects, task digests"),
-    ("checks", "every check result re-run from the stored artifact"),
+    ("checks", "every run replayed from its task and replies; checks re-run on what it wrote"),
     ("costs", "every cost and bound recomputed from usage and catalog prices"),
     ("ledgers", "settled spend equals the recorded calls; no limit passed"),
     ("summary", "every table and decision of summary.json recomputed"),
-    ("prereg", "spec digest registered before the first call; deviations before their runs"),
-    ("complete", "the journal names every planned cell and every sealed run"),
+    ("prereg", "registration (spec, catalog, tasks) before every call, ledger record and run"),
+    ("complete", "every planned cell and sealed run accounted for; stops and trials follow"),
 )
 
 

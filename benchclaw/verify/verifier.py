@@ -42,12 +42,12 @@ def _steps() -> tuple[tuple[str, Callable[[Bundle, Section], None]], ...]:
     return (
         ("container", verify_container),   # 1. every entry listed, sizes and SHA-256 match
         ("runs", verify_runs),             # 2. run ids, chains, objects, task digests
-        ("checks", verify_checks),         # 3. check results re-run from stored artifacts
+        ("checks", verify_checks),         # 3. each run replayed; checks re-run on what it wrote
         ("costs", verify_costs),           # 4. costs and bounds from usage and prices
         ("ledgers", verify_ledgers),       # 5. settled spend = recorded calls; no limit passed
         ("summary", verify_summary),       # 6. summary.json recomputed from the runs
-        ("prereg", verify_prereg),         # 7. registration before calls; deviations before runs
-        ("complete", verify_completeness),  # 8. nothing dropped: every cell and run accounted for
+        ("prereg", verify_prereg),         # 7. registration (pins) before calls, ledgers, runs
+        ("complete", verify_completeness),  # 8. nothing dropped; every stop and trial follows
     )
 
 
