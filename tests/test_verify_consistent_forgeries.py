@@ -332,3 +332,37 @@ def test_a_whole_cell_dropped_from_the_plan(genuine, tmp_path):
         return out
     f.edit_journal(edit)
     refused(f.finish(tmp_path), "prereg", "grid.start cells differ from the registered grid", cell)
+
+
+def test_an_unknown_calls_max_tokens_lowered_to_shrink_its_upper_bound(genuine, tmp_path):
+    f = of(genuine[0])
+    rid = f.find_run(lambda r: any(o["kind"] == "call" and o["body"]["usage"] is None for o in r))
+    recs = f.records(rid)
+    line = next(i for i, o in enumerate(recs, 1) if o["kind"] == "call" and o["body"]["usage"] is None)
+    req = jsonio.loads(f.blob(recs[line - 1]["body"]["request"]))
+    req["max_tokens"] = 16
+    digest = f.put_blob(jsonio.dumps(req))
+
+    def edit(objs):
+        b = objs[line - 1]["body"]
+        b["request"], b["params"]["max_tokens"] = digest, 16
+        return objs
+    f.edit_run(rid, edit)
+    refused(f.finish(tmp_path, costs=True), "prereg", "params.max_tokens=16")
+
+
+def test_a_run_relabelled_to_a_cheaper_tier(genuine, tmp_path):
+    f = of(genuine[0])
+    rid = f.find_run(lambda r: r[0]["body"]["tier"] == "ultra")
+
+    from benchclaw.catalog_format import parse_catalog
+
+    cat = parse_catalog(next(v for n, v in f.files.items() if n.startswith("catalogs/")), "catalog")
+
+    def edit(objs):
+        objs[0]["body"]["tier"] = "lightning"
+        objs[0]["body"]["prices"] = cat.tier("lightning").prices.to_dict()
+        return objs
+    f.edit_run(rid, edit)
+    f.costs_dirty = True
+    refused(f.finish(tmp_path), "costs", "run.start model/provider 'sim/ultra'", "tier 'lightning' of the catalog is")

@@ -72,7 +72,9 @@ def _cached_prices(b: Bundle, run: RunData, tier) -> Prices:
     key = ("prices", jsonio.dumps(run.start.get("catalog")), tier)
     if key not in b.memo:
         try:
-            b.memo[key] = _catalog(b, run, run.start.get("catalog")).tier(tier if isinstance(tier, str) else "").prices
+            t = _catalog(b, run, run.start.get("catalog")).tier(tier if isinstance(tier, str) else "")
+            b.memo[key] = t.prices
+            b.memo[("model", key[1], tier)] = (t.model, t.provider)
         except VerificationError as e:
             b.memo[key] = e
         except (BenchClawError, ValueError) as e:
@@ -96,6 +98,11 @@ def catalog_prices(b: Bundle, run: RunData) -> Prices:
 def _confirmed_prices(b: Bundle, run: RunData) -> Prices:
     tier = run.start.get("tier")
     prices = _cached_prices(b, run, tier)
+    model = b.memo.get(("model", jsonio.dumps(run.start.get("catalog")), tier))
+    if model is not None and (run.start.get("model"), run.start.get("provider")) != model:
+        raise VerificationError(run.path, f"run.start model/provider {run.start.get('model')!r}/"
+                                f"{run.start.get('provider')!r}, tier {tier!r} of the catalog is "
+                                f"{model[0]!r}/{model[1]!r}", 1)
     try:
         recorded = Prices.from_dict(run.start.get("prices"), "run.start.prices")
     except (BenchClawError, ValueError) as e:

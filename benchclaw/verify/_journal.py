@@ -81,7 +81,7 @@ def verify_prereg(b: Bundle, sec: Section) -> None:
                 sec.attempt(_grid_as_registered, b, name, line, rec, records)
         sec.attempt(check_ledgers_after_registration, b, journal, regs[0][0])
         for run in _runs_of(b, exp):
-            sec.attempt(_run_pinned, run, records)
+            sec.attempt(_run_pinned, b, run, records)
         sec.attempt(_registered_digest, b, exp, records[0])
         sec.count("registrations", len(regs))
 
@@ -172,7 +172,7 @@ def _registered_digest(b: Bundle, exp: str, first: tuple) -> None:
                                 "from what was registered", line)
 
 
-def _run_pinned(run: RunData, records: list) -> None:
+def _run_pinned(b: Bundle, run: RunData, records: list) -> None:
     """The run used the catalog and a task version its registration pinned (FORMAT.md §8)."""
     digest, start_at = run.policy.get("spec_digest"), run.records[0].at
     reg = None
@@ -182,6 +182,7 @@ def _run_pinned(run: RunData, records: list) -> None:
     if reg is None:
         return  # _run_registered reports it
     name, line, body = reg
+    _run_as_specified(b, run, digest)
     if "catalog" in body and run.start.get("catalog") != body["catalog"]:
         raise VerificationError(run.path, f"ran with catalog {_short_ref(run.start.get('catalog'))}, the "
                                 f"registration ({name}:{line}) pinned {_short_ref(body['catalog'])}", 1)
@@ -223,6 +224,52 @@ def _grid_as_registered(b: Bundle, name: str, line: int, rec: Record, records: l
             odd = sorted(set(want[key]) ^ set(got[key] or [])) if key == "cells" else got[key]
             raise VerificationError(name, f"grid.start {key} differ from the registered grid "
                                     f"({odd!r:.120})", line)
+
+
+def _spec(b: Bundle, digest: str):
+    """The registered spec of ``digest``, parsed once (None when absent or unparsable:
+    reported where the registration is checked)."""
+    from pathlib import Path
+
+    from ..spec_format import parse_spec
+
+    key = ("spec", digest)
+    if key not in b.memo:
+        try:
+            b.memo[key] = parse_spec(b.read(object_path(digest)), Path(digest))
+        except (BenchClawError, VerificationError):
+            b.memo[key] = None
+    return b.memo[key]
+
+
+def _run_as_specified(b: Bundle, run: RunData, digest: str) -> None:
+    """The run ran what its spec says: its cell names its task, profile and seed, its tier,
+    profile and seed are in the grid, its settings are the spec's, and every call was made
+    with them (a lowered max_tokens would lower an unknown call's upper bound)."""
+    spec = _spec(b, digest)
+    if spec is None:
+        return
+    st, g = run.start, spec.grid
+    task, profile = st.get("task") or {}, (st.get("profile") or {}).get("name")
+    cell = f"{task.get('id')}@{task.get('version')}/{profile}/{st.get('seed')}"
+    if run.policy.get("cell") != cell:
+        raise VerificationError(run.path, f"policy.cell {run.policy.get('cell')!r}, the run ran {cell!r}", 1)
+    if st.get("tier") not in g.tiers or profile not in g.profiles or st.get("seed") not in g.seeds:
+        raise VerificationError(run.path, f"tier {st.get('tier')!r}, profile {profile!r} or seed "
+                                f"{st.get('seed')!r} is not in the registered grid", 1)
+    want = {"max_tokens": spec.settings.max_tokens, "temperature": fmt_usd(spec.settings.temperature),
+            "retries": spec.settings.retries}
+    if st.get("settings") != want:
+        raise VerificationError(run.path, f"run.start.settings {st.get('settings')}, the registered spec "
+                                f"says {want}", 1)
+    call = {"max_tokens": want["max_tokens"], "temperature": want["temperature"], "model": st.get("model"),
+            "seed": st.get("seed")}
+    for line, rec in run.of_kind("call"):
+        params = rec.body.get("params") or {}
+        odd = [k for k, v in call.items() if params.get(k) != v]
+        if odd:
+            raise VerificationError(run.path, f"call made with params.{odd[0]}={params.get(odd[0])!r}, "
+                                    f"the run's is {call[odd[0]]!r}", line)
 
 
 def _short_ref(ref) -> str:
