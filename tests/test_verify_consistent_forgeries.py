@@ -366,3 +366,22 @@ def test_a_run_relabelled_to_a_cheaper_tier(genuine, tmp_path):
     f.edit_run(rid, edit)
     f.costs_dirty = True
     refused(f.finish(tmp_path), "costs", "run.start model/provider 'sim/ultra'", "tier 'lightning' of the catalog is")
+
+
+def test_prices_re_pinned_by_a_forged_deviation_are_shown_to_the_auditor(genuine, tmp_path):
+    """The registration digest covers the first prereg; a deviation may change the pins
+    (a real spec change can), so the verifier names every deviation that does."""
+    f = of(genuine[0])
+    f.scale_prices(Decimal("0.5"))
+    cat = f.records(f.run_ids()[0])[0]["body"]["catalog"]
+
+    def repin(objs):
+        for o in objs:
+            if o["kind"] == "deviation":
+                o["body"]["catalog"] = cat
+        return objs
+    f.edit_journal(repin)
+    rep = verify_bundle(f.finish(tmp_path), registered=genuine[1])
+    text = render_text(rep)
+    assert "re-pins the catalog (prices)" in text and "does not cover it" in text, text
+    assert rep.registrations[EXP] == genuine[1]

@@ -151,11 +151,14 @@ def locate_spec(store: Store, reg: Registration, override: Path | str | None = N
                             "recorded at registration); pass --spec PATH")
 
 
-def require_registered(store: Store, experiment: str, spec_path: Path | str | None = None) -> Spec:
-    """The spec to run, only if its bytes hash to the digest in force.
+def require_registered(store: Store, experiment: str, spec_path: Path | str | None = None, *,
+                       backends=None) -> Spec:
+    """The spec to run, only if its bytes hash to the digest in force and the grid still
+    resolves to the catalog and task versions the registration in force pinned.
 
     Raises RegistrationError when the experiment is unregistered, the spec changed since
-    registration (or the last deviation), or it names another experiment.
+    registration (or the last deviation), it names another experiment, or the catalog or
+    a task version changed since (a deviation must record it first).
     """
     reg = _require(store, experiment)
     path = locate_spec(store, reg, spec_path)
@@ -172,7 +175,34 @@ def require_registered(store: Store, experiment: str, spec_path: Path | str | No
     spec = parse_spec(data, path)
     if spec.id != experiment:
         raise RegistrationError(f"{path}: spec id is {spec.id!r}, not {experiment!r}")
+    _require_pins(store, spec, backends)
     return spec
+
+
+def _require_pins(store: Store, spec: Spec, backends) -> None:
+    """What the registration in force pinned (journals written before pins existed pin
+    nothing) must be what the grid resolves to now."""
+    body = None
+    for entry in store.read_journal(spec.id):
+        if entry.kind in _REG_KINDS:
+            body = entry.body
+    if body is None or ("catalog" not in body and "tasks" not in body):
+        return
+    now = pins(spec, backends)
+    for key, what in (("catalog", "the catalog (its prices)"), ("tasks", "the task versions")):
+        if key in body and body[key] != now[key]:
+            raise RegistrationError(
+                f"{spec.id}: {what} changed since registration: registered {_brief(body[key])}, the grid "
+                f"now resolves to {_brief(now[key])}. Record the change first: benchclaw deviate "
+                f"{spec.id} --reason \"...\"")
+
+
+def _brief(value) -> str:
+    if isinstance(value, dict):
+        return f"{value.get('name')} {value.get('digest')}"
+    if isinstance(value, list):
+        return ", ".join(f"{t.get('id')}@{t.get('version')}" for t in value)[:200] or "none"
+    return repr(value)
 
 
 def _require(store: Store, experiment: str) -> Registration:

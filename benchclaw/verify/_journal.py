@@ -160,6 +160,25 @@ def registration_of(b: Bundle, exp: str) -> str | None:
     return registration_digest(first.body) if first is not None else None
 
 
+def repinned(b: Bundle, exp: str) -> list[str]:
+    """A sentence per deviation that pins another catalog or other task versions than the
+    registration before it: the registration digest covers only the first ``prereg``, so
+    these changes are shown to the auditor here (and listed in summary.json's deviations)."""
+    try:
+        regs = [rec for _, _, rec in journal_of(b, exp) if rec.kind in ("prereg", "deviation")]
+    except VerificationError:
+        return []
+    out = []
+    for before, rec in zip(regs, regs[1:]):
+        changed = [what for key, what in (("catalog", "the catalog (prices)"), ("tasks", "the task versions"))
+                   if rec.body.get(key) != before.body.get(key)]
+        if changed:
+            out.append(f"{exp}: the deviation at {rec.at} re-pins {' and '.join(changed)} "
+                       f"(reason: {str(rec.body.get('reason'))[:120]!r}); the registration digest "
+                       "you hold does not cover it")
+    return out
+
+
 def _registered_digest(b: Bundle, exp: str, first: tuple) -> None:
     """``--registered``: the registration the auditor holds is this bundle's."""
     name, line, rec = first

@@ -84,6 +84,7 @@ class VerifyReport:
     fatal: UnreadableBundle | None = None
     registrations: dict = field(default_factory=dict)  # experiment -> registration digest (or None)
     unproven: list = field(default_factory=list)       # [(entry prefix, files, why)] not verified
+    notes: list = field(default_factory=list)          # what the auditor must read (a deviation re-pinning prices)
 
     @classmethod
     def empty(cls, source: str) -> "VerifyReport":
@@ -120,5 +121,6 @@ class VerifyReport:
                 "experiments": list(self.experiments),
                 "registrations": dict(self.registrations),
                 "unproven": [{"prefix": p, "files": n, "why": w} for p, n, w in self.unproven],
+                "notes": list(self.notes),
                 "fatal": self.fatal.to_dict() if self.fatal else None,
                 "sections": [s.to_dict() for s in self.sections]}

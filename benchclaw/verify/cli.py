@@ -57,6 +57,7 @@ def render_text(report, max_failures: int = 10, quiet: bool = False) -> str:
             extra = f", {s.failure_count} failed" if s.failure_count else ""
             lines.append(f"{s.number} {s.name:<9} {state:<7} {_counts(s.counts)}{extra}")
     if report.fatal is None:
+        lines.extend(f"NOTE      {note}" for note in report.notes)
         for prefix, n, why in report.unproven:
             lines.append(f"UNPROVEN  {prefix} ({n} files): {why}")
     shown = report.failures()[:max_failures]

@@ -85,12 +85,13 @@ def _after(b: Bundle, report: VerifyReport) -> None:
     """What the report states beside the steps: each experiment's registration digest (for
     the auditor to compare), and the entries no step proves (``site/``: pages rendered
     from the evidence by a builder the verifier does not run)."""
-    from ._journal import registration_of
+    from ._journal import registration_of, repinned
 
     if b.manifest is None:
         return
     for exp in b.manifest.experiments:
         report.registrations[exp] = registration_of(b, exp)
+        report.notes.extend(repinned(b, exp))
     site = [n for n in b.view.names if n.startswith("site/")]
     if site:
         report.unproven.append(("site/", len(site), "the pages are not recomputed: their tables and "
