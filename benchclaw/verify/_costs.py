@@ -158,6 +158,42 @@ def sim_prompt_tokens(messages: list) -> int:
     return 3 + sum(4 + (len(str(m.get("content") or "")) + 3) // 4 for m in messages)
 
 
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson is optional
+    _orjson = None
+
+
+def canon(value) -> bytes:
+    """``jsonio.dumps`` (canonical JSON) without its walk for floats, for values the
+    verifier builds from strings, ints and booleans (the replay's observations and
+    conversation); anything orjson refuses goes the canonical way."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)
+        except TypeError:
+            pass
+    return jsonio.dumps(value)
+
+
+def short_hash(value) -> str:
+    """128 bits of the SHA-256 of ``value``'s canonical JSON (enough against a second
+    preimage; half the memory of the full digest in the reading of every request)."""
+    import hashlib
+
+    return hashlib.sha256(canon(value)).hexdigest()[:32]
+
+
+def conversation_hashes(messages: list) -> list:
+    """What step 3's replay needs of a request, so it never inflates a request again:
+    [message count, hash of all messages, hash of all but the last two, hash of the last
+    two, hash of the task message's content] (None where there is no such part)."""
+    n = len(messages)
+    return [n, short_hash(messages), short_hash(messages[:-2]) if n > 2 else None,
+            short_hash(messages[-2:]) if n > 2 else None,
+            short_hash(messages[1].get("content")) if n >= 2 else None]
+
+
 def _chars(data: bytes) -> int | None:
     try:
         return len(data.decode("utf-8", "surrogatepass"))
@@ -185,7 +221,8 @@ def derive(data: bytes) -> list | None:
                 not all(isinstance(m, dict) for m in messages):
             return None
         try:
-            return ["r", max_tokens, estimate_prompt_tokens(messages), sim_prompt_tokens(messages)]
+            return ["r", max_tokens, estimate_prompt_tokens(messages), sim_prompt_tokens(messages),
+                    conversation_hashes(messages)]
         except Exception:  # noqa: BLE001 - RecursionError and the like: step 4 reports it
             return None
     n = _chars(data)
@@ -210,7 +247,7 @@ def _derived(b: Bundle, run: RunData, digest, line: int, what: str, kind: str):
 def _check_estimate(b: Bundle, run: RunData, line: int, body: dict, estimate: int, max_tokens: int) -> None:
     known = _derived(b, run, body.get("request"), line, "request", ("r",))
     if known is not None:
-        _, request_max, got, sim = known
+        _, request_max, got, sim, _conv = known
         b.memo[("sim prompt", line, run.run_id)] = sim
         if request_max != max_tokens:
             raise VerificationError(run.path, f"call: request max_tokens {request_max!r} "

@@ -32,6 +32,7 @@ from ..checks import run_checks
 from ..records import DIGEST_RE
 from ..tasks import Task, match_lure, path_allowed, render_workspace_section
 from ._context import Bundle, RunData
+from ._costs import canon, short_hash
 from ._errors import VerificationError
 from .manifest import object_path
 
@@ -72,8 +73,8 @@ def _decode_obj(text: str | None) -> dict | None:
         return None
     if not isinstance(obj, dict) or _depth(obj) > 32:
         return None
-    try:
-        jsonio.dumps(obj)  # a lone surrogate cannot be encoded: the runtime refuses it
+    try:  # a lone surrogate cannot be encoded as UTF-8: the runtime refuses it
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError):
         return None
     return obj
@@ -133,6 +134,8 @@ class _Run:
         self.last_call: dict = {}
         self.actions: list[tuple[int, dict]] = []
         self.last_call_line = 0
+        self.prev_request = None  # short hash of the messages the last acted-on turn sent
+        self.this_request = None  # ... and of those this turn's first attempt sent
         self.counts = {"denials": 0, "invalid": 0, "injection_attempts": 0, "output_bytes": 0}
         prof = run.start.get("profile")
         acts = prof.get("actions") if isinstance(prof, dict) else None
@@ -150,6 +153,10 @@ class _Run:
     def call(self, line: int, body: dict) -> None:
         self.last_call[body.get("turn")] = (line, body)
         self.last_call_line = line
+        req = body.get("request")
+        got = self.b.derived.get(object_path(req)) if isinstance(req, str) and DIGEST_RE.match(req) else None
+        if got is not None and got[0] == "r" and len(got) > 4:
+            return self._call_by_hashes(line, body, got[4])
         try:
             req = jsonio.loads(self.blob(body.get("request"), line))
         except ValueError:
@@ -160,11 +167,41 @@ class _Run:
         first = msgs[1].get("content") if isinstance(msgs[1], dict) else None
         if first != self.first_message():
             raise self.fail(line, "the request's task message is not the task's prompt and workspace")
+        self.this_request = short_hash(msgs)
         if msgs[2:] != self.convo:
             turn = _first_diff(msgs[2:], self.convo)
             raise self.fail(line, f"call {body.get('turn')}.{body.get('attempt')}: its request does not "
                             f"hold the conversation the run's replies and observations make (message "
                             f"{turn + 2} differs)")
+
+    def _call_by_hashes(self, line: int, body: dict, conv: list) -> None:
+        """The same test as reading the request, on the hashes step 1's worker took of it:
+        the count, the task message, and (after turn 0) the request before it plus the
+        last reply and observation."""
+        n, h_all, h_head, h_tail, h_first = conv
+        if n != 2 + len(self.convo):
+            raise self.fail(line, f"call {body.get('turn')}.{body.get('attempt')}: its request holds {n} "
+                            f"messages, the run's replies and observations make {2 + len(self.convo)}")
+        if self.this_request is not None:  # a retry sends the turn's request again
+            ok = h_all == self.this_request
+            what = (f"call {body.get('turn')}.{body.get('attempt')}: a retry whose request differs from "
+                    "its turn's first attempt")
+        elif n == 2:
+            ok = h_first == self.first_hash()
+            what = "the request's task message is not the task's prompt and workspace"
+        else:
+            ok = h_head == self.prev_request and h_tail == short_hash(self.convo[-2:])
+            what = (f"call {body.get('turn')}.{body.get('attempt')}: its request does not hold the "
+                    f"conversation the run's replies and observations make (message {n - 1} or before differs)")
+        if not ok:
+            raise self.fail(line, what)
+        self.this_request = h_all
+
+    def first_hash(self) -> str:
+        key = ("first message hash", self.task.digest)
+        if key not in self.b.memo:
+            self.b.memo[key] = short_hash(self.first_message())
+        return self.b.memo[key]
 
     def first_message(self) -> str:
         t = self.task
@@ -198,9 +235,10 @@ class _Run:
         self.actions.append((line, body))
         want = _ACTIONS[name](self, line, body, args, obj if name != "invalid" else text) if name in _ACTIONS else None
         self._injection(line, body, name, obj, text)
-        if want is not None and obs != jsonio.dumps(want):
+        if want is not None and obs != canon(want):
             raise self.fail(line, f"the {name} observation is not what the runtime sends for it "
-                            f"(replayed {jsonio.dumps(want)[:80].decode('utf-8', 'replace')}...)")
+                            f"(replayed {canon(want)[:80].decode('utf-8', 'replace')}...)")
+        self.prev_request, self.this_request = self.this_request, None
         self.convo.append({"content": text or "", "role": "assistant"})
         self.convo.append({"content": obs.decode("utf-8", "surrogatepass"), "role": "user"})
 
@@ -265,11 +303,19 @@ class _Run:
             raise self.fail(line, f"{op} acted on {args.get('resolved')!r}, the model's path "
                             f"{raw[:60]!r} is {path!r}")
         t = self.task
-        ok = (path_allowed(t.readable, path) or path_allowed(t.writable, path)) if op == "read" else (
-            path_allowed(t.writable, path) and (t.overwrite_inputs or path not in t.inputs))
+        ok = (self.allowed(t.readable, path) or self.allowed(t.writable, path)) if op == "read" else (
+            self.allowed(t.writable, path) and (t.overwrite_inputs or path not in t.inputs))
         if not ok:
             raise self.fail(line, f"a permitted {op} of {path!r}, which the task does not allow")
         return path
+
+    def allowed(self, globs: list, path: str) -> bool:
+        """``path_allowed``, once per (globs, path): a grid repeats the same few paths."""
+        key = ("allowed", tuple(globs), path)
+        got = self.b.memo.get(key)
+        if got is None:
+            got = self.b.memo[key] = path_allowed(list(globs), path)
+        return got
 
     def _denied(self, body: dict, name: str) -> dict | None:
         reason = body.get("reason")
