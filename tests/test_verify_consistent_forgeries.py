@@ -385,3 +385,25 @@ def test_prices_re_pinned_by_a_forged_deviation_are_shown_to_the_auditor(genuine
     text = render_text(rep)
     assert "re-pins the catalog (prices)" in text and "does not cover it" in text, text
     assert rep.registrations[EXP] == genuine[1]
+
+
+def test_a_ledger_that_forgets_an_earlier_invocations_spend(genuine, tmp_path):
+    f = of(genuine[0])
+    name = next(n for n in f.ledger_names() if (f.ledger(n)[0]["body"].get("carried") or {}).get("ledgers"))
+
+    def forget(objs):
+        objs[0]["body"]["carried"]["ledgers"] = objs[0]["body"]["carried"]["ledgers"][1:]
+        return objs
+    f.edit_chain(name, forget)
+    refused(f.finish(tmp_path), "prereg", "ledger.open carries the ledgers", "the earlier invocations opened")
+
+
+def test_a_ledger_whose_limit_was_raised(genuine, tmp_path):
+    f = of(genuine[0])
+    name = f.ledger_names()[0]
+
+    def raise_it(objs):
+        objs[0]["body"]["limits"]["usd"] = "500"
+        return objs
+    f.edit_chain(name, raise_it)
+    refused(f.finish(tmp_path), "prereg", "ledger.open limits", "the registered budget")

@@ -243,6 +243,47 @@ def _grid_as_registered(b: Bundle, name: str, line: int, rec: Record, records: l
             odd = sorted(set(want[key]) ^ set(got[key] or [])) if key == "cells" else got[key]
             raise VerificationError(name, f"grid.start {key} differ from the registered grid "
                                     f"({odd!r:.120})", line)
+    _ledger_opened_as_registered(b, rec, spec)
+
+
+def _ledger_opened_as_registered(b: Bundle, rec: Record, spec) -> None:
+    """The invocation's ``ledger.open`` has the spec's budget as its limits, names its
+    experiment and invocation, and carries every earlier invocation's ledger (a ledger left
+    out of ``carried`` would let this one spend the budget again)."""
+    from ..ledger_replay import Limits
+
+    lid = rec.body.get("ledger")
+    lname = f"ledgers/{lid}.jsonl"
+    records = b.memo.get(("chain", lname)) if isinstance(lid, str) else None
+    if not records or records[0].kind != "ledger.open":
+        return  # missing or malformed: step 5 reports it
+    body, bud = records[0].body, spec.budget
+    limits = Limits(bud.usd, bud.tokens, bud.per_call_usd).to_dict()
+    if body.get("limits") != limits:
+        raise VerificationError(lname, f"ledger.open limits {body.get('limits')}, the registered budget "
+                                f"is {limits}", 1)
+    if (body.get("experiment"), body.get("invocation")) != (spec.id, rec.body.get("invocation")):
+        raise VerificationError(lname, f"ledger.open names {body.get('experiment')!r} / "
+                                f"{body.get('invocation')!r}, not its grid.start's", 1)
+    carried = (body.get("carried") or {}).get("ledgers") or []
+    want = _earlier_ledgers(b, spec.id, rec)
+    if want is not None and carried != want:
+        raise VerificationError(lname, f"ledger.open carries the ledgers {carried}, the earlier "
+                                f"invocations opened {want}", 1)
+
+
+def _earlier_ledgers(b: Bundle, exp: str, rec: Record) -> list | None:
+    try:
+        journal = journal_of(b, exp)
+    except VerificationError:
+        return None
+    out = []
+    for _, _, r in journal:
+        if r is rec:
+            return out
+        if r.kind == "grid.start" and r.body.get("ledger"):
+            out.append(r.body["ledger"])
+    return None
 
 
 def _spec(b: Bundle, digest: str):
