@@ -207,7 +207,7 @@ def _run_pinned(b: Bundle, run: RunData, records: list) -> None:
                                 f"registration ({name}:{line}) pinned {_short_ref(body['catalog'])}", 1)
     task = run.start.get("task") or {}
     mine = {"id": task.get("id"), "version": task.get("version"), "digest": task.get("digest")}
-    if "tasks" in body and mine not in (body["tasks"] or []):
+    if "tasks" in body and (not isinstance(body["tasks"], list) or mine not in body["tasks"]):
         raise VerificationError(run.path, f"ran task {mine['id']} v{mine['version']} {mine['digest']}, "
                                 f"which the registration ({name}:{line}) did not pin", 1)
 
@@ -232,7 +232,9 @@ def _grid_as_registered(b: Bundle, name: str, line: int, rec: Record, records: l
     except BenchClawError as e:
         raise VerificationError(object_path(digest), f"the registered spec does not parse: {e}") from None
     g = spec.grid
-    cells = sorted(f"{t.get('id')}@{t.get('version')}/{p}/{s}" for t in reg["tasks"] or []
+    if not isinstance(reg["tasks"], list) or not all(isinstance(t, dict) for t in reg["tasks"]):
+        raise VerificationError(name, "the registration's tasks are not a list of {id, version, digest}", line)
+    cells = sorted(f"{t.get('id')}@{t.get('version')}/{p}/{s}" for t in reg["tasks"]
                    for p in g.profiles for s in g.seeds)
     body = rec.body
     want = {"cells": cells, "tiers": list(g.tiers), "policies": list(spec.live), "all_tiers": g.all_tiers}

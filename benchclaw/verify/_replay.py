@@ -151,6 +151,8 @@ class _Run:
 
     # -- calls: the request is the conversation so far --------------------------------
     def call(self, line: int, body: dict) -> None:
+        if type(body.get("turn")) is not int:
+            raise self.fail(line, f"call turn {body.get('turn')!r:.40} is not an integer")
         self.last_call[body.get("turn")] = (line, body)
         self.last_call_line = line
         req = body.get("request")
@@ -214,7 +216,9 @@ class _Run:
 
     # -- actions: what the reply asked for, done to the workspace ----------------------
     def action(self, line: int, body: dict) -> None:
-        turn = body.get("turn")
+        turn, name = body.get("turn"), body.get("name")
+        if type(turn) is not int or not isinstance(name, str):
+            raise self.fail(line, "an action's turn is not an integer or its name not a string")
         got = self.last_call.get(turn)
         if got is None:
             raise self.fail(line, f"action at turn {turn} follows no call of that turn")
@@ -222,7 +226,6 @@ class _Run:
         reply = call.get("reply")
         text = None if reply is None else self.blob(reply, cline).decode("utf-8", "surrogatepass")
         obj = _decode_action(text, self.offered)
-        name = body.get("name")
         if name == "invalid":
             if obj is not None:
                 raise self.fail(line, f"recorded as an invalid reply, but the reply of call {cline} is a "
@@ -282,7 +285,8 @@ class _Run:
             if call is None or call.get("outcome") != "error" or (self.actions and self.actions[-1][0] > self.last_call_line):
                 why = "provider_error needs a last call that failed, with no action after it"
         elif status == "limit_turns":
-            turns = (run.start.get("limits") or {}).get("turns")
+            limits = run.start.get("limits")
+            turns = limits.get("turns") if isinstance(limits, dict) else None
             if len(self.actions) != turns:
                 why = f"limit_turns needs {turns!r} acted-on turns, the run holds {len(self.actions)}"
         if why:

@@ -81,10 +81,11 @@ def check_stop(b: Bundle, journal: list, name: str, line: int, rec) -> None:
         raise VerificationError(name, f"stop of invocation {inv!r}, which has no grid.start", line)
     grid = start[2].body
     cells = set(grid.get("cells") or [])
-    odd = [c for c in body.get("cells_left") or [] if c not in cells]
+    left = body.get("cells_left") or []
+    odd = [c for c in left if not isinstance(c, str) or c not in cells] if isinstance(left, list) else [left]
     if odd:
         raise VerificationError(name, f"stop lists cell {odd[0]!r}, not a cell of its grid", line)
-    why = _JUSTIFY.get(rule)
+    why = _JUSTIFY.get(rule) if isinstance(rule, str) else None
     if why is None:
         return  # error / incomplete: the runner's own failure, nothing to recompute
     missing = why(b, journal, grid, inv, rec)
