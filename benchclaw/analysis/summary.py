@@ -218,9 +218,13 @@ def _fixed(x, digits: int) -> str:
 
 def _bounds(iv: Interval, digits: int = 4) -> list[str] | None:
     """``[low, high]`` rounded outward (low toward -inf, high toward +inf), so the written
-    interval always contains the exact one (FORMAT.md "Summary", rounding)."""
+    interval always contains the exact one; an exact value (low == high) is written as
+    itself rounded half to even, as a decision term is (FORMAT.md "Summary", rounding)."""
     if not iv.bounded:
         return None
+    if iv.lo == iv.hi:
+        point = _fixed(iv.lo, digits)
+        return [point, point]
     return [fixed(to_decimal(iv.lo, digits, decimal.ROUND_FLOOR), digits),
             fixed(to_decimal(iv.hi, digits, decimal.ROUND_CEILING), digits)]
 
