@@ -240,12 +240,20 @@ def _grid_as_registered(b: Bundle, name: str, line: int, rec: Record, records: l
     want = {"cells": cells, "tiers": list(g.tiers), "policies": list(spec.live), "all_tiers": g.all_tiers}
     got = {"cells": sorted(body.get("cells") or []), "tiers": body.get("tiers"),
            "policies": body.get("policies"), "all_tiers": body.get("all_tiers", g.all_tiers)}
+    sharded = body.get("shard") is not None
+    if sharded:  # a shard plans a slice of the registered cells, with a share of the budget
+        extra = sorted(set(got["cells"]) - set(cells))
+        if extra:
+            raise VerificationError(name, f"grid.start (shard {body.get('shard')}) plans cells the "
+                                    f"registered grid does not have ({extra!r:.120})", line)
+        want.pop("cells")
     for key in want:
         if got[key] != want[key]:
             odd = sorted(set(want[key]) ^ set(got[key] or [])) if key == "cells" else got[key]
             raise VerificationError(name, f"grid.start {key} differ from the registered grid "
                                     f"({odd!r:.120})", line)
-    _ledger_opened_as_registered(b, rec, spec)
+    if not sharded:
+        _ledger_opened_as_registered(b, rec, spec)
 
 
 def _ledger_opened_as_registered(b: Bundle, rec: Record, spec) -> None:
