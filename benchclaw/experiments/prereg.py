@@ -75,7 +75,7 @@ def prereg(store: Store, path: Path | str, *, backends=None) -> Registration:
         raise RegistrationError(
             f"experiment {spec.id} is already registered with {reg.spec_digest}; {path} now hashes to "
             f"{spec.digest}. Record the change first: benchclaw deviate {spec.id} --reason \"...\"")
-    pinned = pins(spec, backends)
+    pinned = _record_pins(store, pins(spec, backends))
     store.put_blob(spec.source)
     store.journal(spec.id).append("prereg", {"experiment": spec.id, "spec_path": str(path),
                                              "spec_digest": spec.digest, **pinned})
@@ -110,7 +110,30 @@ def pins(spec: Spec, backends=None) -> dict:
         cat.require_prices(list(spec.grid.tiers))
     chosen = resolve_tasks(spec.grid.tasks, b.tasks(), str(spec.path))
     return {"catalog": cat.ref(),
-            "tasks": [{"id": t.id, "version": t.version, "digest": t.digest} for t in chosen]}
+            "tasks": [{"id": t.id, "version": t.version, "digest": t.digest} for t in chosen],
+            "_blobs": _pinned_blobs(cat, chosen)}
+
+
+def _pinned_blobs(cat, tasks) -> list[bytes]:
+    """The bytes every pinned digest names (catalog files, task listings and files): a
+    journal record, like a run record, names only stored blobs, so a bundle can carry
+    them even for a task no run reached (a grid stopped early)."""
+    from ..checks.digest import task_listing
+
+    out = list(cat.files().values()) if hasattr(cat, "files") else []
+    for t in tasks:
+        if hasattr(t, "files"):
+            files = t.files()
+            out.append(task_listing(files))
+            out.extend(files.values())
+    return out
+
+
+def _record_pins(store: Store, pinned: dict) -> dict:
+    """Store the pinned blobs; the record's fields without them."""
+    for data in pinned.get("_blobs", ()):
+        store.put_blob(data)
+    return {k: v for k, v in pinned.items() if k != "_blobs"}
 
 
 def deviate(store: Store, experiment: str, reason: str, *, spec_path: Path | str | None = None,
@@ -127,7 +150,7 @@ def deviate(store: Store, experiment: str, reason: str, *, spec_path: Path | str
     spec = load_spec(path)
     if spec.id != experiment:
         raise RegistrationError(f"{path}: spec id is {spec.id!r}, not {experiment!r}")
-    pinned = pins(spec, backends)
+    pinned = _record_pins(store, pins(spec, backends))
     store.put_blob(spec.source)
     store.journal(experiment).append("deviation", {
         "experiment": experiment, "reason": reason.strip(), "spec_digest": spec.digest,
@@ -189,6 +212,7 @@ def _require_pins(store: Store, spec: Spec, backends) -> None:
     if body is None or ("catalog" not in body and "tasks" not in body):
         return
     now = pins(spec, backends)
+    now.pop("_blobs", None)
     for key, what in (("catalog", "the catalog (its prices)"), ("tasks", "the task versions")):
         if key in body and body[key] != now[key]:
             raise RegistrationError(
