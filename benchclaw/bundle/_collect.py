@@ -31,7 +31,9 @@ def collect(store: Store, experiment: str, include_site: Path | None = None) -> 
     files: dict[str, bytes] = {"VERSION": VERSION_TEXT}
     journal_bodies = _journals(store, experiment, files)
     runs = _runs(store, experiment, journal_bodies)
-    bodies = [body for _, body in journal_bodies]  # every registered spec is a blob they name
+    # every registered spec is a blob the journal names (a registration's catalog and task
+    # pins are packed from the runs that used them: a pinned task no run reached has none)
+    bodies = [{"spec_digest": body.get("spec_digest")} for _, body in journal_bodies]
     for run in runs:
         files[run_path(run.run_id)] = run.path.read_bytes()
         bodies.extend(r.body for r in run.records)
