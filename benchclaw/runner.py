@@ -101,9 +101,10 @@ async def run_experiment(store: Store, experiment: str, *, spec: Spec | None = N
     ``executor`` makes the runs (default ``LocalExecutor``: in this event loop; see
     ``benchclaw._runner_io.Executor`` and ``benchclaw._executor_ray.RayExecutor``).
     """
+    backends = backends or default_backends(sim_options)
     if spec is None:
-        spec = require_registered(store, experiment, spec_path)
-    grid = _Grid(store, spec, backends or default_backends(sim_options), concurrency=concurrency,
+        spec = require_registered(store, experiment, spec_path, backends=backends)
+    grid = _Grid(store, spec, backends, concurrency=concurrency,
                  rerun=rerun, stream=stream, progress_every=progress_every, shard=shard,
                  executor=executor or LocalExecutor())
     return await grid.run(handle_signals=handle_signals)

@@ -293,3 +293,33 @@ def grid_runs(root: Path) -> Path:
     asyncio.run(run_experiment(Store(root, fsync=False), EXP, spec_path=spec, handle_signals=False,
                                sim_options={"latency_scale": 0}))
     return root
+
+
+# -- a grid with everything an analysis must handle -------------------------------------------
+
+def eventful_runs(root: Path) -> Path:
+    """A runs directory holding what a bundle must carry whole: a deviation recorded before
+    the first run, a spend stop (first invocation), unknown usage and provider errors from
+    injected simulator faults, a resumed second invocation under a second deviation, and a
+    rerun invocation."""
+    from benchclaw.experiments import deviate, prereg
+    from benchclaw.runner import run_experiment
+    from benchclaw.sim.backend import SimFaults
+    from benchclaw.store import Store
+
+    root.mkdir(parents=True, exist_ok=True)
+    spec = root.parent / "E01.toml"
+    spec.write_text(GRID_SPEC)
+    prereg(Store(root, fsync=False), spec)
+    stop = '\n[[stopping]]\nrule = "spend"\nusd = "{}"\n'
+    spec.write_text(GRID_SPEC + stop.format("0.05"))
+    deviate(Store(root, fsync=False), EXP, "stop early: spend cap before the first run", spec_path=spec)
+    faults = SimFaults(rates={"missing_usage": 0.1, "server": 0.5}, retry_after_s=0)
+    opts = {"latency_scale": 0, "faults": faults}
+    for rerun in (False, None, True):
+        if rerun is None:  # the second invocation continues under a raised cap
+            spec.write_text(GRID_SPEC + stop.format("4.00"))
+            deviate(Store(root, fsync=False), EXP, "raise the spend cap", spec_path=spec)
+        asyncio.run(run_experiment(Store(root, fsync=False), EXP, spec_path=spec, handle_signals=False,
+                                   sim_options=opts, rerun=bool(rerun)))
+    return root

@@ -114,10 +114,45 @@ def test_cli_prereg_prints_digest_and_run_refuses_changed_spec(tmp_path, spec_fi
     runner = CliRunner()
     res = runner.invoke(cli, ["prereg", "experiments/X1.toml"])
     assert res.exit_code == 0, res.output
-    assert res.stdout.strip() == load_spec(spec_file).digest
+    assert res.stdout.strip() == registration(Store(tmp_path / "runs"), "X1").digest
+    assert load_spec(spec_file).digest in res.stderr
     spec_file.write_bytes(MINIMAL + b"\n")
     from benchclaw.cli import run_cli
     assert run_cli(cli, ["run", "X1"]) == 2
     res = runner.invoke(cli, ["deviate", "X1", "--reason", "trailing newline"])
     assert res.exit_code == 0, res.output
     assert res.stdout.strip() == load_spec(spec_file).digest
+
+
+def test_prereg_pins_catalog_and_tasks_and_run_refuses_a_changed_catalog(tmp_path):
+    from benchclaw.runner import run_experiment_sync
+    from benchclaw.verify.experiment import registration_digest
+
+    cat = tmp_path / "cat.toml"
+    cat.write_bytes((package_data_dir() / "catalogs" / "sim.toml").read_bytes())
+    spec = tmp_path / "exp" / "P1.toml"
+    spec.parent.mkdir()
+    spec.write_bytes(MINIMAL.replace(b'id = "X1"', b'id = "P1"').replace(b'catalog = "sim"', b'catalog = "../cat.toml"'))
+    store = Store(tmp_path / "runs")
+    reg = prereg(store, spec)
+    body = [e for e in store.read_journal("P1") if e.kind == "prereg"][0].body
+    assert body["catalog"]["digest"].startswith("sha256:") and body["tasks"]
+    assert all({"id", "version", "digest"} == set(t) for t in body["tasks"])
+    assert reg.digest == registration_digest(body)
+    cat.write_bytes(cat.read_bytes().replace(b'"0.', b'"0.0', 1))  # one price changed after registration
+    with pytest.raises(RegistrationError, match="the catalog .* changed since registration"):
+        run_experiment_sync(store, "P1", spec_path=spec)
+
+
+def test_prereg_refuses_what_run_would_refuse(tmp_path):
+    spec = tmp_path / "exp" / "P2.toml"
+    spec.parent.mkdir()
+    spec.write_bytes(MINIMAL.replace(b'id = "X1"', b'id = "P2"').replace(b'catalog = "sim"', b'catalog = "../../elsewhere.toml"'))
+    (tmp_path.parent / "elsewhere.toml").write_bytes((package_data_dir() / "catalogs" / "sim.toml").read_bytes())
+    from benchclaw.errors import InputError
+    with pytest.raises(InputError, match="outside the project"):
+        prereg(Store(tmp_path / "runs"), spec)
+    spec.write_bytes(MINIMAL.replace(b'id = "X1"', b'id = "P2"').replace(b'tasks = [', b'tasks = ["nosuch-*", '))
+    with pytest.raises(FormatError, match="matches no task"):
+        prereg(Store(tmp_path / "runs"), spec)
+    assert not (tmp_path / "runs" / "journals" / "P2").exists() or not list((tmp_path / "runs" / "journals" / "P2").glob("*.jsonl"))

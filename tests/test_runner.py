@@ -119,9 +119,10 @@ class FakeAgent:
 
 
 def fake_backends(agent):
-    tasks = [SimpleNamespace(id=i, version=1) for i in ("alpha-one", "beta-two", "gamma-three")]
+    tasks = [SimpleNamespace(id=i, version=1, digest="sha256:" + "0" * 64) for i in ("alpha-one", "beta-two", "gamma-three")]
     tiers = {t: SimpleNamespace(name=t) for t in TIERS}
-    catalog = SimpleNamespace(tier=lambda n: tiers[n], require_prices=lambda ts: None)
+    catalog = SimpleNamespace(tier=lambda n: tiers[n], require_prices=lambda ts: None,
+                              ref=lambda: {"name": "fake", "digest": "sha256:" + "1" * 64})
     return Backends(tasks=lambda: tasks, catalog=lambda ref: catalog, profile=lambda n: SimpleNamespace(name=n),
                     provider=lambda tier: None, run_agent=agent)
 
@@ -131,7 +132,7 @@ def setup(tmp_path, *, all_tiers=True, live='["ladder"]', usd="5", stopping="", 
     spec.write_text(SPEC.format(all_tiers=str(all_tiers).lower(), live=live, usd=usd, stopping=stopping,
                                 settings=settings))
     store = Store(tmp_path / "runs", fsync=False)
-    prereg(store, spec)
+    prereg(store, spec, backends=fake_backends(None))
     return store, spec
 
 
@@ -296,7 +297,7 @@ def test_run_that_never_called_the_model_runs_again_and_names_what_it_replaces(t
     assert refused and refused[0]["status"] == "budget_stop"
     spec = tmp_path / "R1.toml"
     spec.write_text(spec.read_text().replace('usd = "0.0105"', 'usd = "5"'))
-    deviate(store, "R1", "raise the budget")
+    deviate(store, "R1", "raise the budget", backends=fake_backends(None))
     res2 = run(store, FakeAgent())
     assert res2.status == "complete"
     redo = [r for r in res2.runs if r["replaces"] == refused[0]["run_id"]]
@@ -307,7 +308,7 @@ def test_deviation_is_ordered_before_the_runs_it_affects(tmp_path):
     store, spec = setup(tmp_path, all_tiers=False, live='["always:ultra"]')
     run(store, FakeAgent())
     spec.write_text(spec.read_text().replace('live = ["always:ultra"]', 'live = ["always:ultra", "ladder"]'))
-    reg = deviate(store, "R1", "add the ladder")
+    reg = deviate(store, "R1", "add the ladder", backends=fake_backends(None))
     run(store, FakeAgent())
     dev = [e for e in store.read_journal("R1") if e.kind == "deviation"][0]
     new_runs = [r for r in store.iter_runs() if r.start["policy"]["policy"] == "ladder"]

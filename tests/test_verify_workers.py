@@ -107,11 +107,15 @@ def test_step_4_reads_from_the_hashing_worker_only_what_it_would_accept_itself()
     from benchclaw.verify._costs import derive
 
     req = b'{"messages":[{"role":"user","content":"hi"}],"max_tokens":64}'
-    kind, max_tokens, estimate = derive(req)
+    kind, max_tokens, estimate, sim_prompt, conversation = derive(req)
     assert (kind, max_tokens) == ("r", 64) and estimate > 0
+    assert sim_prompt == 3 + 4 + 1 and conversation[0] == 1  # one message: no task message yet
     assert derive(b'{"prompt_tokens":3,"completion_tokens":2}')[1]["completion"] == 2
-    assert derive(b'{"prompt_tokens":-1}') == ["u", None]  # costed as unknown, as step 4 does
+    assert derive(b'{"prompt_tokens":-1}')[:2] == ["u", None]  # costed as unknown, as step 4 does
+    # a reply's length in characters, for the simulator's token rule
+    assert derive('{"action": "finish", "summary": "é"}'.encode()) == ["u", None, 36]
+    assert derive("plain words é".encode()) == ["t", None, 13]
     # anything step 4 would reject or treat specially is left for it to read itself
     assert derive(b'{"messages":[{"role":"user"}],"max_tokens":true}') is None
     assert derive(b'{"messages":["x"],"max_tokens":64}') is None
-    assert derive(b"not json") is None
+    assert derive(b"\xff not utf-8") is None

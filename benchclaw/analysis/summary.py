@@ -43,7 +43,7 @@ from .wilson import fixed, rate_obj
 __all__ = ["summarise", "summarise_with_trials", "SUMMARY_VERSION", "Analysis",
            "analyse_selection", "spec_tiers", "policy_trials", "gc_paused"]
 
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3  # 2: per-family breakdown; 3: bounds rounded outward (were to nearest)
 MODES = ("live", "replayed")
 
 
@@ -217,9 +217,16 @@ def _fixed(x, digits: int) -> str:
 
 
 def _bounds(iv: Interval, digits: int = 4) -> list[str] | None:
+    """``[low, high]`` rounded outward (low toward -inf, high toward +inf), so the written
+    interval always contains the exact one; an exact value (low == high) is written as
+    itself rounded half to even, as a decision term is (FORMAT.md "Summary", rounding)."""
     if not iv.bounded:
         return None
-    return [_fixed(iv.lo, digits), _fixed(iv.hi, digits)]
+    if iv.lo == iv.hi:
+        point = _fixed(iv.lo, digits)
+        return [point, point]
+    return [fixed(to_decimal(iv.lo, digits, decimal.ROUND_FLOOR), digits),
+            fixed(to_decimal(iv.hi, digits, decimal.ROUND_CEILING), digits)]
 
 
 def _money(iv: Interval) -> dict | None:

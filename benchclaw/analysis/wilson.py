@@ -59,5 +59,7 @@ def rate_obj(passed: int, n: int, *, interval: bool = True) -> dict:
                  "value": fixed(_CTX.divide(Decimal(passed), Decimal(n))) if n else None}
     if interval:
         w = wilson(passed, n)
-        out["wilson95"] = [fixed(w[0]), fixed(w[1])] if w else None
+        # rounded outward, as every bound in summary.json (FORMAT.md "Summary")
+        out["wilson95"] = [fixed(w[0], rounding=decimal.ROUND_FLOOR),
+                           fixed(w[1], rounding=decimal.ROUND_CEILING)] if w else None
     return out

@@ -68,4 +68,4 @@ def claimed_summary(files: dict[str, bytes], experiment_id: str) -> bytes:
     from ..verify.experiment import experiment_data_from_files, summarise
 
     data = experiment_data_from_files(files, experiment_id)
-    return jsonio.dumps(summarise(data))
+    return jsonio.dumps(summarise(data)) + b"\n"  # as `benchclaw report --json` writes it

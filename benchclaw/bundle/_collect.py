@@ -31,7 +31,9 @@ def collect(store: Store, experiment: str, include_site: Path | None = None) -> 
     files: dict[str, bytes] = {"VERSION": VERSION_TEXT}
     journal_bodies = _journals(store, experiment, files)
     runs = _runs(store, experiment, journal_bodies)
-    bodies = [body for _, body in journal_bodies]  # (the spec blob of a grid with no sealed run yet)
+    # every registered spec is a blob the journal names (a registration's catalog and task
+    # pins are packed from the runs that used them: a pinned task no run reached has none)
+    bodies = [{"spec_digest": body.get("spec_digest")} for _, body in journal_bodies]
     for run in runs:
         files[run_path(run.run_id)] = run.path.read_bytes()
         bodies.extend(r.body for r in run.records)
@@ -111,7 +113,11 @@ def _tasks(store: Store, runs: list[SealedRun], files: dict[str, bytes]) -> None
         except ValueError as e:
             raise IntegrityError(f"{store.blob_path(task['digest'])}: task listing: {e}") from None
         for path, digest in rows:
-            files[f"{prefix}/{path}"] = store.get_blob(digest)
+            data = store.get_blob(digest)
+            files[f"{prefix}/{path}"] = data
+            # the blobs the listing names too: a run "can be rebuilt from objects/ alone"
+            # (FORMAT.md §3), and the analysis reads task.toml by digest (lures)
+            files[object_path(digest)] = data
 
 
 def _catalogs(store: Store, runs: list[SealedRun], files: dict[str, bytes]) -> None:

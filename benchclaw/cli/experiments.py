@@ -17,10 +17,13 @@ from ._common import echo, echo_err, one_line, runs_option
 @click.argument("spec_path", type=click.Path(path_type=Path))
 @runs_option
 def prereg(spec_path: Path, runs_dir: Path) -> None:
-    """Pre-register an experiment spec: record its SHA-256 and the time in the journal.
+    """Pre-register an experiment spec: record its SHA-256, the catalog and every task
+    version its grid resolves to, and the time, in the journal.
 
-    Prints the digest; commit the spec and the journal together. Any later change to
-    the spec blocks `benchclaw run` until it is recorded with `benchclaw deviate`.
+    Prints the registration digest (it covers the spec, the catalog with its prices and
+    every task version): publish or commit it; an auditor checks a bundle against it with
+    `benchclaw-verify bundle.zip --registered DIGEST`. Any later change to the spec blocks
+    `benchclaw run` until it is recorded with `benchclaw deviate`.
 
     Example: benchclaw prereg experiments/E01.toml
     """
@@ -29,7 +32,8 @@ def prereg(spec_path: Path, runs_dir: Path) -> None:
     reg = do_prereg(Store(runs_dir), spec_path)
     state = "registered" if reg.fresh else "already registered (unchanged)"
     echo_err(f"{reg.experiment} {state} at {reg.registered_at} in {runs_dir}/journals/{reg.experiment}/")
-    echo(reg.spec_digest)
+    echo_err(f"spec {reg.history[0][2]}; registration digest (publish it):")
+    echo(reg.digest)
 
 
 @click.command()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import InputError, RegistrationError, UsageError
 from ..store import Store
+from ..verify.experiment import registration_digest
 from .spec import Spec, load_spec, parse_spec, spec_digest
 
 __all__ = ["Registration", "prereg", "deviate", "registration", "require_registered", "locate_spec",
@@ -33,23 +34,24 @@ class Registration:
     registered_at: str        # time of the prereg record
     history: tuple[tuple[str, str, str], ...]  # (kind, at, digest) in journal order
     fresh: bool = False       # True when this call wrote the prereg record
+    digest: str = ""          # the registration digest of the prereg record (FORMAT.md §8)
 
 
 def registration(store: Store, experiment: str) -> Registration | None:
     """The experiment's registration as its journal holds it, or None when unregistered.
     Raises IntegrityError/FormatError when a journal is damaged."""
-    history, path, reg_at = [], None, None
+    history, path, reg_at, digest = [], None, None, ""
     for entry in store.read_journal(experiment):
         if entry.kind not in _REG_KINDS:
             continue
         body = entry.body
         if entry.kind == "prereg" and reg_at is None:
-            reg_at = entry.record.at
+            reg_at, digest = entry.record.at, registration_digest(body)
         history.append((entry.kind, entry.record.at, body.get("spec_digest")))
         path = body.get("spec_path") or path
     if reg_at is None:
         return None
-    return Registration(experiment, path or "", history[-1][2], reg_at, tuple(history))
+    return Registration(experiment, path or "", history[-1][2], reg_at, tuple(history), digest=digest)
 
 
 def registered_digests(store: Store, experiment: str) -> list[tuple[str, str]]:
@@ -58,7 +60,7 @@ def registered_digests(store: Store, experiment: str) -> list[tuple[str, str]]:
     return [(at, d) for _, at, d in reg.history] if reg else []
 
 
-def prereg(store: Store, path: Path | str) -> Registration:
+def prereg(store: Store, path: Path | str, *, backends=None) -> Registration:
     """Register a spec: validate it, store its bytes, record its digest and the time.
 
     Registering the same bytes again is a no-op (returns the registration). Raises
@@ -73,15 +75,69 @@ def prereg(store: Store, path: Path | str) -> Registration:
         raise RegistrationError(
             f"experiment {spec.id} is already registered with {reg.spec_digest}; {path} now hashes to "
             f"{spec.digest}. Record the change first: benchclaw deviate {spec.id} --reason \"...\"")
+    pinned = _record_pins(store, pins(spec, backends))
     store.put_blob(spec.source)
     store.journal(spec.id).append("prereg", {"experiment": spec.id, "spec_path": recorded_path(store, path),
-                                             "spec_digest": spec.digest})
+                                             "spec_digest": spec.digest, **pinned})
     reg = registration(store, spec.id)
     return Registration(reg.experiment, reg.spec_path, reg.spec_digest, reg.registered_at, reg.history,
-                        fresh=True)
+                        fresh=True, digest=reg.digest)
 
 
-def deviate(store: Store, experiment: str, reason: str, *, spec_path: Path | str | None = None) -> Registration:
+def pins(spec: Spec, backends=None) -> dict:
+    """What a registration pins besides the spec's bytes: the catalog the grid resolves to
+    (its ``ref``: name, digest of its exact bytes, prices included, and what it extends)
+    and every task version the grid's patterns resolve to (id, version, digest), resolved
+    exactly as ``benchclaw run`` resolves them, so prereg refuses what run would refuse
+    (a pattern matching nothing, an unknown tier or price, a catalog path outside the
+    project). ``backends``: the runner's parts (default: the built-in tasks and shipped
+    catalogs, as ``benchclaw run`` uses). Raises FormatError/InputError/ProviderConfigError."""
+    from .._grid import resolve_tasks
+    from .._runner_io import default_backends
+
+    b = backends or default_backends()
+
+    ref = spec.catalog_ref()
+    if ref != spec.grid.catalog:  # a path: it must stay inside the spec's project
+        project = spec.path.resolve().parent.parent
+        if not Path(ref).resolve().is_relative_to(project):
+            raise InputError(f"{spec.path}: grid.catalog {spec.grid.catalog!r} resolves to {ref}, "
+                             f"outside the project {project}")
+    cat = b.catalog(ref)
+    for t in spec.grid.tiers:
+        cat.tier(t)
+    if hasattr(cat, "require_prices"):
+        cat.require_prices(list(spec.grid.tiers))
+    chosen = resolve_tasks(spec.grid.tasks, b.tasks(), str(spec.path))
+    return {"catalog": cat.ref(),
+            "tasks": [{"id": t.id, "version": t.version, "digest": t.digest} for t in chosen],
+            "_blobs": _pinned_blobs(cat, chosen)}
+
+
+def _pinned_blobs(cat, tasks) -> list[bytes]:
+    """The bytes every pinned digest names (catalog files, task listings and files): a
+    journal record, like a run record, names only stored blobs, so a bundle can carry
+    them even for a task no run reached (a grid stopped early)."""
+    from ..checks.digest import task_listing
+
+    out = list(cat.files().values()) if hasattr(cat, "files") else []
+    for t in tasks:
+        if hasattr(t, "files"):
+            files = t.files()
+            out.append(task_listing(files))
+            out.extend(files.values())
+    return out
+
+
+def _record_pins(store: Store, pinned: dict) -> dict:
+    """Store the pinned blobs; the record's fields without them."""
+    for data in pinned.get("_blobs", ()):
+        store.put_blob(data)
+    return {k: v for k, v in pinned.items() if k != "_blobs"}
+
+
+def deviate(store: Store, experiment: str, reason: str, *, spec_path: Path | str | None = None,
+            backends=None) -> Registration:
     """Record a deviation (the spec's new digest and the reason) before the runs it affects.
 
     Raises RegistrationError when the experiment is unregistered or the spec names another
@@ -94,12 +150,13 @@ def deviate(store: Store, experiment: str, reason: str, *, spec_path: Path | str
     spec = load_spec(path)
     if spec.id != experiment:
         raise RegistrationError(f"{path}: spec id is {spec.id!r}, not {experiment!r}")
+    pinned = _record_pins(store, pins(spec, backends))
     store.put_blob(spec.source)
     with store.experiment_lock(experiment):  # never under a grid that is running the old spec
         store.journal(experiment).append("deviation", {
             "experiment": experiment, "reason": reason.strip(), "spec_digest": spec.digest,
             "previous_digest": reg.spec_digest,
-            "spec_path": recorded_path(store, spec_path) if spec_path else reg.spec_path})
+            "spec_path": recorded_path(store, spec_path) if spec_path else reg.spec_path, **pinned})
     return registration(store, experiment)
 
 
@@ -130,11 +187,14 @@ def locate_spec(store: Store, reg: Registration, override: Path | str | None = N
                             "recorded at registration); pass --spec PATH")
 
 
-def require_registered(store: Store, experiment: str, spec_path: Path | str | None = None) -> Spec:
-    """The spec to run, only if its bytes hash to the digest in force.
+def require_registered(store: Store, experiment: str, spec_path: Path | str | None = None, *,
+                       backends=None) -> Spec:
+    """The spec to run, only if its bytes hash to the digest in force and the grid still
+    resolves to the catalog and task versions the registration in force pinned.
 
     Raises RegistrationError when the experiment is unregistered, the spec changed since
-    registration (or the last deviation), or it names another experiment.
+    registration (or the last deviation), it names another experiment, or the catalog or
+    a task version changed since (a deviation must record it first).
     """
     reg = _require(store, experiment)
     path = locate_spec(store, reg, spec_path)
@@ -151,7 +211,35 @@ def require_registered(store: Store, experiment: str, spec_path: Path | str | No
     spec = parse_spec(data, path)
     if spec.id != experiment:
         raise RegistrationError(f"{path}: spec id is {spec.id!r}, not {experiment!r}")
+    _require_pins(store, spec, backends)
     return spec
+
+
+def _require_pins(store: Store, spec: Spec, backends) -> None:
+    """What the registration in force pinned (journals written before pins existed pin
+    nothing) must be what the grid resolves to now."""
+    body = None
+    for entry in store.read_journal(spec.id):
+        if entry.kind in _REG_KINDS:
+            body = entry.body
+    if body is None or ("catalog" not in body and "tasks" not in body):
+        return
+    now = pins(spec, backends)
+    now.pop("_blobs", None)
+    for key, what in (("catalog", "the catalog (its prices)"), ("tasks", "the task versions")):
+        if key in body and body[key] != now[key]:
+            raise RegistrationError(
+                f"{spec.id}: {what} changed since registration: registered {_brief(body[key])}, the grid "
+                f"now resolves to {_brief(now[key])}. Record the change first: benchclaw deviate "
+                f"{spec.id} --reason \"...\"")
+
+
+def _brief(value) -> str:
+    if isinstance(value, dict):
+        return f"{value.get('name')} {value.get('digest')}"
+    if isinstance(value, list):
+        return ", ".join(f"{t.get('id')}@{t.get('version')}" for t in value)[:200] or "none"
+    return repr(value)
 
 
 def _require(store: Store, experiment: str) -> Registration:

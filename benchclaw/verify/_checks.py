@@ -1,12 +1,13 @@
-"""Step 3, the checks: every recorded check result is re-run from the stored artifact.
+"""Step 3, the checks: each run replayed from its task and replies, its checks re-run.
 
 For each run that passed step 2: the task version is rebuilt from the bundle's
-``tasks/<id>/v<N>/`` files (``Task.from_files``, the loader the runtime uses); the
-workspace is replayed from the run's permitted ``write`` actions over the task inputs and
-must equal the recorded ``artifact`` records (so an artifact cannot be swapped without
-the action that wrote it); then ``benchclaw.tasks.check_artifacts`` (pure) re-runs every
-check, held-out ones included, and each result must equal its ``check`` record field for
-field. ``run.end`` ``passed``, ``gate_passed`` and the status must follow from them.
+``tasks/<id>/v<N>/`` files (``Task.from_files``, the loader the runtime uses); the run is
+replayed over the task inputs (``_replay``: every request, action, observation and
+``run.end`` count follows from the model's replies), and the recorded ``artifact``
+records must equal the files the replay wrote; then ``benchclaw.tasks.check_artifacts``
+(pure) re-runs every check on those replayed files, held-out ones included, and each
+result must equal its ``check`` record field for field. ``run.end`` ``passed``,
+``gate_passed`` and the status must follow from them.
 
 A run with no check records must be ``aborted`` (the runtime records checks on every
 other ending; crash recovery and an abort record neither checks nor artifacts). An
@@ -20,6 +21,7 @@ from ..records import DIGEST_RE
 from ..tasks import Task, check_artifacts
 from ._context import Bundle, RunData
 from ._errors import VerificationError
+from ._replay import replay_run
 from ._report import Section
 from ._runs import task_files
 from .layout import task_entry
@@ -75,27 +77,17 @@ def _artifacts(b: Bundle, run: RunData) -> dict[str, bytes]:
     return out
 
 
-def _replay_writes(b: Bundle, run: RunData, task: Task, artifacts: dict[str, bytes], *,
-                   every_write: bool) -> None:
-    ws = dict(task.inputs)
-    written: dict[str, int] = {}
-    for line, rec in run.of_kind("action"):
-        body = rec.body
-        if body.get("name") != "write" or body.get("permitted") is not True:
-            continue
-        args = body["args"]
-        path = args.get("resolved", args.get("path"))
-        if not isinstance(path, str):
-            raise VerificationError(run.path, f"a permitted write names no path ({path!r:.40})", line)
-        ws[path] = _blob(b, run, args.get("content"), line)
-        written[path] = line
-    for path, line in written.items() if every_write else ():
+def _same_as_replay(run: RunData, task: Task, artifacts: dict[str, bytes], written: dict[str, bytes], *,
+                    every_write: bool) -> None:
+    """The recorded artifacts are what the replay left: every written file (once the run
+    reached its end), and each artifact's bytes the replayed workspace's."""
+    for path in written if every_write else ():
         if path not in artifacts:
-            raise VerificationError(run.path, f"{path} was written but is not a recorded artifact", line)
+            raise VerificationError(run.path, f"{path} was written but is not a recorded artifact")
     for path, data in artifacts.items():
-        if ws.get(path) != data:
+        if written.get(path, task.inputs.get(path)) != data:
             raise VerificationError(run.path, f"artifact {path} differs from what the run's "
-                                    "write actions left in the workspace")
+                                    "write actions left in the workspace (replayed)")
 
 
 def _check_run(b: Bundle, run: RunData, sec: Section) -> None:
@@ -103,12 +95,13 @@ def _check_run(b: Bundle, run: RunData, sec: Section) -> None:
     task = load_task(b, prefix)
     artifacts = _artifacts(b, run)
     recorded = run.of_kind("check")
+    written = replay_run(b, run, task)
     # a run that reached its end records every written file; an aborted one records none
-    _replay_writes(b, run, task, artifacts, every_write=bool(recorded))
+    _same_as_replay(run, task, artifacts, written, every_write=bool(recorded))
     if not recorded:
         _no_checks(run)
         return
-    results = _recompute(b, prefix, task, run, artifacts)
+    results = _recompute(b, prefix, task, run, written)  # on the replay, not the blobs
     aborted = run.end.get("status") == "aborted"
     if len(recorded) != len(results) and not (aborted and len(recorded) < len(results)):
         raise VerificationError(run.path, f"{len(recorded)} check records, the task has "
@@ -125,9 +118,9 @@ def _check_run(b: Bundle, run: RunData, sec: Section) -> None:
 
 
 def _recompute(b: Bundle, prefix: str, task: Task, run: RunData, artifacts: dict[str, bytes]) -> list:
-    """``check_artifacts`` is pure, so identical artifacts of one task version (the same
-    digests, which step 2 tied to the bytes) are checked once."""
-    key = ("checks", prefix, tuple(sorted((r.body["path"], r.body["digest"]) for _, r in run.of_kind("artifact"))))
+    """``check_artifacts`` is pure, so identical replayed files of one task version are
+    checked once."""
+    key = ("checks", prefix, tuple(sorted(artifacts.items())))
     if key not in b.memo:
         b.memo[key] = check_artifacts(task, artifacts, include_heldout=True)
     return b.memo[key]

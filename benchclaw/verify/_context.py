@@ -74,6 +74,7 @@ class Bundle:
     object_hashing: tuple | None = None                     # (object names, Pending) until step 1
     parsed: dict = field(default_factory=dict)              # run entry -> step 2's parse, done early
     derived: dict = field(default_factory=dict)             # object -> step 4's reading (_costs.derive)
+    registered: frozenset | None = None                     # registration digests the auditor holds
 
     def has(self, name: str) -> bool:
         return name in self.view.entries

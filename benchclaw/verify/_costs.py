@@ -72,7 +72,9 @@ def _cached_prices(b: Bundle, run: RunData, tier) -> Prices:
     key = ("prices", jsonio.dumps(run.start.get("catalog")), tier)
     if key not in b.memo:
         try:
-            b.memo[key] = _catalog(b, run, run.start.get("catalog")).tier(tier if isinstance(tier, str) else "").prices
+            t = _catalog(b, run, run.start.get("catalog")).tier(tier if isinstance(tier, str) else "")
+            b.memo[key] = t.prices
+            b.memo[("model", key[1], tier)] = (t.model, t.provider)
         except VerificationError as e:
             b.memo[key] = e
         except (BenchClawError, ValueError) as e:
@@ -96,6 +98,11 @@ def catalog_prices(b: Bundle, run: RunData) -> Prices:
 def _confirmed_prices(b: Bundle, run: RunData) -> Prices:
     tier = run.start.get("tier")
     prices = _cached_prices(b, run, tier)
+    model = b.memo.get(("model", jsonio.dumps(run.start.get("catalog")), tier))
+    if model is not None and (run.start.get("model"), run.start.get("provider")) != model:
+        raise VerificationError(run.path, f"run.start model/provider {run.start.get('model')!r}/"
+                                f"{run.start.get('provider')!r}, tier {tier!r} of the catalog is "
+                                f"{model[0]!r}/{model[1]!r}", 1)
     try:
         recorded = Prices.from_dict(run.start.get("prices"), "run.start.prices")
     except (BenchClawError, ValueError) as e:
@@ -146,13 +153,64 @@ def upper_bound(b: Bundle, prices: Prices, estimate: int, max_tokens: int) -> st
     return got
 
 
-def derive(data: bytes) -> list | None:
-    """What step 4 reads from an object, as JSON values: ``["r", max_tokens, estimate]`` for a
-    well-formed request (a message list of objects, an int ``max_tokens``), ``["u", usage
-    dict or None]`` for any other JSON value (``_normalised``'s answer), None when the bytes
-    are not JSON or reading them raised anything else (step 4 then reads the blob itself)."""
-    if data[:1] not in (b"{", b"["):
+def sim_prompt_tokens(messages: list) -> int:
+    """The simulator's prompt token count (FORMAT.md §6, "Simulated usage")."""
+    return 3 + sum(4 + (len(str(m.get("content") or "")) + 3) // 4 for m in messages)
+
+
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson is optional
+    _orjson = None
+
+
+def canon(value) -> bytes:
+    """``jsonio.dumps`` (canonical JSON) without its walk for floats, for values the
+    verifier builds from strings, ints and booleans (the replay's observations and
+    conversation); anything orjson refuses goes the canonical way."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)
+        except TypeError:
+            pass
+    return jsonio.dumps(value)
+
+
+def short_hash(value) -> str:
+    """128 bits of the SHA-256 of ``value``'s canonical JSON (enough against a second
+    preimage; half the memory of the full digest in the reading of every request)."""
+    import hashlib
+
+    return hashlib.sha256(canon(value)).hexdigest()[:32]
+
+
+def conversation_hashes(messages: list) -> list:
+    """What step 3's replay needs of a request, so it never inflates a request again:
+    [message count, hash of all messages, hash of all but the last two, hash of the last
+    two, hash of the task message's content] (None where there is no such part)."""
+    n = len(messages)
+    return [n, short_hash(messages), short_hash(messages[:-2]) if n > 2 else None,
+            short_hash(messages[-2:]) if n > 2 else None,
+            short_hash(messages[1].get("content")) if n >= 2 else None]
+
+
+def _chars(data: bytes) -> int | None:
+    try:
+        return len(data.decode("utf-8", "surrogatepass"))
+    except UnicodeDecodeError:
         return None
+
+
+def derive(data: bytes) -> list | None:
+    """What step 4 reads from an object, as JSON values: ``["r", max_tokens, estimate,
+    simulated prompt tokens]`` for a well-formed request (a message list of objects, an int
+    ``max_tokens``), ``["u", usage dict or None, characters]`` for any other JSON value
+    (``_normalised``'s answer, and the text's length for a reply), ``["t", None, characters]``
+    for text that is not JSON (a reply), None when reading raised anything else (step 4
+    then reads the blob itself)."""
+    if data[:1] not in (b"{", b"["):
+        n = _chars(data)
+        return None if n is None else ["t", None, n]
     try:
         obj = jsonio.loads(data)
     except ValueError:
@@ -163,16 +221,18 @@ def derive(data: bytes) -> list | None:
                 not all(isinstance(m, dict) for m in messages):
             return None
         try:
-            return ["r", max_tokens, estimate_prompt_tokens(messages)]
+            return ["r", max_tokens, estimate_prompt_tokens(messages), sim_prompt_tokens(messages),
+                    conversation_hashes(messages)]
         except Exception:  # noqa: BLE001 - RecursionError and the like: step 4 reports it
             return None
+    n = _chars(data)
     try:
         usage = normalise_usage(obj)
     except (BenchClawError, ValueError, TypeError):
-        return ["u", None]
+        return ["u", None, n]
     except Exception:  # noqa: BLE001 - step 4 reads it again and reports what it raises
         return None
-    return ["u", usage.to_dict()]
+    return ["u", usage.to_dict(), n]
 
 
 def _derived(b: Bundle, run: RunData, digest, line: int, what: str, kind: str):
@@ -181,13 +241,14 @@ def _derived(b: Bundle, run: RunData, digest, line: int, what: str, kind: str):
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
         raise VerificationError(run.path, f"{what} {digest!r} is not a blob digest", line)
     got = b.derived.get(object_path(digest))
-    return got if got is not None and got[0] == kind else None
+    return got if got is not None and got[0] in kind else None
 
 
 def _check_estimate(b: Bundle, run: RunData, line: int, body: dict, estimate: int, max_tokens: int) -> None:
-    known = _derived(b, run, body.get("request"), line, "request", "r")
+    known = _derived(b, run, body.get("request"), line, "request", ("r",))
     if known is not None:
-        _, request_max, got = known
+        _, request_max, got, sim, _conv = known
+        b.memo[("sim prompt", line, run.run_id)] = sim
         if request_max != max_tokens:
             raise VerificationError(run.path, f"call: request max_tokens {request_max!r} "
                                     f"!= params.max_tokens {max_tokens}", line)
@@ -204,6 +265,7 @@ def _check_estimate(b: Bundle, run: RunData, line: int, body: dict, estimate: in
                                 f"!= params.max_tokens {max_tokens}", line)
     try:
         got = estimate_prompt_tokens(messages)
+        b.memo[("sim prompt", line, run.run_id)] = sim_prompt_tokens(messages)
     except RecursionError:
         raise VerificationError(run.path, "call: the request's messages nest too deeply", line) from None
     if got != estimate:
@@ -230,14 +292,44 @@ def _check_usage(b: Bundle, run: RunData, line: int, body: dict) -> Usage | None
     if (want.to_dict() if want else None) != recorded:
         raise VerificationError(run.path, f"call usage {recorded} differs from the raw usage "
                                 f"normalised: {want.to_dict() if want else None}", line)
+    sim = b.memo.pop(("sim prompt", line, run.run_id), None)
+    rid = body.get("response_id")
+    if want is not None and run.start.get("provider") == "sim" and isinstance(rid, str) and rid.startswith(_SIM_ID):
+        _simulated_usage(b, run, line, body, want, sim)
     return want
+
+
+_SIM_ID = "chatcmpl-sim-"  # the simulator's response ids (a scripted test provider has others)
+
+
+def _simulated_usage(b: Bundle, run: RunData, line: int, body: dict, usage: Usage, sim: int | None) -> None:
+    """A simulated call's usage follows from its request and reply by the simulator's token
+    rule (FORMAT.md §6): a provider's can only be taken on trust, the simulator's cannot."""
+    if sim is not None and usage.prompt != sim:
+        raise VerificationError(run.path, f"simulated call: usage prompt {usage.prompt}, the simulator "
+                                f"counts {sim} tokens in the request", line)
+    if body.get("finish_reason") == "length":
+        if usage.completion != (body.get("params") or {}).get("max_tokens"):
+            raise VerificationError(run.path, "simulated call cut off at max_tokens: usage completion "
+                                    f"{usage.completion} is not max_tokens", line)
+        return
+    reply = body.get("reply")
+    known = _derived(b, run, reply, line, "reply", "ut") if reply is not None else None
+    n = known[2] if known is not None else (0 if reply is None else _chars(_blob(b, run, reply, line, "reply")))
+    if n is None:
+        return
+    text = (n + 3) // 4
+    if usage.completion < text or (usage.reasoning and usage.completion - usage.reasoning != text):
+        raise VerificationError(run.path, f"simulated call: usage completion {usage.completion} "
+                                f"(reasoning {usage.reasoning}) does not fit a reply of {n} characters "
+                                f"({text} tokens by the simulator's rule)", line)
 
 
 def _normalised(b: Bundle, run: RunData, line: int, digest) -> Usage | None:
     """The raw usage blob normalised, once per blob (step 2 tied its bytes to its digest)."""
     key = ("usage", digest)
     if key not in b.memo:
-        known = _derived(b, run, digest, line, "usage_raw", "u")
+        known = _derived(b, run, digest, line, "usage_raw", ("u",))
         if known is not None:
             b.memo[key] = None if known[1] is None else Usage(**known[1])
             return b.memo[key]

@@ -24,13 +24,14 @@ from decimal import Decimal
 
 from ..errors import BenchClawError
 from ..money import fmt_usd, parse_usd
-from ..policies import Attempt, PolicyError, outcome
+from ..policies import Attempt, PolicyError, next_batch, outcome
 from ..records import Record
 from ._context import Bundle, RunData
 from ._errors import VerificationError
 from ._report import Section
 from ._shape import JOURNAL, check_body
-from .experiment import journal_records
+from ._stops import check_ledgers_after_registration, check_ledgers_closed, check_stop
+from .experiment import journal_records, registration_digest
 from .layout import spec_entry
 from .manifest import object_path
 
@@ -73,9 +74,15 @@ def verify_prereg(b: Bundle, sec: Section) -> None:
         for run in _runs_of(b, exp):
             if sec.attempt(_run_registered, run, regs):
                 sec.count("runs after registration")
+        records = [(name, line, rec) for name, line, rec in journal if rec.kind in ("prereg", "deviation")]
         for name, line, rec in journal:
             if rec.kind == "grid.start":
                 sec.attempt(_grid_registered, name, line, rec, regs)
+                sec.attempt(_grid_as_registered, b, name, line, rec, records)
+        sec.attempt(check_ledgers_after_registration, b, journal, regs[0][0])
+        for run in _runs_of(b, exp):
+            sec.attempt(_run_pinned, b, run, records)
+        sec.attempt(_registered_digest, b, exp, records[0])
         sec.count("registrations", len(regs))
 
 
@@ -144,6 +151,201 @@ def _run_registered(run: RunData, regs: list) -> None:
                                 f"started at {start_at}", 1)
 
 
+def registration_of(b: Bundle, exp: str) -> str | None:
+    """The registration digest of ``exp``'s first prereg record (None when unreadable)."""
+    try:
+        first = next((rec for _, _, rec in journal_of(b, exp) if rec.kind == "prereg"), None)
+    except VerificationError:
+        return None
+    return registration_digest(first.body) if first is not None else None
+
+
+def repinned(b: Bundle, exp: str) -> list[str]:
+    """A sentence per deviation that pins another catalog or other task versions than the
+    registration before it: the registration digest covers only the first ``prereg``, so
+    these changes are shown to the auditor here (and listed in summary.json's deviations)."""
+    try:
+        regs = [rec for _, _, rec in journal_of(b, exp) if rec.kind in ("prereg", "deviation")]
+    except VerificationError:
+        return []
+    out = []
+    for before, rec in zip(regs, regs[1:]):
+        changed = [what for key, what in (("catalog", "the catalog (prices)"), ("tasks", "the task versions"))
+                   if rec.body.get(key) != before.body.get(key)]
+        if changed:
+            out.append(f"{exp}: the deviation at {rec.at} re-pins {' and '.join(changed)} "
+                       f"(reason: {str(rec.body.get('reason'))[:120]!r}); the registration digest "
+                       "you hold does not cover it")
+    return out
+
+
+def _registered_digest(b: Bundle, exp: str, first: tuple) -> None:
+    """``--registered``: the registration the auditor holds is this bundle's."""
+    name, line, rec = first
+    if b.registered is None:
+        return
+    got = registration_digest(rec.body)
+    if got not in b.registered:
+        raise VerificationError(name, f"the registration digest is {got}, not the one you hold "
+                                f"({', '.join(sorted(b.registered))}): spec, catalog or task versions differ "
+                                "from what was registered", line)
+
+
+def _run_pinned(b: Bundle, run: RunData, records: list) -> None:
+    """The run used the catalog and a task version its registration pinned (FORMAT.md §8)."""
+    digest, start_at = run.policy.get("spec_digest"), run.records[0].at
+    reg = None
+    for name, line, rec in records:
+        if rec.body.get("spec_digest") == digest and rec.at < start_at:
+            reg = (name, line, rec.body)
+    if reg is None:
+        return  # _run_registered reports it
+    name, line, body = reg
+    _run_as_specified(b, run, digest)
+    if "catalog" in body and run.start.get("catalog") != body["catalog"]:
+        raise VerificationError(run.path, f"ran with catalog {_short_ref(run.start.get('catalog'))}, the "
+                                f"registration ({name}:{line}) pinned {_short_ref(body['catalog'])}", 1)
+    task = run.start.get("task") or {}
+    mine = {"id": task.get("id"), "version": task.get("version"), "digest": task.get("digest")}
+    if "tasks" in body and (not isinstance(body["tasks"], list) or mine not in body["tasks"]):
+        raise VerificationError(run.path, f"ran task {mine['id']} v{mine['version']} {mine['digest']}, "
+                                f"which the registration ({name}:{line}) did not pin", 1)
+
+
+def _grid_as_registered(b: Bundle, name: str, line: int, rec: Record, records: list) -> None:
+    """A ``grid.start`` plans the registered grid: its cells are the registered spec's
+    task versions (as pinned) x profiles x seeds, its tiers, live policies and all_tiers
+    the spec's. A cell left out of the plan could otherwise be dropped unseen."""
+    from pathlib import Path
+
+    from ..spec_format import parse_spec
+
+    digest = rec.body.get("spec_digest")
+    reg = None
+    for _, _, r in records:
+        if r.body.get("spec_digest") == digest and r.at <= rec.at:
+            reg = r.body
+    if reg is None or "tasks" not in reg or not b.has(object_path(digest)):
+        return  # unregistered (reported above) or a registration that pins no tasks
+    try:
+        spec = parse_spec(b.read(object_path(digest)), Path(digest))
+    except BenchClawError as e:
+        raise VerificationError(object_path(digest), f"the registered spec does not parse: {e}") from None
+    g = spec.grid
+    if not isinstance(reg["tasks"], list) or not all(isinstance(t, dict) for t in reg["tasks"]):
+        raise VerificationError(name, "the registration's tasks are not a list of {id, version, digest}", line)
+    cells = sorted(f"{t.get('id')}@{t.get('version')}/{p}/{s}" for t in reg["tasks"]
+                   for p in g.profiles for s in g.seeds)
+    body = rec.body
+    want = {"cells": cells, "tiers": list(g.tiers), "policies": list(spec.live), "all_tiers": g.all_tiers}
+    got = {"cells": sorted(body.get("cells") or []), "tiers": body.get("tiers"),
+           "policies": body.get("policies"), "all_tiers": body.get("all_tiers", g.all_tiers)}
+    sharded = body.get("shard") is not None
+    if sharded:  # a shard plans a slice of the registered cells, with a share of the budget
+        extra = sorted(set(got["cells"]) - set(cells))
+        if extra:
+            raise VerificationError(name, f"grid.start (shard {body.get('shard')}) plans cells the "
+                                    f"registered grid does not have ({extra!r:.120})", line)
+        want.pop("cells")
+    for key in want:
+        if got[key] != want[key]:
+            odd = sorted(set(want[key]) ^ set(got[key] or [])) if key == "cells" else got[key]
+            raise VerificationError(name, f"grid.start {key} differ from the registered grid "
+                                    f"({odd!r:.120})", line)
+    if not sharded:
+        _ledger_opened_as_registered(b, rec, spec)
+
+
+def _ledger_opened_as_registered(b: Bundle, rec: Record, spec) -> None:
+    """The invocation's ``ledger.open`` has the spec's budget as its limits, names its
+    experiment and invocation, and carries every earlier invocation's ledger (a ledger left
+    out of ``carried`` would let this one spend the budget again)."""
+    from ..ledger_replay import Limits
+
+    lid = rec.body.get("ledger")
+    lname = f"ledgers/{lid}.jsonl"
+    records = b.memo.get(("chain", lname)) if isinstance(lid, str) else None
+    if not records or records[0].kind != "ledger.open":
+        return  # missing or malformed: step 5 reports it
+    body, bud = records[0].body, spec.budget
+    limits = Limits(bud.usd, bud.tokens, bud.per_call_usd).to_dict()
+    if body.get("limits") != limits:
+        raise VerificationError(lname, f"ledger.open limits {body.get('limits')}, the registered budget "
+                                f"is {limits}", 1)
+    if (body.get("experiment"), body.get("invocation")) != (spec.id, rec.body.get("invocation")):
+        raise VerificationError(lname, f"ledger.open names {body.get('experiment')!r} / "
+                                f"{body.get('invocation')!r}, not its grid.start's", 1)
+    carried = (body.get("carried") or {}).get("ledgers") or []
+    want = _earlier_ledgers(b, spec.id, rec)
+    if want is not None and carried != want:
+        raise VerificationError(lname, f"ledger.open carries the ledgers {carried}, the earlier "
+                                f"invocations opened {want}", 1)
+
+
+def _earlier_ledgers(b: Bundle, exp: str, rec: Record) -> list | None:
+    try:
+        journal = journal_of(b, exp)
+    except VerificationError:
+        return None
+    out = []
+    for _, _, r in journal:
+        if r is rec:
+            return out
+        if r.kind == "grid.start" and r.body.get("ledger"):
+            out.append(r.body["ledger"])
+    return None
+
+
+def _spec(b: Bundle, digest: str):
+    """The registered spec of ``digest``, parsed once (None when absent or unparsable:
+    reported where the registration is checked)."""
+    from pathlib import Path
+
+    from ..spec_format import parse_spec
+
+    key = ("spec", digest)
+    if key not in b.memo:
+        try:
+            b.memo[key] = parse_spec(b.read(object_path(digest)), Path(digest))
+        except (BenchClawError, VerificationError):
+            b.memo[key] = None
+    return b.memo[key]
+
+
+def _run_as_specified(b: Bundle, run: RunData, digest: str) -> None:
+    """The run ran what its spec says: its cell names its task, profile and seed, its tier,
+    profile and seed are in the grid, its settings are the spec's, and every call was made
+    with them (a lowered max_tokens would lower an unknown call's upper bound)."""
+    spec = _spec(b, digest)
+    if spec is None:
+        return
+    st, g = run.start, spec.grid
+    task, profile = st.get("task") or {}, (st.get("profile") or {}).get("name")
+    cell = f"{task.get('id')}@{task.get('version')}/{profile}/{st.get('seed')}"
+    if run.policy.get("cell") != cell:
+        raise VerificationError(run.path, f"policy.cell {run.policy.get('cell')!r}, the run ran {cell!r}", 1)
+    if st.get("tier") not in g.tiers or profile not in g.profiles or st.get("seed") not in g.seeds:
+        raise VerificationError(run.path, f"tier {st.get('tier')!r}, profile {profile!r} or seed "
+                                f"{st.get('seed')!r} is not in the registered grid", 1)
+    want = {"max_tokens": spec.settings.max_tokens, "temperature": fmt_usd(spec.settings.temperature),
+            "retries": spec.settings.retries}
+    if st.get("settings") != want:
+        raise VerificationError(run.path, f"run.start.settings {st.get('settings')}, the registered spec "
+                                f"says {want}", 1)
+    call = {"max_tokens": want["max_tokens"], "temperature": want["temperature"], "model": st.get("model"),
+            "seed": st.get("seed")}
+    for line, rec in run.of_kind("call"):
+        params = rec.body.get("params") or {}
+        odd = [k for k, v in call.items() if params.get(k) != v]
+        if odd:
+            raise VerificationError(run.path, f"call made with params.{odd[0]}={params.get(odd[0])!r}, "
+                                    f"the run's is {call[odd[0]]!r}", line)
+
+
+def _short_ref(ref) -> str:
+    return f"{ref.get('name')} {ref.get('digest')}" if isinstance(ref, dict) else repr(ref)
+
+
 def _grid_registered(name: str, line: int, rec: Record, regs: list) -> None:
     digest = rec.body.get("spec_digest")
     if not any(d == digest and at <= rec.at for at, d, _, _ in regs):
@@ -156,7 +358,15 @@ _SAME = (("cell", lambda r: r.policy.get("cell")),
          ("tier", lambda r: r.start.get("tier")),
          ("policy", lambda r: r.policy.get("policy")),
          ("trial", lambda r: r.policy.get("trial")),
-         ("status", lambda r: r.end.get("status")))
+         ("status", lambda r: r.end.get("status")),
+         # the rest of the record is the run's policy context, as written at run.start
+         ("step", lambda r: r.policy.get("step", 0)),
+         ("batch", lambda r: r.policy.get("batch", 0)),
+         ("rerun", lambda r: bool(r.policy.get("rerun"))),
+         ("replaces", lambda r: r.policy.get("replaces")),
+         ("attempt", lambda r: r.policy.get("attempt")),
+         ("memory_start", lambda r: r.policy.get("memory_start")),
+         ("elapsed_ms", lambda r: r.end.get("elapsed_ms") or 0))
 _CLAIMS = (("passed", lambda r: bool(r.end.get("passed"))),
            ("gate_passed", lambda r: bool(r.end.get("gate_passed"))),
            ("cost", lambda r: _run_cost(r)))
@@ -181,6 +391,10 @@ def verify_completeness(b: Bundle, sec: Section) -> None:
             if rec.kind == "trial":
                 sec.attempt(_trial, b, name, line, rec.body, _tiers_of(journal, rec.body))
         sec.attempt(_planned, journal)
+        for name, line, rec in journal:
+            if rec.kind == "stop" and sec.attempt(check_stop, b, journal, name, line, rec):
+                sec.count("stops justified")
+        sec.attempt(check_ledgers_closed, b, journal)
         sec.count("runs named", len(named))
         for name, line, rec in journal:
             if rec.kind == "correction" and sec.attempt(_correction, exp, name, line, rec, journal):
@@ -196,6 +410,8 @@ def _named_run(b: Bundle, name: str, line: int, body: dict, named: dict) -> None
     if run is None:
         return  # present but broken: step 2 reported it
     checks = _SAME + (_CLAIMS if "passed" in body else ())
+    if "invocation" in run.policy:
+        checks += (("invocation", lambda r: r.policy.get("invocation")),)
     for key, get in checks:
         if key in body and body.get(key) != get(run):
             raise VerificationError(name, f"run {run_id[:12]}: the journal says {key}={body.get(key)!r}, "
@@ -226,9 +442,16 @@ def _trial(b: Bundle, name: str, line: int, body: dict, tiers: list) -> None:
                                 int(run.end.get("elapsed_ms") or 0), run_id,
                                 int(run.policy.get("batch") or 0)))
     try:
+        _policy_sequence(body, tiers, attempts)
         out = outcome(str(body.get("policy")), tiers, attempts)
     except PolicyError as e:
         raise VerificationError(name, f"trial {body.get('trial')}: {e}", line) from None
+    listed = set(body.get("runs") or [])
+    for run in b.runs.values():
+        if (run.policy.get("trial") == body.get("trial") and run.run_id not in listed
+                and run.of_kind("call")):
+            raise VerificationError(name, f"trial {body.get('trial')} leaves out run {run.run_id[:12]}, "
+                                    "which called the model for it", line)
     want = {"passed": out.passed, "tier": out.taken.tier if out.taken else None}
     if "cost" in body:
         want["cost"] = {"low": _fmt(out.cost_low), "high": _fmt(out.cost_high)}
@@ -238,6 +461,25 @@ def _trial(b: Bundle, name: str, line: int, body: dict, tiers: list) -> None:
         if body.get(key) != value:
             raise VerificationError(name, f"trial {body.get('trial')}: recorded {key}={body.get(key)!r}, "
                                     f"recomputed from its runs {value!r}", line)
+
+
+def _policy_sequence(body: dict, tiers: list, attempts: list) -> None:
+    """The trial's runs, batch by batch, are exactly what its policy asked for, and the
+    policy asks for nothing more (FORMAT.md "Summary", policies). Raises PolicyError."""
+    policy, memory = str(body.get("policy")), body.get("memory_start")
+    done: list = []
+    batches: dict[int, list] = {}
+    for a in attempts:
+        batches.setdefault(a.batch, []).append(a)
+    for no in sorted(batches):
+        want = next_batch(policy, tiers, done, memory)
+        got = [a.tier for a in batches[no]]
+        if got != want:
+            raise PolicyError(f"batch {no} ran {got}, the policy asks for {want} after {len(done)} attempt(s)")
+        done.extend(batches[no])
+    more = next_batch(policy, tiers, done, memory)
+    if more:
+        raise PolicyError(f"recorded as complete, but the policy still asks for {more}")
 
 
 def _fmt(d: Decimal) -> str:

@@ -20,12 +20,12 @@ MAX_KEPT = 200
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("container", "every entry listed in the manifest, with its size and SHA-256"),
     ("runs", "run ids, hash chains, referenced objects, task digests"),
-    ("checks", "every check result re-run from the stored artifact"),
+    ("checks", "every run replayed from its task and replies; checks re-run on what it wrote"),
     ("costs", "every cost and bound recomputed from usage and catalog prices"),
     ("ledgers", "settled spend equals the recorded calls; no limit passed"),
     ("summary", "every table and decision of summary.json recomputed"),
-    ("prereg", "spec digest registered before the first call; deviations before their runs"),
-    ("complete", "the journal names every planned cell and every sealed run"),
+    ("prereg", "registration (spec, catalog, tasks) before every call, ledger record and run"),
+    ("complete", "every planned cell and sealed run accounted for; stops and trials follow"),
 )
 
 
@@ -82,6 +82,9 @@ class VerifyReport:
     manifest_digest: str | None = None
     experiments: tuple[str, ...] = ()
     fatal: UnreadableBundle | None = None
+    registrations: dict = field(default_factory=dict)  # experiment -> registration digest (or None)
+    unproven: list = field(default_factory=list)       # [(entry prefix, files, why)] not verified
+    notes: list = field(default_factory=list)          # what the auditor must read (a deviation re-pinning prices)
 
     @classmethod
     def empty(cls, source: str) -> "VerifyReport":
@@ -116,5 +119,8 @@ class VerifyReport:
         return {"v": 1, "source": self.source, "verdict": verdict[self.exit_code],
                 "exit_code": self.exit_code, "manifest_digest": self.manifest_digest,
                 "experiments": list(self.experiments),
+                "registrations": dict(self.registrations),
+                "unproven": [{"prefix": p, "files": n, "why": w} for p, n, w in self.unproven],
+                "notes": list(self.notes),
                 "fatal": self.fatal.to_dict() if self.fatal else None,
                 "sections": [s.to_dict() for s in self.sections]}

@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("bundle", help="the bundle zip written by `benchclaw export`")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the verdict and failures")
+    p.add_argument("--registered", action="append", metavar="SHA256",
+                   help="the registration digest `benchclaw prereg` printed (repeat for several); "
+                        "the bundle must carry exactly that registration")
     p.add_argument("--failures", type=int, default=10, metavar="N",
                    help="how many failures to list (default 10)")
     return p
@@ -46,10 +49,17 @@ def render_text(report, max_failures: int = 10, quiet: bool = False) -> str:
         lines.append(f"bundle    {report.source}")
         if report.manifest_digest:
             lines.append(f"manifest  {report.manifest_digest}  experiments {', '.join(report.experiments)}")
+        for exp, digest in report.registrations.items():
+            lines.append(f"REGISTRATION {exp}  {digest or 'unreadable'}  <- compare with the digest "
+                         "published at `benchclaw prereg` (or pass --registered)")
         for s in report.sections if report.fatal is None else ():
             state = "ok" if s.ok else ("FAIL" if s.ran else "not run")
             extra = f", {s.failure_count} failed" if s.failure_count else ""
             lines.append(f"{s.number} {s.name:<9} {state:<7} {_counts(s.counts)}{extra}")
+    if report.fatal is None:
+        lines.extend(f"NOTE      {note}" for note in report.notes)
+        for prefix, n, why in report.unproven:
+            lines.append(f"UNPROVEN  {prefix} ({n} files): {why}")
     shown = report.failures()[:max_failures]
     if shown:
         lines.append("first failures:")
@@ -67,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     from ..names import json_terminal_safe, terminal_safe
     from . import verify_bundle
 
-    report = verify_bundle(args.bundle)
+    report = verify_bundle(args.bundle, registered=args.registered)
     try:
         # A bundle is hostile input: nothing from it reaches the terminal unescaped.
         if args.json:

@@ -22,7 +22,21 @@ from ._errors import VerificationError
 from .manifest import RUN_PATH, object_path
 
 __all__ = ["experiment_data_from_files", "summarise", "journal_records", "registrations",
-           "chain_records"]
+           "chain_records", "registration_digest", "PINNED"]
+
+# The fields of a prereg (or deviation) body a registration digest covers (FORMAT.md §8).
+PINNED = ("experiment", "spec_digest", "catalog", "tasks")
+
+
+def registration_digest(body: dict) -> str:
+    """``sha256:`` of the canonical JSON object of the pinned fields of a registration
+    record (absent ones as null): what ``benchclaw prereg`` prints for an auditor to hold."""
+    import hashlib
+
+    from .. import jsonio
+
+    pinned = {k: body.get(k) for k in PINNED}
+    return "sha256:" + hashlib.sha256(jsonio.dumps(pinned)).hexdigest()
 
 
 def chain_records(files: Mapping[str, bytes], name: str) -> list[Record]:

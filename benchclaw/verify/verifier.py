@@ -42,21 +42,24 @@ def _steps() -> tuple[tuple[str, Callable[[Bundle, Section], None]], ...]:
     return (
         ("container", verify_container),   # 1. every entry listed, sizes and SHA-256 match
         ("runs", verify_runs),             # 2. run ids, chains, objects, task digests
-        ("checks", verify_checks),         # 3. check results re-run from stored artifacts
+        ("checks", verify_checks),         # 3. each run replayed; checks re-run on what it wrote
         ("costs", verify_costs),           # 4. costs and bounds from usage and prices
         ("ledgers", verify_ledgers),       # 5. settled spend = recorded calls; no limit passed
         ("summary", verify_summary),       # 6. summary.json recomputed from the runs
-        ("prereg", verify_prereg),         # 7. registration before calls; deviations before runs
-        ("complete", verify_completeness),  # 8. nothing dropped: every cell and run accounted for
+        ("prereg", verify_prereg),         # 7. registration (pins) before calls, ledgers, runs
+        ("complete", verify_completeness),  # 8. nothing dropped; every stop and trial follows
     )
 
 
 STEPS = _steps
 
 
-def verify_bundle(source: str | os.PathLike | bytes, *, limits: Limits = Limits()) -> VerifyReport:
+def verify_bundle(source: str | os.PathLike | bytes, *, limits: Limits = Limits(),
+                  registered: str | list[str] | None = None) -> VerifyReport:
     """Verify a bundle given as a path or as its bytes. Never raises for bad input: the
-    report's ``exit_code`` is 0 (verified), 1 (evidence does not match) or 2 (unreadable)."""
+    report's ``exit_code`` is 0 (verified), 1 (evidence does not match) or 2 (unreadable).
+    ``registered``: the registration digest(s) the auditor holds (``benchclaw prereg``
+    printed it); step 7 fails unless the bundle's registration is one of them."""
     label = "<bytes>" if isinstance(source, (bytes, bytearray)) else str(source)
     report = VerifyReport.empty(label)
     paused = gc.isenabled()
@@ -64,7 +67,10 @@ def verify_bundle(source: str | os.PathLike | bytes, *, limits: Limits = Limits(
     try:
         data = _load(source, limits)
         bundle = Bundle(ZipView(data, limits), limits)
+        if registered is not None:
+            bundle.registered = frozenset([registered] if isinstance(registered, str) else registered)
         _run_steps(bundle, report)
+        _after(bundle, report)
     except UnreadableBundle as e:
         report.fatal = e
     except (MemoryError, RecursionError) as e:
@@ -73,6 +79,23 @@ def verify_bundle(source: str | os.PathLike | bytes, *, limits: Limits = Limits(
         if paused:
             gc.enable()
     return report
+
+
+def _after(b: Bundle, report: VerifyReport) -> None:
+    """What the report states beside the steps: each experiment's registration digest (for
+    the auditor to compare), and the entries no step proves (``site/``: pages rendered
+    from the evidence by a builder the verifier does not run)."""
+    from ._journal import registration_of, repinned
+
+    if b.manifest is None:
+        return
+    for exp in b.manifest.experiments:
+        report.registrations[exp] = registration_of(b, exp)
+        report.notes.extend(repinned(b, exp))
+    site = [n for n in b.view.names if n.startswith("site/")]
+    if site:
+        report.unproven.append(("site/", len(site), "the pages are not recomputed: their tables and "
+                                "numbers are NOT verified; read the numbers from summary.json"))
 
 
 def _load(source, limits: Limits) -> bytes:

@@ -68,7 +68,7 @@ def run_grid(store: Store, exp_id: str, *, spec_path: Path | None = None, **kw) 
 
 
 def register_and_run(store: Store, spec_path: Path, exp_id: str, **kw) -> GridResult:
-    prereg(store, spec_path)
+    prereg(store, spec_path, backends=kw.get("backends"))  # pins what the run will resolve
     return run_grid(store, exp_id, spec_path=spec_path, **kw)
 
 

@@ -1,0 +1,183 @@
+"""Stops and ledgers justified by the evidence (steps 7 and 8; FORMAT.md "Stops").
+
+A ``stop`` record is a claim that the grid had to end with work left; it is how a dropped
+unit could be excused. So each must follow from the evidence of its invocation:
+
+- ``spend`` / ``tokens``: the invocation's ledger, replayed, reached the threshold of the
+  spec in force (the ``grid.start``'s ``spec_digest``) at some record: worst-case spend (or
+  tokens) at or past the rule's ``usd`` (``tokens``);
+- ``provider_errors``: the invocation's ``run`` records, in journal order, hold that many
+  consecutive ``provider_error`` runs;
+- ``budget``: a run of the invocation ended ``budget_stop`` (step 5 ties it to a refusal);
+- ``interrupted``: the invocation's ``grid.end`` says ``interrupted`` and the evidence shows
+  a run cut off (a run of the invocation ended ``aborted``) or the invocation made no run;
+- every ``cells_left`` cell is a cell of the invocation's ``grid.start``.
+
+Ledgers: every record of an experiment's ledger is later than the experiment's
+registration (a budget opened before the hypothesis was fixed is spending before
+registration), and an invocation that ended (``grid.end``) has a closed ledger whose
+``ledger.close`` status is the ``grid.end`` status.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+from ..errors import BenchClawError
+from ..ledger_replay import LedgerState, apply_record
+from ..spec_format import parse_spec
+from ._context import Bundle
+from ._errors import VerificationError
+from .manifest import object_path
+
+__all__ = ["check_stop", "check_ledgers_after_registration", "check_ledgers_closed"]
+
+
+def _ledger_records(b: Bundle, lid) -> tuple[str, list] | None:
+    name = f"ledgers/{lid}.jsonl"
+    recs = b.memo.get(("chain", name)) if isinstance(lid, str) else None
+    return (name, recs) if recs is not None else None
+
+
+def _peak(b: Bundle, lid) -> tuple[Decimal, int] | None:
+    """The highest worst-case spend (usd, tokens) the ledger ever showed, or None."""
+    got = _ledger_records(b, lid)
+    if got is None:
+        return None
+    name, recs = got
+    st, usd, tokens = LedgerState(ledger=lid), Decimal(0), 0
+    for rec in recs:
+        try:
+            apply_record(st, rec, name)
+        except BenchClawError:
+            return None  # step 5 reports the broken ledger
+        usd, tokens = max(usd, st.spent_usd), max(tokens, st.spent_tokens)
+    return usd, tokens
+
+
+def _grid_start(journal: list, invocation) -> tuple | None:
+    for name, line, rec in journal:
+        if rec.kind == "grid.start" and rec.body.get("invocation") == invocation:
+            return name, line, rec
+    return None
+
+
+def _rules(b: Bundle, digest) -> dict:
+    if not isinstance(digest, str) or not b.has(object_path(digest)):
+        return {}
+    try:
+        spec = parse_spec(b.read(object_path(digest)), Path(digest))
+    except BenchClawError:
+        return {}
+    return {r.rule: r.params for r in spec.stopping}
+
+
+def check_stop(b: Bundle, journal: list, name: str, line: int, rec) -> None:
+    body = rec.body
+    inv, rule = body.get("invocation"), body.get("rule")
+    start = _grid_start(journal, inv)
+    if start is None:
+        raise VerificationError(name, f"stop of invocation {inv!r}, which has no grid.start", line)
+    grid = start[2].body
+    cells = set(grid.get("cells") or [])
+    left = body.get("cells_left") or []
+    odd = [c for c in left if not isinstance(c, str) or c not in cells] if isinstance(left, list) else [left]
+    if odd:
+        raise VerificationError(name, f"stop lists cell {odd[0]!r}, not a cell of its grid", line)
+    why = _JUSTIFY.get(rule) if isinstance(rule, str) else None
+    if why is None:
+        return  # error / incomplete: the runner's own failure, nothing to recompute
+    missing = why(b, journal, grid, inv, rec)
+    if missing:
+        raise VerificationError(name, f"stop '{rule}' does not follow from the evidence: {missing}", line)
+
+
+def _spend(b: Bundle, journal, grid, inv, rec) -> str | None:
+    return _threshold(b, grid, "spend", "usd", 0)
+
+
+def _tokens(b: Bundle, journal, grid, inv, rec) -> str | None:
+    return _threshold(b, grid, "tokens", "tokens", 1)
+
+
+def _threshold(b: Bundle, grid: dict, rule: str, key: str, index: int) -> str | None:
+    params = _rules(b, grid.get("spec_digest")).get(rule)
+    if params is None:
+        return f"the spec in force ({grid.get('spec_digest')}) has no '{rule}' rule"
+    peak = _peak(b, grid.get("ledger"))
+    if peak is None:
+        return f"ledger {grid.get('ledger')!r} is not in the bundle to show the {key}"
+    if peak[index] < params[key]:
+        shown = f"${peak[0]}" if index == 0 else str(peak[1])
+        limit = f"${params[key]}" if index == 0 else str(params[key])
+        return f"ledger {grid.get('ledger')} shows at most {shown} worst case, the threshold is {limit}"
+    return None
+
+
+def _errors(b: Bundle, journal, grid, inv, rec) -> str | None:
+    params = _rules(b, grid.get("spec_digest")).get("provider_errors")
+    if params is None:
+        return "the spec in force has no 'provider_errors' rule"
+    streak = best = 0
+    for _, _, r in journal:
+        if r.kind == "run" and r.body.get("invocation") == inv and r.at <= rec.at:
+            streak = streak + 1 if r.body.get("status") == "provider_error" else 0
+            best = max(best, streak)
+    if best < params["consecutive"]:
+        return f"the invocation's runs hold at most {best} consecutive provider_error runs, the rule needs {params['consecutive']}"
+    return None
+
+
+def _budget(b: Bundle, journal, grid, inv, rec) -> str | None:
+    if not any(r.kind == "run" and r.body.get("invocation") == inv and r.body.get("status") == "budget_stop"
+               for _, _, r in journal):
+        return "no run of the invocation ended budget_stop"
+    return None
+
+
+def _interrupted(b: Bundle, journal, grid, inv, rec) -> str | None:
+    ends = [r.body.get("status") for _, _, r in journal if r.kind == "grid.end" and r.body.get("invocation") == inv]
+    if ends and ends[0] != "interrupted":
+        return f"the invocation's grid.end says {ends[0]!r}"
+    runs = [r.body for _, _, r in journal if r.kind == "run" and r.body.get("invocation") == inv]
+    if runs and not any(r.get("status") == "aborted" for r in runs):
+        return "no run of the invocation was cut off (none ended aborted)"
+    return None
+
+
+_JUSTIFY = {"spend": _spend, "tokens": _tokens, "provider_errors": _errors, "budget": _budget,
+            "interrupted": _interrupted}
+
+
+def check_ledgers_after_registration(b: Bundle, journal: list, registered_at: str) -> None:
+    for name, line, rec in journal:
+        if rec.kind != "grid.start":
+            continue
+        got = _ledger_records(b, rec.body.get("ledger"))
+        if got is None:
+            continue
+        lname, recs = got
+        for i, r in enumerate(recs, 1):
+            if r.at <= registered_at:
+                raise VerificationError(lname, f"{r.kind} at {r.at} precedes the registration at "
+                                        f"{registered_at}", i)
+
+
+def check_ledgers_closed(b: Bundle, journal: list) -> None:
+    for name, line, rec in journal:
+        if rec.kind != "grid.end":
+            continue
+        start = _grid_start(journal, rec.body.get("invocation"))
+        lid = start[2].body.get("ledger") if start else None
+        got = _ledger_records(b, lid)
+        if got is None:
+            continue  # no ledger (None) or a missing one: step 5 reports it
+        lname, recs = got
+        last = recs[-1] if recs else None
+        if last is None or last.kind != "ledger.close":
+            raise VerificationError(lname, f"invocation {rec.body.get('invocation')} ended ({name}:{line}) "
+                                    "but its ledger was never closed (no ledger.close)", len(recs))
+        if last.body.get("status") != rec.body.get("status"):
+            raise VerificationError(lname, f"ledger.close status {last.body.get('status')!r}, the "
+                                    f"invocation's grid.end says {rec.body.get('status')!r}", len(recs))
