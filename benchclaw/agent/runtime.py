@@ -18,7 +18,11 @@ Where the guarantees come from:
 
 Trade-off: the conversation is resent in full each turn (no summarising), so prompts grow
 with turns; with 12 turns and small task files that is cheap, and it keeps what the model
-saw exactly reconstructible from the ``request`` blobs.
+saw exactly reconstructible from the ``request`` blobs. What goes back is bounded: a reply
+longer than ``MAX_RESENT_REPLY`` characters is resent cut, with a mark saying so (its
+``reply`` blob keeps it whole), and a file read back is cut at ``MAX_READ_CHARS``, so a
+run's requests grow at most linearly with its turns and a huge reply cannot eat the time
+limit in serialising.
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ from .. import jsonio
 from ..checks import run_checks
 from ..checks.digest import task_listing
 from ..errors import BenchClawError, BudgetError, IntegrityError, UsageError
-from ..money import ZERO_USAGE, CostBounds, Usage, call_cost, cost_bounds, cost_upper_bound, \
-    estimate_prompt_tokens, fmt_usd
+from ..money import ZERO_USAGE, CostBounds, Usage, call_cost_of, cost_upper_bound, estimate_prompt_tokens, \
+    fmt_usd, usage_unread
 from ..providers.base import ChatRequest, ChatResponse, error_response
 from ..providers.retry import backoff_delay
 from ..providers.vault import redact
@@ -53,6 +57,16 @@ STATUSES = ("passed", "failed", "limit_turns", "limit_time", "limit_output", "bu
 # Worth another attempt while the run has time left. A timeout is retried only when the
 # provider gave up before the run's time did (a simulated fault, a proxy's own limit).
 MAX_READ_CHARS = 64 * 1024
+MAX_RESENT_REPLY = 64 * 1024
+
+
+def resent_reply(content: str) -> str:
+    """A reply as it goes back into the conversation: whole up to ``MAX_RESENT_REPLY``
+    characters, else cut there with a mark the model (and a reader) can see."""
+    if len(content) <= MAX_RESENT_REPLY:
+        return content
+    return (content[:MAX_RESENT_REPLY] + f"\n[benchclaw: reply cut here for resending; "
+            f"{len(content) - MAX_RESENT_REPLY} more characters were not sent back]")
 
 
 @dataclass(frozen=True)
@@ -121,6 +135,8 @@ class _Run:
         self.messages: list[dict] = [{"role": "system", "content": p.system_prompt},
                                      {"role": "user", "content": self._first_message()}]
         self.simulated = bool(getattr(self.tier, "simulated", False) or getattr(self.provider, "simulated", False))
+        self.claimed_simulated = self.simulated
+        self.max_tokens = self.tier.max_tokens or self.max_tokens
         self.calls: list[dict] = []
         self.turns = self.denials = self.invalid = self.injections = 0
         self.writer = None
@@ -206,7 +222,8 @@ class _Run:
             if remaining <= 0:
                 return self._out_of_time(f"turn {turn}")
             req = ChatRequest(model=self.tier.model, messages=messages, max_tokens=self.max_tokens,
-                              temperature=self.temperature, seed=self.seed, json_mode=True, timeout_s=remaining)
+                              temperature=self.temperature, seed=self.seed, json_mode=True, timeout_s=remaining,
+                              params=self.tier.params, stall_s=self.tier.stall_seconds)
             try:
                 reservation = self._reserve(turn, attempt, estimate)
             except BudgetError as e:
@@ -260,20 +277,28 @@ class _Run:
 
     def _record_call(self, turn: int, attempt: int, req: ChatRequest, estimate: int, resp: ChatResponse,
                      reservation) -> None:
-        cost = cost_bounds(resp.usage, estimate, self.max_tokens, self.tier.prices)
+        priced = call_cost_of(resp.usage, estimate, self.max_tokens, self.tier.prices,
+                              unread=usage_unread(resp.usage_raw), error=resp.error and resp.error.to_dict())
+        if resp.simulated and not self.simulated:
+            # A reply that calls itself simulated labels everything from here on; a tier
+            # that claimed to be real is flagged in run.end (``simulated_replies``).
+            self.simulated = True
         body = evidence.call_body(store=self.store, turn=turn, attempt=attempt, req=req, prompt_estimate=estimate,
-                                  resp=resp, cost=cost, simulated=self.simulated)
+                                  resp=resp, priced=priced, simulated=self.simulated or resp.simulated)
         self._append("call", body)
-        self.calls.append({"usage": resp.usage, "cost": cost})
+        self.calls.append({"usage": resp.usage, "cost": priced.cost, "doubts": priced.doubts,
+                           "simulated": resp.simulated, "outcome": resp.outcome,
+                           "key_echo": resp.error is not None and resp.error.kind == "key_echo"})
         if reservation is not None:
-            known = resp.usage is not None
-            self.ledger.settle(reservation, tokens=resp.usage.total if known else None,
-                               usd=call_cost(resp.usage, self.tier.prices) if known else None)
+            exact = priced.cost.known
+            reason = ("usage doubted: " + ", ".join(priced.doubts)) if priced.doubts else priced.unbilled
+            self.ledger.settle(reservation, tokens=(resp.usage.total if resp.usage is not None else 0) if exact else None,
+                               usd=priced.cost.high if exact else None, reason=reason)
 
     # -- one turn's action ----------------------------------------------------------------
     def _act(self, turn: int, resp: ChatResponse) -> _End | None:
         content = resp.content or ""
-        self.messages.append({"role": "assistant", "content": content})
+        self.messages.append({"role": "assistant", "content": resent_reply(content)})
         parsed = parse_reply(resp.content, self.profile.actions)
         if isinstance(parsed, Invalid):
             return self._invalid(turn, parsed, resp)
@@ -293,6 +318,8 @@ class _Run:
             reason = f"{reason} (the reply was cut off at max_tokens = {self.max_tokens})"
         elif resp.outcome == "reasoning_only":
             reason = f"{reason} (the model spent its tokens reasoning and answered nothing)"
+        elif resp.outcome == "content_filter":
+            reason = f"{reason} (the provider's content filter stopped the reply)"
         lure = match_lure(self.task.lures, {"action": bad.action}) if bad.action else None
         self.invalid += 1
         self.injections += lure is not None
@@ -365,6 +392,8 @@ class _Run:
             self._append("check", {**r.to_dict(), "detail": evidence.lit(r.detail)})
         gate_passed = all(r.passed for r in results if r.gate)
         passed = bool(results) and all(r.passed for r in results)
+        if any(c["key_echo"] for c in self.calls):  # a provider fault: the run cannot pass
+            gate_passed = passed = False
         status, reason = end.status, end.reason
         if status == "finished":
             failed = [r.id for r in results if not r.passed]
@@ -379,8 +408,29 @@ class _Run:
             cost = cost + c["cost"]
         return usage, cost
 
+    def _flags(self) -> dict:
+        """The run's provider-truth flags for run.end (FORMAT.md §3), only those that hold."""
+        out: dict[str, Any] = {}
+        doubted = sum(1 for c in self.calls if c["doubts"])
+        if doubted:
+            out["usage_doubted"] = doubted
+        if any("over_bound" in c["doubts"] for c in self.calls):
+            out["usage_over_bound"] = sum(1 for c in self.calls if "over_bound" in c["doubts"])
+        sim_replies = sum(1 for c in self.calls if c["simulated"])
+        if sim_replies and not self.claimed_simulated:
+            out["simulated_replies"] = sim_replies
+        filtered = sum(1 for c in self.calls if c["outcome"] == "content_filter")
+        if filtered:
+            out["content_filter"] = filtered
+        echoes = sum(1 for c in self.calls if c["key_echo"])
+        if echoes:
+            out["key_echo"] = echoes
+        return out
+
     def _end(self, status: str, reason: str, *, gate_passed: bool, passed: bool, **extra: Any) -> AgentResult:
         usage, cost = self._totals()
+        extra = {**self._flags(), **({"simulated": True} if self.simulated and not self.claimed_simulated else {}),
+                 **extra}
         elapsed_ms = max(0, int(self._elapsed() * 1000))
         self._append("run.end", {
             "status": status, "reason": evidence.lit(reason), "turns": self.turns, "calls": len(self.calls),

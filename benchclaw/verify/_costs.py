@@ -23,8 +23,8 @@ from __future__ import annotations
 from .. import jsonio
 from ..catalog_format import MAX_EXTENDS, Catalog, parse_catalog
 from ..errors import BenchClawError, FormatError
-from ..money import (USAGE_FIELDS, CostBounds, Prices, Usage, cost_bounds, cost_upper_bound,
-                     estimate_prompt_tokens, fmt_usd, normalise_usage, sum_usage)
+from ..money import (USAGE_FIELDS, CostBounds, Prices, Usage, call_cost_of, cost_upper_bound,
+                     estimate_prompt_tokens, fmt_usd, normalise_usage, sum_usage, usage_unread)
 from ..records import DIGEST_RE
 from ._context import Bundle, RunData
 from ._errors import VerificationError
@@ -125,13 +125,18 @@ def _call(b: Bundle, run: RunData, line: int, body: dict, prices: Prices) -> tup
         raise VerificationError(run.path, "call: params.max_tokens or prompt_estimate is not a count", line)
     _check_estimate(b, run, line, body, estimate, max_tokens)
     usage = _check_usage(b, run, line, body)
+    unread = b.memo.get(("unread", body.get("usage_raw")), ()) if usage is not None else ()
     try:
-        want = cost_bounds(usage, estimate, max_tokens, prices)
+        got = call_cost_of(usage, estimate, max_tokens, prices, unread=unread, error=body.get("error"))
+        want = got.cost
     except (BenchClawError, ArithmeticError, ValueError) as e:
         raise VerificationError(run.path, f"call: cannot recompute the cost ({e})", line) from None
     if body.get("cost") != want.to_dict():
         raise VerificationError(run.path, f"call cost {body.get('cost')} differs from the "
                                 f"recomputed {want.to_dict()}", line)
+    if list(body.get("usage_doubts") or ()) != list(got.doubts):
+        raise VerificationError(run.path, f"call usage_doubts {body.get('usage_doubts')} differ from the "
+                                f"recomputed {list(got.doubts)}", line)
     run.call_costs[line] = want
     return usage, want
 
@@ -169,10 +174,10 @@ def derive(data: bytes) -> list | None:
     try:
         usage = normalise_usage(obj)
     except (BenchClawError, ValueError, TypeError):
-        return ["u", None]
+        return ["u", None, []]
     except Exception:  # noqa: BLE001 - step 4 reads it again and reports what it raises
         return None
-    return ["u", usage.to_dict()]
+    return ["u", usage.to_dict(), list(usage_unread(obj))]
 
 
 def _derived(b: Bundle, run: RunData, digest, line: int, what: str, kind: str):
@@ -240,10 +245,13 @@ def _normalised(b: Bundle, run: RunData, line: int, digest) -> Usage | None:
         known = _derived(b, run, digest, line, "usage_raw", "u")
         if known is not None:
             b.memo[key] = None if known[1] is None else Usage(**known[1])
+            b.memo[("unread", digest)] = tuple(known[2])
             return b.memo[key]
         data = _blob(b, run, digest, line, "usage_raw")
         try:
-            b.memo[key] = normalise_usage(jsonio.loads(data))
+            raw = jsonio.loads(data)
+            b.memo[key] = normalise_usage(raw)
+            b.memo[("unread", digest)] = usage_unread(raw)
         except (BenchClawError, ValueError, TypeError):
             b.memo[key] = None  # kept raw, costed as unknown (FORMAT.md "Catalogs", usage shapes)
     return b.memo[key]
