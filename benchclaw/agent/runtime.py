@@ -38,6 +38,7 @@ from .. import jsonio
 from ..checks import run_checks
 from ..checks.digest import task_listing
 from ..errors import BenchClawError, BudgetError, IntegrityError, UsageError
+from ..ledger_replay import DOUBTED_PREFIX
 from ..money import ZERO_USAGE, CostBounds, Usage, call_cost_of, cost_upper_bound, estimate_prompt_tokens, \
     fmt_usd, usage_unread
 from ..providers.base import ChatRequest, ChatResponse, error_response
@@ -291,7 +292,7 @@ class _Run:
                            "key_echo": resp.error is not None and resp.error.kind == "key_echo"})
         if reservation is not None:
             exact = priced.cost.known
-            reason = ("usage doubted: " + ", ".join(priced.doubts)) if priced.doubts else priced.unbilled
+            reason = (DOUBTED_PREFIX + ", ".join(priced.doubts)) if priced.doubts else priced.unbilled
             self.ledger.settle(reservation, tokens=(resp.usage.total if resp.usage is not None else 0) if exact else None,
                                usd=priced.cost.high if exact else None, reason=reason)
 
