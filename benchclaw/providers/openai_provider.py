@@ -142,19 +142,20 @@ def _timeout(total: float | None, stall: float | None):
     byte (httpx's read timeout) when it is shorter."""
     if stall is None or (total is not None and stall >= total):
         return total
-    import httpx
+    import openai
 
-    return httpx.Timeout(total, read=stall)
+    return openai.Timeout(total, read=stall)
 
 
 def _never_sent(exc: BaseException) -> bool:
     """True when the failure happened while connecting (refused, DNS, TLS handshake,
     connect timeout): the request never reached the provider, so it cannot be billed."""
-    import httpx
-
     seen = 0
     while exc is not None and seen < 8:
-        if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        # By name: the SDK's HTTP client (httpx, or its successor httpx2) and its transport
+        # (httpcore) raise these while connecting; nothing was written to the socket yet.
+        if type(exc).__name__ in ("ConnectError", "ConnectTimeout") and \
+                type(exc).__module__.split(".")[0].startswith(("httpx", "httpcore")):
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
