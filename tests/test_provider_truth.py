@@ -334,3 +334,53 @@ def test_tier_params_are_validated_recorded_and_sent(tmp_path, monkeypatch):
 def test_bad_tier_params_are_one_clear_error(params, says):
     with pytest.raises(FormatError, match=says.replace("(", r"\(")):
         parse_catalog(catalog_text("http://127.0.0.1:1/v1", f"params = {params}\n").encode(), "hostile.toml")
+
+
+# ---------------------------------------------------------------- no key changes a verdict
+
+KEYS = {"realistic, holding the cents-invoices amount": "sk-bc7Qm2x123456789Zt4K9pL0aR3vW8yN6cJ5hE1fD",
+        "vLLM placeholder": "EMPTY", "llama.cpp placeholder": "sk-no-key-required",
+        "the correct answer itself": "123456789"}
+
+
+def _verdicts(tmp_path, key: str | None, tasks, over_http: bool):
+    """(task, profile, seed) -> ((check id, passed, detail), ...) on the ultra sim tier,
+    in process or over HTTP through the ``openai`` provider, with ``key`` live."""
+    from benchclaw.providers.catalog import load_catalog
+    from benchclaw.providers.vault import Secret
+    from benchclaw.sim.server import serve_in_thread
+
+    sim = load_catalog("sim")
+    live = Secret(key) if key else None
+    store = Store(tmp_path / "runs", fsync=False)
+    out, artifacts = {}, []
+    with serve_in_thread(latency_scale=0) as url:
+        cat = parse_catalog((f'v = 1\nname = "http"\nsimulated = true\n[tiers.ultra]\nprovider = "openai"\n'
+                             f'model = "sim/ultra"\nbase_url = "{url}"\n'
+                             'prices = { input = "1.00", cached_input = "0.25", cache_write = "1.25", output = "4.00" }\n'
+                             ).encode(), "http.toml") if over_http else sim
+        for task in tasks:
+            for profile in ("direct", "checker"):
+                for seed in (1, 2):
+                    prov = make_provider(cat.tier("ultra"), sim_options={"latency_scale": 0}, key=live)
+                    res = asyncio.run(run_agent(store=store, task=task, tier="ultra", catalog=cat,
+                                                profile=load_profile(profile), seed=seed, provider=prov))
+                    sealed = store.read_run(res.run_id)
+                    out[(task.id, profile, seed)] = tuple((c.body["id"], c.body["passed"], c.body["detail"])
+                                                          for c in sealed.of_kind("check"))
+                    artifacts += [store.get_blob(a.body["digest"]) for a in sealed.of_kind("artifact")]
+    del live
+    return out, artifacts
+
+
+@pytest.mark.parametrize("over_http", [False, True], ids=["in-process", "http"])
+def test_no_key_value_changes_any_check_result(tmp_path, over_http):
+    from benchclaw.tasks import find_tasks
+
+    tasks = [t for t in find_tasks() if t.id in ("cents-invoices", "quotes-incident")]
+    base, artifacts = _verdicts(tmp_path / "none", None, tasks, over_http)
+    assert any(b"123456789" in a for a in artifacts)  # the answer really holds the key's digits
+    assert any(all(p for _, p, _ in checks) for (t, _, _), checks in base.items() if t == "cents-invoices")
+    for name, key in KEYS.items():
+        got, _ = _verdicts(tmp_path / name.replace(" ", "-").replace(",", ""), key, tasks, over_http)
+        assert got == base, name
