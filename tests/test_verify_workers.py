@@ -110,7 +110,9 @@ def test_step_4_reads_from_the_hashing_worker_only_what_it_would_accept_itself()
     kind, max_tokens, estimate = derive(req)
     assert (kind, max_tokens) == ("r", 64) and estimate > 0
     assert derive(b'{"prompt_tokens":3,"completion_tokens":2}')[1]["completion"] == 2
-    assert derive(b'{"prompt_tokens":-1}') == ["u", None]  # costed as unknown, as step 4 does
+    assert derive(b'{"prompt_tokens":-1}') == ["u", None, []]  # costed as unknown, as step 4 does
+    # what could change the bill but is not read (a doubt, FORMAT.md §6) is derived too
+    assert derive(b'{"prompt_tokens":3,"completion_tokens":2,"cost":0.5}')[2] == ["unread:cost"]
     # anything step 4 would reject or treat specially is left for it to read itself
     assert derive(b'{"messages":[{"role":"user"}],"max_tokens":true}') is None
     assert derive(b'{"messages":["x"],"max_tokens":64}') is None
