@@ -384,3 +384,73 @@ def test_no_key_value_changes_any_check_result(tmp_path, over_http):
     for name, key in KEYS.items():
         got, _ = _verdicts(tmp_path / name.replace(" ", "-").replace(",", ""), key, tasks, over_http)
         assert got == base, name
+
+
+# ---------------------------------------------------------------- the verifier recomputes the rules
+
+@pytest.fixture(scope="module")
+def doubted_bundle(tmp_path_factory):
+    """A grid through two odd servers (an over-report; a 429 then an answer), exported."""
+    from benchclaw.bundle import export_bundle
+
+    from tests.reliability.helpers import register_and_run, write_spec
+    from tests.test_bundle_support import EXP
+
+    tmp = tmp_path_factory.mktemp("doubted")
+    over = completion(FINISH, usage={"prompt_tokens": 100, "completion_tokens": 100_000_000})
+    os_env = __import__("os").environ
+    os_env[KEY_ENV] = KEY
+    try:
+        with hostile([], over) as s1, hostile([status(429, headers={"retry-after-ms": "10"})],
+                                              completion(FINISH, usage=OK_USAGE)) as s2:
+            (tmp / "odd.toml").write_text(catalog_text(s1.base_url).replace("[tiers.t]", "[tiers.over]")
+                                          + catalog_text(s2.base_url).split("\n", 3)[3].replace("[tiers.t]",
+                                                                                               "[tiers.limited]"))
+            spec = write_spec(tmp, EXP, tasks=["cents-fees"], tiers=["over", "limited"], catalog="odd.toml",
+                              profiles=["direct"], settings={"seconds": 30, "retries": 1, "max_tokens": 256})
+            store = Store(tmp / "runs")
+            register_and_run(store, spec, EXP)
+    finally:
+        os_env.pop(KEY_ENV, None)
+    export_bundle(store.root, EXP, tmp / "b.zip")
+    return (tmp / "b.zip").read_bytes()
+
+
+def test_a_bundle_with_doubted_usage_and_known_zero_failures_verifies(doubted_bundle):
+    from benchclaw.verify import verify_bundle
+
+    rep = verify_bundle(doubted_bundle)
+    assert rep.exit_code == 0, [str(f) for _, f in rep.failures()]
+    assert KEY.encode() not in doubted_bundle
+
+
+@pytest.mark.parametrize("forgery", ["doubted-made-exact", "refusal-made-billed", "doubts-dropped"])
+def test_the_verifier_recomputes_doubts_and_known_zeros(doubted_bundle, tmp_path, forgery):
+    from benchclaw.verify import verify_bundle
+
+    from tests.test_bundle_support import Forger
+
+    f = Forger.of(doubted_bundle)
+
+    def edit(objs):
+        for o in objs:
+            b = o["body"]
+            if o["kind"] != "call":
+                continue
+            if forgery == "doubted-made-exact" and b.get("usage_doubts"):
+                c = fmt_usd(call_cost(Usage.from_dict(b["usage"]), PRICES))
+                b["cost"] = {"known": True, "low": c, "high": c}
+                del b["usage_doubts"]
+            elif forgery == "doubts-dropped" and b.get("usage_doubts"):
+                del b["usage_doubts"]
+            elif forgery == "refusal-made-billed" and b.get("cost_note"):
+                b["cost"] = {"known": False, "low": "0", "high": "1"}
+        return objs
+
+    target = next(r for r in f.run_ids() if any(
+        o["kind"] == "call" and (o["body"].get("usage_doubts") if forgery != "refusal-made-billed"
+                                 else o["body"].get("cost_note")) for o in f.records(r)))
+    f.edit_run(target, edit)
+    rep = verify_bundle(f.pack(tmp_path))
+    texts = [str(x) for x in rep.section("costs").failures]
+    assert rep.exit_code == 1 and any("recomputed" in t for t in texts), texts
