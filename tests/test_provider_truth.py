@@ -413,15 +413,25 @@ def doubted_bundle(tmp_path_factory):
     finally:
         os_env.pop(KEY_ENV, None)
     export_bundle(store.root, EXP, tmp / "b.zip")
-    return (tmp / "b.zip").read_bytes()
+    from benchclaw.analysis import render_terminal
+    from benchclaw.report import build_summary
+
+    from types import SimpleNamespace
+
+    return SimpleNamespace(data=(tmp / "b.zip").read_bytes(), terminal=render_terminal(build_summary(store, EXP)))
 
 
 def test_a_bundle_with_doubted_usage_and_known_zero_failures_verifies(doubted_bundle):
     from benchclaw.verify import verify_bundle
 
-    rep = verify_bundle(doubted_bundle)
+    rep = verify_bundle(doubted_bundle.data)
     assert rep.exit_code == 0, [str(f) for _, f in rep.failures()]
-    assert KEY.encode() not in doubted_bundle
+    assert KEY.encode() not in doubted_bundle.data
+
+
+def test_the_report_flags_the_over_report(doubted_bundle):
+    line = next(ln for ln in doubted_bundle.terminal.splitlines() if ln.startswith("tier over ") and " stop " in ln)
+    assert "usage-doubted 1" in line and "over-reported 1" in line, line
 
 
 @pytest.mark.parametrize("forgery", ["doubted-made-exact", "refusal-made-billed", "doubts-dropped"])
@@ -430,7 +440,7 @@ def test_the_verifier_recomputes_doubts_and_known_zeros(doubted_bundle, tmp_path
 
     from tests.test_bundle_support import Forger
 
-    f = Forger.of(doubted_bundle)
+    f = Forger.of(doubted_bundle.data)
 
     def edit(objs):
         for o in objs:

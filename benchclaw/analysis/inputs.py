@@ -69,6 +69,7 @@ class CallView:
     known: bool
     model_mismatch: bool = False  # the provider echoed a model id other than the one requested
     doubted: bool = False  # reported usage was not taken as the bill (call.usage_doubts, FORMAT.md §6)
+    over_bound: bool = False  # ... because it was above the call's reservation (an over-report)
 
 
 class RunTally(NamedTuple):
@@ -82,6 +83,7 @@ class RunTally(NamedTuple):
     errors: dict[str, int]  # error kind ("unknown" when none) -> calls
     unknown_cost: int
     usage_doubted: int = 0
+    usage_over_bound: int = 0
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,7 @@ class RunView:
     def tally(self) -> RunTally:
         """Counts over this run's calls, summed once instead of once per table row."""
         usage = [0, 0, 0, 0, 0]
-        unknown_usage = mismatch = unknown_cost = doubted = 0
+        unknown_usage = mismatch = unknown_cost = doubted = over = 0
         outcomes: dict[str, int] = {}
         errors: dict[str, int] = {}
         for c in self.calls:
@@ -140,12 +142,13 @@ class RunView:
             outcomes[c.outcome] = outcomes.get(c.outcome, 0) + 1
             mismatch += c.model_mismatch
             doubted += c.doubted
+            over += c.over_bound
             unknown_cost += not c.known
             if c.outcome == "error":
                 kind = c.error_kind or "unknown"
                 errors[kind] = errors.get(kind, 0) + 1
         return RunTally(tuple(usage), len(self.calls), unknown_usage, outcomes, mismatch, errors,
-                        unknown_cost, doubted)
+                        unknown_cost, doubted, over)
 
 
 _VIEW_FIELDS = tuple(RunView.__dataclass_fields__)
@@ -234,7 +237,8 @@ def _plain_call_view(body: Mapping) -> CallView | None:
     low, high = Decimal(low_s), Decimal(high_s)
     return CallView(outcome, str(kind) if kind is not None else None, uv, low, high,
                     bool(cost.get("known", uv is not None)) and low == high,
-                    body.get("model_mismatch") is True, bool(body.get("usage_doubts")))
+                    body.get("model_mismatch") is True, bool(body.get("usage_doubts")),
+                    "over_bound" in (body.get("usage_doubts") or ()))
 
 
 def _call_view(body: Mapping, where: str) -> CallView:
@@ -252,7 +256,8 @@ def _call_view(body: Mapping, where: str) -> CallView:
     outcome = _get(body, "outcome", str, "error" if err else "stop", where)
     known = bool(cost.get("known", uv is not None)) and low == high
     return CallView(outcome, str(kind) if kind is not None else None, uv, low, high, known,
-                    body.get("model_mismatch") is True, bool(body.get("usage_doubts")))
+                    body.get("model_mismatch") is True, bool(body.get("usage_doubts")),
+                    "over_bound" in (body.get("usage_doubts") or ()))
 
 
 def is_denial(action: Mapping) -> bool:
@@ -319,7 +324,7 @@ def view_to_json(view: RunView) -> list:
     ``view_from_json`` turns back into an equal view, so a builder can cache views."""
     row = [getattr(view, name) for name in _VIEW_FIELDS]
     row[_CALLS_AT] = [[c.outcome, c.error_kind, c.usage, str(c.cost_low), str(c.cost_high), c.known,
-                       c.model_mismatch, c.doubted] for c in view.calls]
+                       c.model_mismatch, c.doubted, c.over_bound] for c in view.calls]
     return row
 
 
@@ -330,7 +335,7 @@ def view_from_json(row: list) -> RunView:
             raise ValueError("wrong length")
         row = list(row)
         row[_CALLS_AT] = tuple(CallView(o, k, None if u is None else tuple(u), Decimal(lo), Decimal(hi), kn, mm,
-                                        bool(rest and rest[0]))
+                                        *(bool(x) for x in rest[:2]))
                                for o, k, u, lo, hi, kn, mm, *rest in row[_CALLS_AT])
         return RunView(*row)
     except (TypeError, ValueError, decimal.InvalidOperation) as e:
