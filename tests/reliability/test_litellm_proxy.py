@@ -168,7 +168,9 @@ def both(tmp_path_factory):
     local_tmp = tmp_path_factory.mktemp("inprocess")
     local = _grid(local_tmp, "PROXY", "sim")
     record_figures("litellm", seconds=round(time.monotonic() - t0, 1), proxy_ready_s=round(ready, 1),
-                   runs=len(proxied.runs), calls=sum(len(bodies(r, "call")) for r in proxied.runs))
+                   runs=len(proxied.runs), calls=sum(len(bodies(r, "call")) for r in proxied.runs),
+                   passed=sum(r.end["passed"] for r in proxied.runs),
+                   passed_in_process=sum(r.end["passed"] for r in local.runs))
     return SimpleNamespace(tmp=tmp, proxied=proxied, local=local)
 
 
