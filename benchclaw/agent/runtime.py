@@ -411,22 +411,10 @@ class _Run:
 
     def _flags(self) -> dict:
         """The run's provider-truth flags for run.end (FORMAT.md §3), only those that hold."""
-        out: dict[str, Any] = {}
-        doubted = sum(1 for c in self.calls if c["doubts"])
-        if doubted:
-            out["usage_doubted"] = doubted
-        if any("over_bound" in c["doubts"] for c in self.calls):
-            out["usage_over_bound"] = sum(1 for c in self.calls if "over_bound" in c["doubts"])
-        sim_replies = sum(1 for c in self.calls if c["simulated"])
-        if sim_replies and not self.claimed_simulated:
-            out["simulated_replies"] = sim_replies
-        filtered = sum(1 for c in self.calls if c["outcome"] == "content_filter")
-        if filtered:
-            out["content_filter"] = filtered
-        echoes = sum(1 for c in self.calls if c["key_echo"])
-        if echoes:
-            out["key_echo"] = echoes
-        return out
+        counts = {name: sum(1 for c in self.calls if test(c)) for name, test in _RUN_FLAGS}
+        if self.claimed_simulated:  # a simulated tier's replies are expected to say so
+            counts["simulated_replies"] = 0
+        return {name: n for name, n in counts.items() if n}
 
     def _end(self, status: str, reason: str, *, gate_passed: bool, passed: bool, **extra: Any) -> AgentResult:
         usage, cost = self._totals()
@@ -478,4 +466,10 @@ def _path_args(raw: Any, norm: str | None) -> dict:
     return args
 
 
+# run.end counters (FORMAT.md §3): name -> which of the run's calls it counts.
+_RUN_FLAGS = (("usage_doubted", lambda c: bool(c["doubts"])),
+              ("usage_over_bound", lambda c: "over_bound" in c["doubts"]),
+              ("content_filter", lambda c: c["outcome"] == "content_filter"),
+              ("key_echo", lambda c: c["key_echo"]),
+              ("simulated_replies", lambda c: c["simulated"]))
 _HANDLERS = {"read": _Run._read, "write": _Run._write, "check": _Run._check, "finish": _Run._finish_action}

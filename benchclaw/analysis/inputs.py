@@ -61,7 +61,7 @@ class ExperimentData:
 
 @dataclass(frozen=True)
 class CallView:
-    outcome: str  # stop, length, reasoning_only, error; cut_off for a reservation without a call record
+    outcome: str  # stop, length, reasoning_only, content_filter, error; cut_off: a reservation without a call
     error_kind: str | None
     usage: tuple[int, int, int, int, int] | None  # USAGE_KEYS order; None = not reported
     cost_low: Decimal
