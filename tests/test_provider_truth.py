@@ -190,6 +190,16 @@ def test_a_refused_connection_was_never_sent_so_it_costs_a_known_zero(tmp_path, 
     assert sealed.end["cost"] == {"known": True, "low": "0", "high": "0"}
 
 
+def test_a_failed_tls_handshake_was_never_sent_so_it_costs_a_known_zero(tmp_path, monkeypatch):
+    with hostile([], completion(FINISH, usage=OK_USAGE)) as plain:  # speaks HTTP, not TLS
+        url = plain.base_url.replace("http://", "https://")
+        res, sealed, _, _ = run(tmp_path, monkeypatch, [], url=url, retries=0)
+        assert plain.requests == []  # no request reached the server
+    (call,) = calls(sealed)
+    assert call["error"]["kind"] == "connection" and call["error"]["stage"] == "connect"
+    assert call["cost"] == {"known": True, "low": "0", "high": "0"}
+
+
 @pytest.mark.parametrize("behaviour,kind", [(status(500), "server"), (status(503), "server"),
                                             (Behaviour(reset=True), "connection"),
                                             (Behaviour(body=b'{"choices": [', headers={}), "malformed")])
