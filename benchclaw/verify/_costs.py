@@ -134,7 +134,7 @@ def _call(b: Bundle, run: RunData, line: int, body: dict, prices: Prices) -> tup
     if body.get("cost") != want.to_dict():
         raise VerificationError(run.path, f"call cost {body.get('cost')} differs from the "
                                 f"recomputed {want.to_dict()}", line)
-    if list(body.get("usage_doubts") or ()) != list(got.doubts):
+    if body.get("usage_doubts") != (list(got.doubts) or None):  # written only when there are some
         raise VerificationError(run.path, f"call usage_doubts {body.get('usage_doubts')} differ from the "
                                 f"recomputed {list(got.doubts)}", line)
     run.call_costs[line] = want
