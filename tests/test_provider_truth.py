@@ -428,7 +428,11 @@ def doubted_bundle(tmp_path_factory):
 
     from types import SimpleNamespace
 
-    return SimpleNamespace(data=(tmp / "b.zip").read_bytes(), terminal=render_terminal(build_summary(store, EXP)))
+    from benchclaw.site import build_site
+
+    build_site(store.root, tmp / "site")
+    return SimpleNamespace(data=(tmp / "b.zip").read_bytes(), terminal=render_terminal(build_summary(store, EXP)),
+                           site=tmp / "site")
 
 
 def test_a_bundle_with_doubted_usage_and_known_zero_failures_verifies(doubted_bundle):
@@ -439,9 +443,13 @@ def test_a_bundle_with_doubted_usage_and_known_zero_failures_verifies(doubted_bu
     assert KEY.encode() not in doubted_bundle.data
 
 
-def test_the_report_flags_the_over_report(doubted_bundle):
+def test_the_report_and_the_site_flag_the_over_report(doubted_bundle):
     line = next(ln for ln in doubted_bundle.terminal.splitlines() if ln.startswith("tier over ") and " stop " in ln)
     assert "usage-doubted 1" in line and "over-reported 1" in line, line
+    exp_page = next(p for p in doubted_bundle.site.rglob("*.html") if "<h2>Tiers</h2>" in p.read_text())
+    assert "over-reported 1" in exp_page.read_text()
+    run_pages = [p.read_text() for p in doubted_bundle.site.rglob("*.html") if "Run replay" in p.read_text()]
+    assert any("over_bound" in t and "was not taken as the bill" in t for t in run_pages)
 
 
 @pytest.mark.parametrize("forgery", ["doubted-made-exact", "refusal-made-billed", "doubts-dropped"])
