@@ -28,6 +28,7 @@ limit in serialising.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import decimal
 import time
 from dataclasses import dataclass
@@ -284,9 +285,17 @@ class _Run:
             # A reply that calls itself simulated labels everything from here on; a tier
             # that claimed to be real is flagged in run.end (``simulated_replies``).
             self.simulated = True
-        body = evidence.call_body(store=self.store, turn=turn, attempt=attempt, req=req, prompt_estimate=estimate,
-                                  resp=resp, priced=priced, simulated=self.simulated or resp.simulated)
-        self._append("call", body)
+        try:
+            body = evidence.call_body(store=self.store, turn=turn, attempt=attempt, req=req,
+                                      prompt_estimate=estimate, resp=resp, priced=priced,
+                                      simulated=self.simulated or resp.simulated)
+            self._append("call", body)
+        except BaseException:  # no call record (a full disk): the call stays at its bound
+            if reservation is not None:
+                with contextlib.suppress(Exception):  # the ledger may be on the same full disk
+                    self.ledger.settle(reservation, tokens=None, usd=None,
+                                       reason="the call's record could not be written")
+            raise
         self.calls.append({"usage": resp.usage, "cost": priced.cost, "doubts": priced.doubts,
                            "simulated": resp.simulated, "outcome": resp.outcome,
                            "key_echo": resp.error is not None and resp.error.kind == "key_echo"})
