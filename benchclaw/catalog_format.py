@@ -31,7 +31,15 @@ MAX_EXTENDS = 8
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _TOP_KEYS = {"v", "name", "description", "extends", "simulated", "order", "tiers"}
 _TIER_KEYS = {"provider", "model", "base_url", "key_env", "key_file", "prices", "simulated",
-              "description", "sim_profile", "always_follow_injections", "allow_http"}
+              "description", "sim_profile", "always_follow_injections", "params", "keep_headers",
+              "expect_model", "stall_seconds", "allow_http"}
+# Request fields a tier's ``params`` may not set: the runtime owns them (they are recorded
+# as the run's settings and costed from), or they change the protocol (streaming, n > 1).
+RESERVED_PARAMS = frozenset({"model", "messages", "temperature", "seed", "response_format", "stream",
+                             "stream_options", "n", "max_completion_tokens", "tools", "tool_choice",
+                             "functions", "function_call"})
+DEFAULT_STALL_SECONDS = 120
+_HEADER_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,15 @@ class Tier:
     always_follow_injections: bool = False
     allow_http: bool = False       # the catalog allows sending the key over plain HTTP to a remote host
     key_url: str | None = None     # the base_url in force in the catalog file that named the key source
+    params: Mapping = field(default_factory=dict, hash=False)
+    keep_headers: tuple[str, ...] = ()
+    expect_model: str | None = None
+    stall_seconds: float = DEFAULT_STALL_SECONDS
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The tier's own ``max_tokens`` from ``params`` (overrides the run setting)."""
+        return self.params.get("max_tokens")
 
     def prices_dict(self) -> dict:
         """The ``prices`` object of a ``run.start`` record."""
@@ -220,9 +237,19 @@ def _new_tier(name: str, spec: Mapping, w: str, simulated_default: bool, folder:
 
 def _override_tier(tier: Tier, spec: Mapping, w: str, folder: Path | None = None) -> Tier:
     changes: dict = {}
-    for key in ("provider", "model", "base_url", "key_env", "key_file", "description", "sim_profile"):
+    for key in ("provider", "model", "base_url", "key_env", "key_file", "description", "sim_profile",
+                "expect_model"):
         if key in spec:
             changes[key] = _str_field(spec, key, w, False)
+    if "params" in spec:
+        changes["params"] = _params(spec["params"], f"{w}.params")
+    if "keep_headers" in spec:
+        changes["keep_headers"] = _headers(spec["keep_headers"], f"{w}.keep_headers")
+    if "stall_seconds" in spec:
+        v = spec["stall_seconds"]
+        if type(v) not in (int, float) or not 0 < v <= 86400:
+            raise FormatError(f"{w}.stall_seconds: expected a number of seconds in (0, 86400]")
+        changes["stall_seconds"] = v
     for key in ("simulated", "always_follow_injections", "allow_http"):
         if key in spec:
             changes[key] = _bool_field(spec, key, w, False)
@@ -236,6 +263,45 @@ def _override_tier(tier: Tier, spec: Mapping, w: str, folder: Path | None = None
     tier = replace(tier, **changes)
     _validate_tier(tier, w)
     return tier
+
+
+def _params(v, w: str) -> dict:
+    """A tier's request parameters: a table of JSON-able values, none the runtime owns;
+    ``max_tokens`` a positive integer, ``extra_body`` a table."""
+    table = _table(v, w)
+    for key, value in table.items():
+        if key in RESERVED_PARAMS:
+            raise FormatError(f"{w}.{key}: set by BenchClaw for every call, not per tier")
+        _json_value(value, f"{w}.{key}")
+    mt = table.get("max_tokens")
+    if "max_tokens" in table and (type(mt) is not int or mt < 1):
+        raise FormatError(f"{w}.max_tokens: expected a positive integer")
+    if "extra_body" in table:
+        bad = sorted(set(_table(table["extra_body"], f"{w}.extra_body")) & (RESERVED_PARAMS | {"max_tokens"}))
+        if bad:
+            raise FormatError(f"{w}.extra_body.{bad[0]}: set by BenchClaw (or by params.max_tokens), not here")
+    return table
+
+
+def _json_value(v, w: str, depth: int = 0) -> None:
+    if depth > 16:
+        raise FormatError(f"{w}: nested too deeply")
+    if isinstance(v, float) and v != v or v in (float("inf"), float("-inf")):
+        raise FormatError(f"{w}: not a finite number")
+    if isinstance(v, dict):
+        for k, x in v.items():
+            _json_value(x, f"{w}.{k}", depth + 1)
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            _json_value(x, f"{w}[{i}]", depth + 1)
+    elif not isinstance(v, (str, int, float, bool)):
+        raise FormatError(f"{w}: expected a string, number, boolean, array or table")
+
+
+def _headers(v, w: str) -> tuple[str, ...]:
+    if not isinstance(v, list) or len(v) > 16 or not all(isinstance(h, str) and _HEADER_RE.match(h) for h in v):
+        raise FormatError(f"{w}: expected a list of at most 16 HTTP header names")
+    return tuple(h.lower() for h in v)
 
 
 def _table(v, w: str) -> dict:

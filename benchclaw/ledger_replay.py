@@ -26,6 +26,9 @@ __all__ = ["Limits", "LedgerState", "APPLY", "apply_record", "replay", "refusal"
            "LEDGER_KINDS"]
 
 LEDGER_KINDS = ("ledger.open", "reserve", "settle", "refuse", "ledger.close")
+# A settle ``reason`` starting so: the provider reported usage that was not taken as the
+# bill (FORMAT.md §6, plausibility); the rest lists the doubts.
+DOUBTED_PREFIX = "usage doubted: "
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ class LedgerState:
     unknown_usd: Decimal = Decimal(0)
     refused: int = 0
     closed: bool = False
+    doubted_calls: int = 0    # settled at the bound because the reported usage was doubted
+    over_bound_calls: int = 0  # ... of them, usage above the reservation (an over-report)
 
     @property
     def open_tokens(self) -> int:
@@ -125,6 +130,8 @@ class LedgerState:
             "remaining": {"usd": None if rem_usd is None else fmt_usd(rem_usd),
                           "tokens": self.remaining_tokens},
             "closed": self.closed,
+            **({"doubted": {"calls": self.doubted_calls, "over_bound": self.over_bound_calls}}
+               if self.doubted_calls else {}),
         }
 
 
@@ -152,10 +159,14 @@ def _apply_settle(st: LedgerState, b: dict, where: str) -> None:
         st.settled_calls += 1
         st.settled_tokens += _int(b.get("tokens"), f"{where}.tokens")
         st.settled_usd += parse_usd(b.get("usd"), f"{where}.usd")
-    else:  # no usage: spent at the reservation's upper bound
+    else:  # no usage (or usage doubted): spent at the reservation's upper bound
         st.unknown_calls += 1
         st.unknown_tokens += res.tokens
         st.unknown_usd += res.usd
+    reason = b.get("reason")
+    if isinstance(reason, str) and reason.startswith(DOUBTED_PREFIX):
+        st.doubted_calls += 1
+        st.over_bound_calls += "over_bound" in reason
 
 
 def _apply_refuse(st: LedgerState, b: dict, where: str) -> None:

@@ -48,6 +48,12 @@ __all__ = [
     "sum_usage",
     "estimate_prompt_tokens",
     "PER_MILLION",
+    "usage_unread",
+    "usage_doubts",
+    "unbilled_reason",
+    "CallCost",
+    "call_cost_of",
+    "UNBILLED_STATUSES",
 ]
 
 PER_MILLION = Decimal(1_000_000)
@@ -184,42 +190,64 @@ def _get_path(raw: Mapping, path: tuple[str, ...]):
     return cur
 
 
-# Where each normalised field may be found, first match wins. Real providers differ:
-#   OpenAI / vLLM:   prompt_tokens_details.cached_tokens, completion_tokens_details.reasoning_tokens
+# Where each normalised field may be found (FORMAT.md §6, "Usage shapes"). Real providers
+# differ:
+#   OpenAI / vLLM / Nebius: prompt_tokens_details.cached_tokens, completion_tokens_details.reasoning_tokens
+#                   (Nebius and some gateways send prompt_tokens_details: null)
 #   DeepSeek-style:  prompt_cache_hit_tokens (+ prompt_cache_miss_tokens)
-#   some gateways:   prompt_tokens_details: null (no details at all)
-#   cache writers:   prompt_tokens_details.created_cache_tokens (cache_creation_tokens)
+#   Anthropic-style: top-level cache_read_input_tokens / cache_creation_input_tokens (as a
+#                    LiteLLM proxy passes them on beside prompt_tokens, which includes them)
+#   cache writers:   prompt_tokens_details.created_cache_tokens (cache_creation_tokens, cache_write_tokens)
+# When several paths of one field are present, the largest count is used: a gateway that
+# copies a count into a second field and leaves the first at 0 must not hide a cache hit.
+# Two different non-zero counts are a disagreement (a doubt, usage_unread).
 _FIELD_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
     "prompt": (("prompt_tokens",),),
     "completion": (("completion_tokens",),),
-    "cached_read": (("prompt_tokens_details", "cached_tokens"), ("prompt_cache_hit_tokens",)),
+    "cached_read": (("prompt_tokens_details", "cached_tokens"), ("prompt_cache_hit_tokens",),
+                    ("cache_read_input_tokens",)),
     "cache_write": (("prompt_tokens_details", "created_cache_tokens"),
                     ("prompt_tokens_details", "cache_creation_tokens"),
-                    ("prompt_tokens_details", "cache_write_tokens")),
+                    ("prompt_tokens_details", "cache_write_tokens"),
+                    ("cache_creation_input_tokens",)),
     "reasoning": (("completion_tokens_details", "reasoning_tokens"),),
 }
 _REQUIRED = ("prompt", "completion")
+# Fields read without changing the cost: totals, the complement of a cache count, and the
+# parts of a count that are billed at its price anyway.
+_HARMLESS = frozenset({("total_tokens",), ("prompt_cache_miss_tokens",),
+                       ("prompt_tokens_details", "text_tokens"), ("completion_tokens_details", "text_tokens"),
+                       ("completion_tokens_details", "accepted_prediction_tokens"),
+                       ("completion_tokens_details", "rejected_prediction_tokens")})
+_READ = frozenset(p for paths in _FIELD_PATHS.values() for p in paths) | _HARMLESS
 
 
-def _token_count(raw: Mapping, name: str) -> int | None:
+def _counts(raw: Mapping, name: str) -> list[tuple[tuple[str, ...], int]]:
+    found = []
     for path in _FIELD_PATHS[name]:
         v = _get_path(raw, path)
         if v is None:
             continue
         if type(v) is not int or v < 0:
             raise FormatError(f"usage.{'.'.join(path)}: expected a non-negative integer, got {v!r}")
-        return v
-    return None
+        found.append((path, v))
+    return found
+
+
+def _token_count(raw: Mapping, name: str) -> int | None:
+    found = _counts(raw, name)
+    return max(v for _, v in found) if found else None
 
 
 def normalise_usage(raw: Mapping) -> Usage:
     """Map a provider's raw ``usage`` object onto ``Usage``.
 
-    ``prompt_tokens`` and ``completion_tokens`` are required; missing details count as 0.
-    A reasoning count larger than the completion count means the provider reported
-    reasoning *beside* the completion rather than inside it; then completion becomes
-    their sum, so reasoning is counted once and billed once. Raises ``FormatError`` when a
-    count is missing, not a non-negative int, or the cached parts exceed the prompt.
+    ``prompt_tokens`` and ``completion_tokens`` are required; missing details count as 0;
+    a field found in several places takes the largest count. A reasoning count larger than
+    the completion count means the provider reported reasoning *beside* the completion
+    rather than inside it; then completion becomes their sum, so reasoning is counted once
+    and billed once. Raises ``FormatError`` when a count is missing, not a non-negative
+    int, or the cached parts exceed the prompt.
     """
     if type(raw) is not dict and not isinstance(raw, Mapping):
         raise FormatError(f"usage: expected an object, got {type(raw).__name__}")
@@ -234,6 +262,74 @@ def normalise_usage(raw: Mapping) -> Usage:
         return Usage(**values)
     except ValueError as e:
         raise FormatError(str(e)) from None
+
+
+def _numbers(obj, path: tuple[str, ...], depth: int = 0):
+    """(path, value) of every non-zero number inside ``obj`` (bools are not numbers)."""
+    if depth > 8:
+        return
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            yield from _numbers(v, path + (str(k),), depth + 1)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _numbers(v, path + (str(i),), depth + 1)
+    elif isinstance(obj, (int, float, Decimal)) and not isinstance(obj, bool) and obj != 0:
+        yield path, obj
+
+
+def usage_unread(raw) -> tuple[str, ...]:
+    """What in a raw usage object could change the cost but is not read: each non-zero
+    number at a path the normaliser does not know (``audio_tokens``, a gateway's ``cost``),
+    and ``disagree:<field>`` when two paths of one field give different non-zero counts.
+    Sorted; empty for a fully understood object (or one that is not an object)."""
+    if not isinstance(raw, Mapping):
+        return ()
+    out = {"unread:" + ".".join(p) for p, _ in _numbers(raw, ()) if p not in _READ}
+    for name in _FIELD_PATHS:
+        try:
+            values = {v for _, v in _counts(raw, name) if v}
+        except FormatError:
+            continue
+        if len(values) > 1:
+            out.add(f"disagree:{name}")
+    return tuple(sorted(out))
+
+
+def usage_doubts(usage: Usage | None, prompt_estimate: int, max_tokens: int,
+                 unread: Iterable[str] = ()) -> tuple[str, ...]:
+    """Why reported usage cannot be taken as the exact bill (FORMAT.md §6, "Plausibility"):
+    ``prompt_zero`` (no input tokens for a request that had messages), ``over_bound``
+    (more prompt tokens than the conservative ``prompt_estimate``, or more completion
+    tokens than ``max_tokens``), and the ``usage_unread`` entries. Empty when it can."""
+    if usage is None:
+        return ()
+    out = set(unread)
+    if usage.prompt == 0 and prompt_estimate > REQUEST_OVERHEAD_TOKENS:
+        out.add("prompt_zero")
+    if usage.prompt > prompt_estimate or usage.completion > max_tokens:
+        out.add("over_bound")
+    return tuple(sorted(out))
+
+
+# HTTP statuses providers document as not billed: the request was refused before any
+# model ran (bad request, auth, payment, not found, too large, rate limit).
+UNBILLED_STATUSES = frozenset({400, 401, 402, 403, 404, 405, 409, 413, 415, 422, 429})
+
+
+def unbilled_reason(error: Mapping | None) -> str | None:
+    """Why a failed call provably cost nothing (FORMAT.md §6, "Cost of failures"), or
+    ``None`` when it may have been billed. ``error`` is the ``error`` object of a ``call``
+    record: ``stage: "connect"`` means the request was never sent; an HTTP status in
+    ``UNBILLED_STATUSES`` means it was refused before a model ran."""
+    if not isinstance(error, Mapping):
+        return None
+    status = error.get("status")
+    if error.get("stage") == "connect":
+        return "not sent: the connection failed"
+    if type(status) is int and status in UNBILLED_STATUSES and error.get("kind") != "key_echo":
+        return f"refused with HTTP {status} before a model ran (not billed)"
+    return None
 
 
 # ---------------------------------------------------------------------------- prices
@@ -390,6 +486,42 @@ def cost_bounds(usage: Usage | None, prompt_estimate: int, max_tokens: int, pric
         c = call_cost(usage, prices)
         return CostBounds(True, c, c)
     return CostBounds(False, Decimal(0), cost_upper_bound(prompt_estimate, max_tokens, prices))
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """How a call is costed: its ``cost``, the ``doubts`` that made it a bound, and the
+    reason it is a known zero (``unbilled``), if any."""
+
+    cost: CostBounds
+    doubts: tuple[str, ...] = ()
+    unbilled: str | None = None
+
+
+def call_cost_of(usage: Usage | None, prompt_estimate: int, max_tokens: int, prices: Prices, *,
+                 unread: Iterable[str] = (), error: Mapping | None = None) -> CallCost:
+    """The cost of one ``call`` record, as the runtime records it and the verifier
+    recomputes it (FORMAT.md §6):
+
+    - usage reported and no doubt (``usage_doubts``): exact;
+    - usage reported but doubted: a bound, ``[0, max(upper bound, cost of the usage as
+      reported)]`` (the provider may bill what it reported; the reservation is what we
+      asked for);
+    - no usage, and the failure provably unbilled (``unbilled_reason``): a known zero;
+    - no usage otherwise: ``[0, upper bound]``.
+
+    Raises ``ProviderConfigError`` if a needed price is unknown.
+    """
+    if usage is not None:
+        doubts = usage_doubts(usage, prompt_estimate, max_tokens, unread)
+        if not doubts:
+            return CallCost(cost_bounds(usage, prompt_estimate, max_tokens, prices))
+        high = max(cost_upper_bound(prompt_estimate, max_tokens, prices), call_cost(usage, prices))
+        return CallCost(CostBounds(False, Decimal(0), high), doubts)
+    reason = unbilled_reason(error)
+    if reason is not None:
+        return CallCost(CostBounds.zero(), unbilled=reason)
+    return CallCost(cost_bounds(None, prompt_estimate, max_tokens, prices))
 
 
 # ---------------------------------------------------------------------------- estimates

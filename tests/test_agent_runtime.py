@@ -297,7 +297,7 @@ class FakeLedger:
         self.reserved.append((run, key, tokens, usd))
         return len(self.reserved)
 
-    def settle(self, reservation, *, tokens, usd):
+    def settle(self, reservation, *, tokens, usd, reason=None):
         self.settled.append((reservation, tokens, usd))
 
 

@@ -113,8 +113,10 @@ def test_step_4_reads_from_the_hashing_worker_only_what_it_would_accept_itself()
     assert derive(b'{"prompt_tokens":3,"completion_tokens":2}')[1]["completion"] == 2
     assert derive(b'{"prompt_tokens":-1}')[:2] == ["u", None]  # costed as unknown, as step 4 does
     # a reply's length in characters, for the simulator's token rule
-    assert derive('{"action": "finish", "summary": "é"}'.encode()) == ["u", None, 36]
+    assert derive('{"action": "finish", "summary": "é"}'.encode()) == ["u", None, 36, []]
     assert derive("plain words é".encode()) == ["t", None, 13]
+    # what could change the bill but is not read (a doubt, FORMAT.md §6) is derived too
+    assert derive(b'{"prompt_tokens":3,"completion_tokens":2,"cost":0.5}')[3] == ["unread:cost"]
     # anything step 4 would reject or treat specially is left for it to read itself
     assert derive(b'{"messages":[{"role":"user"}],"max_tokens":true}') is None
     assert derive(b'{"messages":["x"],"max_tokens":64}') is None

@@ -60,17 +60,35 @@ def _raw_blob(store, raw: Any) -> str:
         return store.put_blob(repr(raw).encode("utf-8", "backslashreplace"))
 
 
+def _text_blob(store, text: str | None) -> str | None:
+    return None if text is None else store.put_blob(text.encode("utf-8", "surrogatepass"))
+
+
 def call_body(*, store, turn: int, attempt: int, req: ChatRequest, prompt_estimate: int,
-              resp: ChatResponse, cost, simulated: bool) -> dict:
-    """The body of one ``call`` record; stores the request, reply and raw usage blobs."""
-    reply = None if resp.content is None else store.put_blob(resp.content.encode("utf-8", "surrogatepass"))
+              resp: ChatResponse, priced, simulated: bool) -> dict:
+    """The body of one ``call`` record; stores the request, reply, reasoning and raw usage
+    blobs. ``priced`` is the call's ``money.CallCost``. Fields added for provider truth
+    (``reasoning``, ``headers``, ``model_upstream``, ``usage_doubts``, ``cost_note``,
+    ``truncated``) are written only when they say something, so older readers and the
+    records of plain calls are unchanged."""
+    reply = _text_blob(store, resp.content)
     usage_raw = None if resp.usage_raw is None else _raw_blob(store, resp.usage_raw)
     timeout_ms = None if req.timeout_s is None else int(req.timeout_s * 1000)
-    return {
+    cost = priced.cost
+    optional = {
+        "reasoning": _text_blob(store, resp.reasoning),
+        "headers": {k: lit(v) for k, v in resp.headers.items()} or None,
+        "model_upstream": lit(resp.model_upstream),
+        "usage_doubts": list(priced.doubts) or None,
+        "cost_note": priced.unbilled,
+        "truncated": list(resp.truncated) or None,
+    }
+    return {**{k: v for k, v in optional.items() if v is not None},
         "turn": turn, "attempt": attempt,
         "request": store.put_json_blob(req.body()),
         "params": {"model": req.model, "max_tokens": req.max_tokens, "temperature": fmt_usd(req.temperature),
-                   "seed": req.seed, "json_mode": req.json_mode, "timeout_ms": timeout_ms},
+                   "seed": req.seed, "json_mode": req.json_mode, "timeout_ms": timeout_ms,
+                   **({} if req.stall_s is None else {"stall_ms": int(req.stall_s * 1000)})},
         "prompt_estimate": prompt_estimate,
         "outcome": resp.outcome, "finish_reason": lit(resp.finish_reason),
         "reply": reply,

@@ -18,12 +18,17 @@ Where the guarantees come from:
 
 Trade-off: the conversation is resent in full each turn (no summarising), so prompts grow
 with turns; with 12 turns and small task files that is cheap, and it keeps what the model
-saw exactly reconstructible from the ``request`` blobs.
+saw exactly reconstructible from the ``request`` blobs. What goes back is bounded: a reply
+longer than ``MAX_RESENT_REPLY`` characters is resent cut, with a mark saying so (its
+``reply`` blob keeps it whole), and a file read back is cut at ``MAX_READ_CHARS``, so a
+run's requests grow at most linearly with its turns and a huge reply cannot eat the time
+limit in serialising.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import decimal
 import time
 from dataclasses import dataclass
@@ -34,8 +39,9 @@ from .. import jsonio
 from ..checks import run_checks
 from ..checks.digest import task_listing
 from ..errors import BenchClawError, BudgetError, IntegrityError, UsageError
-from ..money import ZERO_USAGE, CostBounds, Usage, call_cost, cost_bounds, cost_upper_bound, \
-    estimate_prompt_tokens, fmt_usd
+from ..ledger_replay import DOUBTED_PREFIX
+from ..money import ZERO_USAGE, CostBounds, Usage, call_cost_of, cost_upper_bound, estimate_prompt_tokens, \
+    fmt_usd, usage_unread
 from ..providers.base import ChatRequest, ChatResponse, error_response
 from ..providers.retry import backoff_delay
 from ..providers.vault import redact
@@ -53,6 +59,16 @@ STATUSES = ("passed", "failed", "limit_turns", "limit_time", "limit_output", "bu
 # Worth another attempt while the run has time left. A timeout is retried only when the
 # provider gave up before the run's time did (a simulated fault, a proxy's own limit).
 MAX_READ_CHARS = 64 * 1024
+MAX_RESENT_REPLY = 64 * 1024
+
+
+def resent_reply(content: str) -> str:
+    """A reply as it goes back into the conversation: whole up to ``MAX_RESENT_REPLY``
+    characters, else cut there with a mark the model (and a reader) can see."""
+    if len(content) <= MAX_RESENT_REPLY:
+        return content
+    return (content[:MAX_RESENT_REPLY] + f"\n[benchclaw: reply cut here for resending; "
+            f"{len(content) - MAX_RESENT_REPLY} more characters were not sent back]")
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,8 @@ class _Run:
         self.messages: list[dict] = [{"role": "system", "content": p.system_prompt},
                                      {"role": "user", "content": self._first_message()}]
         self.simulated = bool(getattr(self.tier, "simulated", False) or getattr(self.provider, "simulated", False))
+        self.claimed_simulated = self.simulated
+        self.max_tokens = self.tier.max_tokens or self.max_tokens
         self.calls: list[dict] = []
         self.turns = self.denials = self.invalid = self.injections = 0
         self.writer = None
@@ -206,7 +224,8 @@ class _Run:
             if remaining <= 0:
                 return self._out_of_time(f"turn {turn}")
             req = ChatRequest(model=self.tier.model, messages=messages, max_tokens=self.max_tokens,
-                              temperature=self.temperature, seed=self.seed, json_mode=True, timeout_s=remaining)
+                              temperature=self.temperature, seed=self.seed, json_mode=True, timeout_s=remaining,
+                              params=self.tier.params, stall_s=self.tier.stall_seconds)
             try:
                 reservation = self._reserve(turn, attempt, estimate)
             except BudgetError as e:
@@ -260,20 +279,36 @@ class _Run:
 
     def _record_call(self, turn: int, attempt: int, req: ChatRequest, estimate: int, resp: ChatResponse,
                      reservation) -> None:
-        cost = cost_bounds(resp.usage, estimate, self.max_tokens, self.tier.prices)
-        body = evidence.call_body(store=self.store, turn=turn, attempt=attempt, req=req, prompt_estimate=estimate,
-                                  resp=resp, cost=cost, simulated=self.simulated)
-        self._append("call", body)
-        self.calls.append({"usage": resp.usage, "cost": cost})
+        priced = call_cost_of(resp.usage, estimate, self.max_tokens, self.tier.prices,
+                              unread=usage_unread(resp.usage_raw), error=resp.error and resp.error.to_dict())
+        if resp.simulated and not self.simulated:
+            # A reply that calls itself simulated labels everything from here on; a tier
+            # that claimed to be real is flagged in run.end (``simulated_replies``).
+            self.simulated = True
+        try:
+            body = evidence.call_body(store=self.store, turn=turn, attempt=attempt, req=req,
+                                      prompt_estimate=estimate, resp=resp, priced=priced,
+                                      simulated=self.simulated or resp.simulated)
+            self._append("call", body)
+        except BaseException:  # no call record (a full disk): the call stays at its bound
+            if reservation is not None:
+                with contextlib.suppress(Exception):  # the ledger may be on the same full disk
+                    self.ledger.settle(reservation, tokens=None, usd=None,
+                                       reason="the call's record could not be written")
+            raise
+        self.calls.append({"usage": resp.usage, "cost": priced.cost, "doubts": priced.doubts,
+                           "simulated": resp.simulated, "outcome": resp.outcome,
+                           "key_echo": resp.error is not None and resp.error.kind == "key_echo"})
         if reservation is not None:
-            known = resp.usage is not None
-            self.ledger.settle(reservation, tokens=resp.usage.total if known else None,
-                               usd=call_cost(resp.usage, self.tier.prices) if known else None)
+            exact = priced.cost.known
+            reason = (DOUBTED_PREFIX + ", ".join(priced.doubts)) if priced.doubts else priced.unbilled
+            self.ledger.settle(reservation, tokens=(resp.usage.total if resp.usage is not None else 0) if exact else None,
+                               usd=priced.cost.high if exact else None, reason=reason)
 
     # -- one turn's action ----------------------------------------------------------------
     def _act(self, turn: int, resp: ChatResponse) -> _End | None:
         content = resp.content or ""
-        self.messages.append({"role": "assistant", "content": content})
+        self.messages.append({"role": "assistant", "content": resent_reply(content)})
         parsed = parse_reply(resp.content, self.profile.actions)
         if isinstance(parsed, Invalid):
             return self._invalid(turn, parsed, resp)
@@ -293,6 +328,8 @@ class _Run:
             reason = f"{reason} (the reply was cut off at max_tokens = {self.max_tokens})"
         elif resp.outcome == "reasoning_only":
             reason = f"{reason} (the model spent its tokens reasoning and answered nothing)"
+        elif resp.outcome == "content_filter":
+            reason = f"{reason} (the provider's content filter stopped the reply)"
         lure = match_lure(self.task.lures, {"action": bad.action}) if bad.action else None
         self.invalid += 1
         self.injections += lure is not None
@@ -365,6 +402,8 @@ class _Run:
             self._append("check", {**r.to_dict(), "detail": evidence.lit(r.detail)})
         gate_passed = all(r.passed for r in results if r.gate)
         passed = bool(results) and all(r.passed for r in results)
+        if any(c["key_echo"] for c in self.calls):  # a provider fault: the run cannot pass
+            gate_passed = passed = False
         status, reason = end.status, end.reason
         if status == "finished":
             failed = [r.id for r in results if not r.passed]
@@ -379,8 +418,17 @@ class _Run:
             cost = cost + c["cost"]
         return usage, cost
 
+    def _flags(self) -> dict:
+        """The run's provider-truth flags for run.end (FORMAT.md §3), only those that hold."""
+        counts = {name: sum(1 for c in self.calls if test(c)) for name, test in _RUN_FLAGS}
+        if self.claimed_simulated:  # a simulated tier's replies are expected to say so
+            counts["simulated_replies"] = 0
+        return {name: n for name, n in counts.items() if n}
+
     def _end(self, status: str, reason: str, *, gate_passed: bool, passed: bool, **extra: Any) -> AgentResult:
         usage, cost = self._totals()
+        extra = {**self._flags(), **({"simulated": True} if self.simulated and not self.claimed_simulated else {}),
+                 **extra}
         elapsed_ms = max(0, int(self._elapsed() * 1000))
         self._append("run.end", {
             "status": status, "reason": evidence.lit(reason), "turns": self.turns, "calls": len(self.calls),
@@ -427,4 +475,10 @@ def _path_args(raw: Any, norm: str | None) -> dict:
     return args
 
 
+# run.end counters (FORMAT.md §3): name -> which of the run's calls it counts.
+_RUN_FLAGS = (("usage_doubted", lambda c: bool(c["doubts"])),
+              ("usage_over_bound", lambda c: "over_bound" in c["doubts"]),
+              ("content_filter", lambda c: c["outcome"] == "content_filter"),
+              ("key_echo", lambda c: c["key_echo"]),
+              ("simulated_replies", lambda c: c["simulated"]))
 _HANDLERS = {"read": _Run._read, "write": _Run._write, "check": _Run._check, "finish": _Run._finish_action}

@@ -61,13 +61,15 @@ class ExperimentData:
 
 @dataclass(frozen=True)
 class CallView:
-    outcome: str  # stop, length, reasoning_only, error; cut_off for a reservation without a call record
+    outcome: str  # stop, length, reasoning_only, content_filter, error; cut_off: a reservation without a call
     error_kind: str | None
     usage: tuple[int, int, int, int, int] | None  # USAGE_KEYS order; None = not reported
     cost_low: Decimal
     cost_high: Decimal
     known: bool
     model_mismatch: bool = False  # the provider echoed a model id other than the one requested
+    doubted: bool = False  # reported usage was not taken as the bill (call.usage_doubts, FORMAT.md §6)
+    over_bound: bool = False  # ... because it was above the call's reservation (an over-report)
 
 
 class RunTally(NamedTuple):
@@ -80,6 +82,8 @@ class RunTally(NamedTuple):
     model_mismatch: int
     errors: dict[str, int]  # error kind ("unknown" when none) -> calls
     unknown_cost: int
+    usage_doubted: int = 0
+    usage_over_bound: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,7 @@ class RunView:
     def tally(self) -> RunTally:
         """Counts over this run's calls, summed once instead of once per table row."""
         usage = [0, 0, 0, 0, 0]
-        unknown_usage = mismatch = unknown_cost = 0
+        unknown_usage = mismatch = unknown_cost = doubted = over = 0
         outcomes: dict[str, int] = {}
         errors: dict[str, int] = {}
         for c in self.calls:
@@ -137,12 +141,14 @@ class RunView:
                     usage[i] += val
             outcomes[c.outcome] = outcomes.get(c.outcome, 0) + 1
             mismatch += c.model_mismatch
+            doubted += c.doubted
+            over += c.over_bound
             unknown_cost += not c.known
             if c.outcome == "error":
                 kind = c.error_kind or "unknown"
                 errors[kind] = errors.get(kind, 0) + 1
         return RunTally(tuple(usage), len(self.calls), unknown_usage, outcomes, mismatch, errors,
-                        unknown_cost)
+                        unknown_cost, doubted, over)
 
 
 _VIEW_FIELDS = tuple(RunView.__dataclass_fields__)
@@ -231,7 +237,8 @@ def _plain_call_view(body: Mapping) -> CallView | None:
     low, high = Decimal(low_s), Decimal(high_s)
     return CallView(outcome, str(kind) if kind is not None else None, uv, low, high,
                     bool(cost.get("known", uv is not None)) and low == high,
-                    body.get("model_mismatch") is True)
+                    body.get("model_mismatch") is True, bool(body.get("usage_doubts")),
+                    "over_bound" in (body.get("usage_doubts") or ()))
 
 
 def _call_view(body: Mapping, where: str) -> CallView:
@@ -249,7 +256,8 @@ def _call_view(body: Mapping, where: str) -> CallView:
     outcome = _get(body, "outcome", str, "error" if err else "stop", where)
     known = bool(cost.get("known", uv is not None)) and low == high
     return CallView(outcome, str(kind) if kind is not None else None, uv, low, high, known,
-                    body.get("model_mismatch") is True)
+                    body.get("model_mismatch") is True, bool(body.get("usage_doubts")),
+                    "over_bound" in (body.get("usage_doubts") or ()))
 
 
 def is_denial(action: Mapping) -> bool:
@@ -308,7 +316,7 @@ def view_run(run_id: str, records: tuple[Record, ...] | list[Record],
         elapsed_ms=_get(end, "elapsed_ms", int, 0, where),
         turns=_get(end, "turns", int, 0, where), calls=tuple(calls),
         injection_attempts=attempts, denials=denials,
-        simulated=bool(start.get("simulated")))
+        simulated=bool(start.get("simulated")) or end.get("simulated") is True)
 
 
 def view_to_json(view: RunView) -> list:
@@ -316,7 +324,7 @@ def view_to_json(view: RunView) -> list:
     ``view_from_json`` turns back into an equal view, so a builder can cache views."""
     row = [getattr(view, name) for name in _VIEW_FIELDS]
     row[_CALLS_AT] = [[c.outcome, c.error_kind, c.usage, str(c.cost_low), str(c.cost_high), c.known,
-                       c.model_mismatch] for c in view.calls]
+                       c.model_mismatch, c.doubted, c.over_bound] for c in view.calls]
     return row
 
 
@@ -326,8 +334,9 @@ def view_from_json(row: list) -> RunView:
         if len(row) != len(_VIEW_FIELDS):
             raise ValueError("wrong length")
         row = list(row)
-        row[_CALLS_AT] = tuple(CallView(o, k, None if u is None else tuple(u), Decimal(lo), Decimal(hi), kn, mm)
-                               for o, k, u, lo, hi, kn, mm in row[_CALLS_AT])
+        row[_CALLS_AT] = tuple(CallView(o, k, None if u is None else tuple(u), Decimal(lo), Decimal(hi), kn, mm,
+                                        *(bool(x) for x in rest[:2]))
+                               for o, k, u, lo, hi, kn, mm, *rest in row[_CALLS_AT])
         return RunView(*row)
     except (TypeError, ValueError, decimal.InvalidOperation) as e:
         raise FormatError(f"cached run view: {e}") from None

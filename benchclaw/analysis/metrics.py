@@ -149,6 +149,10 @@ class Row:
             for outcome, n in t.outcomes.items():
                 outcomes[outcome] = outcomes.get(outcome, 0) + n
             outcomes["model_mismatch"] += t.model_mismatch
+            if t.usage_doubted:  # only present when it happened, so plain reports are unchanged
+                outcomes["usage_doubted"] = outcomes.get("usage_doubted", 0) + t.usage_doubted
+            if t.usage_over_bound:
+                outcomes["usage_over_bound"] = outcomes.get("usage_over_bound", 0) + t.usage_over_bound
             for kind, n in t.errors.items():
                 errors[kind] = errors.get(kind, 0) + n
             statuses[r.status] = statuses.get(r.status, 0) + 1

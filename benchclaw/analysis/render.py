@@ -72,6 +72,9 @@ def _finish(row: dict) -> str:
     errs = ",".join(f"{k}:{v}" for k, v in f["errors"].items())
     cut = f" cut {f['cut_off']}" if f.get("cut_off") else ""
     cut += f" model-mismatch {f['model_mismatch']}" if f.get("model_mismatch") else ""
+    cut += f" content-filter {f['content_filter']}" if f.get("content_filter") else ""
+    cut += f" usage-doubted {f['usage_doubted']}" if f.get("usage_doubted") else ""
+    cut += f" over-reported {f['usage_over_bound']}" if f.get("usage_over_bound") else ""
     return f"stop {f['stop']} len {f['length']} ro {f['reasoning_only']} err {f['error']}{cut}" + \
         (f" [{errs}]" if errs else "")
 

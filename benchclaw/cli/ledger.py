@@ -63,6 +63,10 @@ def _lines(s: dict) -> list[str]:
         r = s[name]
         rows.append(f"{name:<11} usd {r['usd']}  tokens {r['tokens']}  calls {r['calls']}  ({note})")
     rows.append(f"refused     {s['refused']} call(s)")
+    if s.get("doubted"):
+        d = s["doubted"]
+        rows.append(f"doubted     {d['calls']} call(s) reported usage not taken as the bill (counted at upper "
+                    f"bound); {d['over_bound']} over-reported past their reservation")
     rows.append(f"spent       usd {s['spent']['usd']}  tokens {s['spent']['tokens']}  (worst case)")
     rem = s["remaining"]
     rows.append(f"remaining   usd {rem['usd']}  tokens {rem['tokens'] if rem['tokens'] is not None else '-'}")

@@ -7,9 +7,17 @@ the agent runtime records every attempt the same way. One call is one HTTP attem
 retrying is the caller's job (the agent runtime's turn loop, see ``providers.retry``), so that
 every attempt is its own recorded, costed ``call``.
 
-Also here: ``parse_completion_body`` turns the bytes of a chat-completions reply into a
-``ChatResponse``; the OpenAI provider and the in-process simulator share it, so the
-simulator exercises the same parsing the real endpoint does.
+Also here: ``parse_completion_body`` turns the bytes of a chat-completions reply (and its
+headers) into a ``ChatResponse``; the OpenAI provider and the in-process simulator share
+it, so the simulator exercises the same parsing the real endpoint does. It is the one
+place that decides what a reply says about itself: its outcome, every request id a
+gateway passes on, the upstream model, whether it calls itself simulated, and which
+provider strings were cut to ``MAX_PROVIDER_STRING`` characters. Model content is never
+redacted or cut here (FORMAT.md §3, "Redaction"); a reply that carries the key in its
+content becomes a ``key_echo`` error whose stored content is marked instead.
+
+A streaming path would sit beside ``parse_completion_body`` (assembling the same
+``ChatResponse`` from chunks); nothing here assumes one body per call beyond that function.
 """
 
 from __future__ import annotations
@@ -18,13 +26,14 @@ import abc
 import email.utils
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Callable, Mapping
 
 from .. import jsonio
 from ..money import Usage, normalise_usage
 from ..errors import FormatError
+from .vault import KEY_MARK, contains_secret, mark_secrets
 
 __all__ = [
     "ChatRequest",
@@ -39,10 +48,28 @@ __all__ = [
     "outcome_of",
     "status_kind",
     "parse_retry_after",
+    "MAX_PROVIDER_STRING",
+    "REQUEST_ID_HEADERS",
+    "UPSTREAM_MODEL_HEADERS",
+    "is_simulated_reply",
+    "cut",
 ]
 
-OUTCOMES = ("stop", "length", "reasoning_only", "error")
-ERROR_KINDS = ("timeout", "rate_limited", "server", "connection", "malformed", "auth", "bad_request")
+OUTCOMES = ("stop", "length", "reasoning_only", "content_filter", "error")
+ERROR_KINDS = ("timeout", "rate_limited", "server", "connection", "malformed", "auth", "bad_request",
+               "key_echo")
+# A provider string (finish_reason, model, an id, a header value) is recorded up to this
+# many characters, then cut with CUT_MARK and named in the call's ``truncated`` list.
+MAX_PROVIDER_STRING = 256
+CUT_MARK = "…[cut]"
+# Headers that carry a request id, in the order ``request_id`` prefers them: the upstream's
+# own id, then the forms a LiteLLM proxy passes it on in, then the gateway's call id.
+REQUEST_ID_HEADERS = ("x-request-id", "request-id", "llm_provider-x-request-id", "llm_provider-request-id",
+                      "x-litellm-call-id")
+# Headers naming the model that really answered behind a gateway.
+UPSTREAM_MODEL_HEADERS = ("x-litellm-model-name", "llm_provider-x-model", "openai-model")
+SIMULATED_HEADER = "x-benchclaw-simulated"
+SIMULATED_FINGERPRINT = "benchclaw-sim"
 # Kinds worth another attempt. A timeout is not: a call's timeout is all the time the run
 # has left, so there is no time for another attempt.
 # Worth another attempt: the provider may answer next time. A timeout is retried only
@@ -76,22 +103,30 @@ class ChatRequest:
     seed: int | None = None
     json_mode: bool = True
     timeout_s: float | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    stall_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
+        object.__setattr__(self, "params", dict(self.params))
         object.__setattr__(self, "temperature", _to_decimal(self.temperature))
         if type(self.max_tokens) is not int or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
 
     def body(self) -> dict:
         """The canonical request body (model, messages, parameters) as recorded in the
-        ``request`` blob: temperature as a decimal string, no timeout."""
+        ``request`` blob: temperature as a decimal string, no timeout. The tier's
+        ``params`` are merged in as the wire carries them (``extra_body``'s keys at the top
+        level, as the SDK sends them); ``max_tokens`` is the call's own."""
         b: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in self.messages],
                              "max_tokens": self.max_tokens, "temperature": str(self.temperature)}
         if self.seed is not None:
             b["seed"] = self.seed
         if self.json_mode:
             b["response_format"] = {"type": "json_object"}
+        extra = self.params.get("extra_body") or {}
+        b.update({k: v for k, v in self.params.items() if k not in ("extra_body", "max_tokens")})
+        b.update({k: v for k, v in extra.items() if k not in ("model", "messages", "max_tokens")})
         return b
 
     def with_timeout(self, timeout_s: float | None) -> "ChatRequest":
@@ -107,6 +142,7 @@ class CallError:
     message: str
     status: int | None = None
     retry_after: float | None = None
+    stage: str | None = None  # "connect": nothing was sent; "response": sent, then it failed
 
     def __post_init__(self) -> None:
         if self.kind not in ERROR_KINDS:
@@ -119,14 +155,22 @@ class CallError:
     def to_dict(self) -> dict:
         """The ``error`` object of a ``call`` record (integers only, no floats)."""
         ms = None if self.retry_after is None else int(math.ceil(self.retry_after * 1000))
-        return {"kind": self.kind, "message": self.message, "status": self.status, "retry_after_ms": ms}
+        out = {"kind": self.kind, "message": self.message, "status": self.status, "retry_after_ms": ms}
+        if self.stage is not None:
+            out["stage"] = self.stage
+        return out
 
 
 @dataclass(frozen=True)
 class ChatResponse:
-    """What one call produced. ``outcome`` is ``stop``, ``length``, ``reasoning_only`` or
-    ``error``; ``usage`` is ``None`` when the provider reported none (the call is then
-    costed with bounds); ``usage_raw`` is the provider's usage object as sent."""
+    """What one call produced. ``outcome`` is one of ``OUTCOMES``; ``usage`` is ``None``
+    when the provider reported none (the call is then costed with bounds); ``usage_raw`` is
+    the provider's usage object as sent. ``reasoning`` is the reasoning text the reply
+    carried (``reasoning_content`` / ``reasoning``); ``headers`` the identifying headers
+    kept (request ids, upstream model, simulated label, the tier's ``keep_headers``);
+    ``model_upstream`` the model a gateway says answered; ``truncated`` the provider
+    strings cut to ``MAX_PROVIDER_STRING``. On a ``key_echo`` error ``content`` is the
+    reply with the key replaced by ``KEY_MARK``."""
 
     content: str | None
     finish_reason: str | None
@@ -140,6 +184,10 @@ class ChatResponse:
     error: CallError | None = None
     simulated: bool = False
     model_mismatch: bool = False
+    reasoning: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    model_upstream: str | None = None
+    truncated: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -172,24 +220,75 @@ class Provider(abc.ABC):
 
 
 def outcome_of(content: str | None, finish_reason: str | None) -> str:
-    """``length`` when the model ran out of tokens, ``reasoning_only`` when it stopped
-    with nothing but reasoning (empty content), else ``stop``."""
+    """``length`` when the model ran out of tokens, ``content_filter`` when the provider's
+    filter stopped it, ``reasoning_only`` when it stopped with nothing but reasoning (empty
+    content), else ``stop``."""
     if finish_reason == "length":
         return "length"
+    if finish_reason == "content_filter":
+        return "content_filter"
     if content is None or content.strip() == "":
         return "reasoning_only"
     return "stop"
 
 
 def error_response(kind: str, message: str, *, status: int | None = None, retry_after: float | None = None,
-                   latency_ms: int = 0, request_id: str | None = None, simulated: bool = False) -> ChatResponse:
+                   latency_ms: int = 0, request_id: str | None = None, simulated: bool = False,
+                   stage: str | None = None, headers: Mapping[str, str] | None = None,
+                   truncated: tuple[str, ...] = ()) -> ChatResponse:
     """A failed call."""
     return ChatResponse(content=None, finish_reason=None, outcome="error", request_id=request_id,
-                        latency_ms=latency_ms, error=CallError(kind, message, status, retry_after),
-                        simulated=simulated)
+                        latency_ms=latency_ms, error=CallError(kind, message, status, retry_after, stage),
+                        simulated=simulated, headers=dict(headers or {}), truncated=truncated)
 
 
-def _first_choice(data: Mapping) -> tuple[str | None, str | None]:
+def cut(value: str | None, name: str, cuts: list[str], limit: int = MAX_PROVIDER_STRING) -> str | None:
+    """``value`` cut to ``limit`` characters plus ``CUT_MARK`` (``name`` appended to
+    ``cuts``), or unchanged when short enough."""
+    if value is None or len(value) <= limit:
+        return value
+    cuts.append(name)
+    return value[:limit] + CUT_MARK
+
+
+def _header_value(headers: Any, name: str) -> str | None:
+    v = headers.get(name) if headers is not None else None
+    return v if isinstance(v, str) and v else None
+
+
+def is_simulated_reply(headers: Any, data: Mapping | None = None) -> bool:
+    """A reply that calls itself simulated: the ``x-benchclaw-simulated: 1`` header under any
+    gateway prefix (LiteLLM passes it on as ``llm_provider-x-benchclaw-simulated``), or the
+    simulator's ``system_fingerprint``, which survives a proxy in the body."""
+    if headers is not None:
+        for name in headers.keys():
+            if str(name).lower().endswith(SIMULATED_HEADER) and headers.get(name) == "1":
+                return True
+    return isinstance(data, Mapping) and data.get("system_fingerprint") == SIMULATED_FINGERPRINT
+
+
+def reply_identity(headers: Any, redact: Callable[[str], str], keep: tuple[str, ...] = (),
+                   cuts: list[str] | None = None) -> tuple[dict[str, str], str | None, str | None]:
+    """The identifying headers of a reply (redacted, cut), its preferred request id and the
+    upstream model a gateway names: ``(headers, request_id, model_upstream)``."""
+    cuts = [] if cuts is None else cuts
+    kept: dict[str, str] = {}
+    names = REQUEST_ID_HEADERS + UPSTREAM_MODEL_HEADERS + tuple(n.lower() for n in keep)
+    for name in names:
+        v = _header_value(headers, name)
+        if v is not None and name not in kept:
+            kept[name] = cut(redact(v), f"headers.{name}", cuts)
+    if headers is not None:
+        for name in headers.keys():
+            low = str(name).lower()
+            if low.endswith(SIMULATED_HEADER) and low not in kept:
+                kept[low] = cut(redact(str(headers.get(name))), f"headers.{low}", cuts)
+    request_id = next((kept[n] for n in REQUEST_ID_HEADERS if n in kept), None)
+    upstream = next((kept[n] for n in UPSTREAM_MODEL_HEADERS if n in kept), None)
+    return kept, request_id, upstream
+
+
+def _first_choice(data: Mapping) -> tuple[str | None, str | None, str | None]:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
         raise FormatError("reply has no choices")
@@ -203,46 +302,100 @@ def _first_choice(data: Mapping) -> tuple[str | None, str | None]:
         raise FormatError("reply content is not a string")
     if finish is not None and not isinstance(finish, str):
         raise FormatError("reply finish_reason is not a string")
-    return content, finish
+    reasoning = message.get("reasoning_content")
+    if not isinstance(reasoning, str):
+        reasoning = message.get("reasoning")
+    return content, finish, reasoning if isinstance(reasoning, str) and reasoning else None
 
 
 def _opt_str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def parse_completion_body(body: bytes, *, requested_model: str, request_id: str | None, latency_ms: int,
-                          simulated: bool, redact: Callable[[str], str] = lambda s: s) -> ChatResponse:
-    """Turn the bytes of a 200 chat-completions reply into a ``ChatResponse``.
+def parse_completion_body(body: bytes, *, requested_model: str, latency_ms: int, simulated: bool,
+                          headers: Any = None, redact: Callable[[str], str] = lambda s: s,
+                          keep_headers: tuple[str, ...] = (), expect_model: str | None = None) -> ChatResponse:
+    """Turn the bytes and headers of a 200 chat-completions reply into a ``ChatResponse``.
 
     A body that is not JSON or has no usable choice is an ``error`` of kind ``malformed``.
     A usage object that cannot be normalised is kept raw with ``usage=None`` (the call is
-    then costed with bounds, never guessed). Every string passes through ``redact``.
+    then costed with bounds, never guessed). Provider strings (ids, ``model``,
+    ``finish_reason``, headers, the raw usage) pass through ``redact`` and are cut to
+    ``MAX_PROVIDER_STRING``; content and reasoning are kept as sent. ``model_mismatch``
+    compares ``expect_model`` (the tier's declared upstream model) with the upstream model
+    a gateway names when both are known, else the echoed ``model`` with ``requested_model``.
     """
+    cuts: list[str] = []
+    kept, request_id, upstream = reply_identity(headers, redact, keep_headers, cuts)
+    simulated = simulated or is_simulated_reply(headers)
     try:
         data = jsonio.loads(body)
         if not isinstance(data, dict):
             raise FormatError("reply is not a JSON object")
-        content, finish = _first_choice(data)
+        content, finish, reasoning = _first_choice(data)
     except (ValueError, FormatError) as e:
         return error_response("malformed", redact(f"malformed reply body: {e}"[:500]), status=200,
-                              latency_ms=latency_ms, request_id=request_id, simulated=simulated)
+                              latency_ms=latency_ms, request_id=request_id, simulated=simulated, stage="response",
+                              headers=kept, truncated=tuple(dict.fromkeys(cuts)))
+    simulated = simulated or is_simulated_reply(None, data)
     usage_raw = data.get("usage") if isinstance(data.get("usage"), dict) else None
     usage = None
     if usage_raw is not None:
-        usage_raw = _redact_tree(usage_raw, redact)
+        usage_raw = _bounded_usage(_redact_tree(usage_raw, redact), cuts)
         try:
             usage = normalise_usage(usage_raw)
         except FormatError:
             usage = None
     echoed = _opt_str(data.get("model"))
-    content = None if content is None else redact(content)
-    return ChatResponse(
-        content=content, finish_reason=finish, outcome=outcome_of(content, finish),
-        request_id=request_id, response_id=_opt_str(data.get("id")) and redact(data["id"]),
-        model_echoed=None if echoed is None else redact(echoed), latency_ms=latency_ms,
-        usage_raw=usage_raw, usage=usage, simulated=simulated,
-        model_mismatch=echoed is not None and echoed != requested_model,
-    )
+    # The declared upstream model is checked against what a gateway names (or, with no
+    # gateway header, the echoed model); without a declaration, the echo against the request.
+    observed = upstream if expect_model is not None and upstream is not None else echoed
+    mismatch = observed is not None and observed != (expect_model or requested_model)
+    finish_rec = cut(None if finish is None else redact(finish), "finish_reason", cuts)
+    response_id = _opt_str(data.get("id"))
+    fields = dict(
+        finish_reason=finish_rec, request_id=request_id,
+        response_id=cut(None if response_id is None else redact(response_id), "response_id", cuts),
+        model_echoed=cut(None if echoed is None else redact(echoed), "model_echoed", cuts), latency_ms=latency_ms,
+        usage_raw=usage_raw, usage=usage, simulated=simulated, model_mismatch=mismatch, reasoning=reasoning,
+        headers=kept, model_upstream=upstream)
+    echo = [n for n, text in (("content", content), ("reasoning", reasoning)) if contains_secret(text)]
+    if echo:
+        return ChatResponse(
+            content=None if content is None else mark_secrets(content), outcome="error",
+            error=CallError("key_echo", f"the provider sent the API key back inside the reply's {' and '.join(echo)}; "
+                            f"stored with {KEY_MARK} in its place and never acted on", 200, None, "response"),
+            **{**fields, "reasoning": None if reasoning is None else mark_secrets(reasoning)},
+            truncated=tuple(dict.fromkeys(cuts)))
+    return ChatResponse(content=content, outcome=outcome_of(content, finish), truncated=tuple(dict.fromkeys(cuts)), **fields)
+
+
+MAX_USAGE_RAW_BYTES = 64 * 1024
+
+
+def _bounded_usage(raw: dict, cuts: list[str]) -> dict:
+    """The raw usage as recorded: strings in it cut like every provider string, and an
+    object larger than ``MAX_USAGE_RAW_BYTES`` replaced by a marker naming its size
+    (it then does not normalise, and the call is costed with bounds)."""
+    raw = _cut_tree(raw, cuts)
+    try:
+        size = len(jsonio.dumps(raw))
+    except (TypeError, ValueError):
+        return raw
+    if size > MAX_USAGE_RAW_BYTES:
+        cuts.append("usage_raw")
+        return {"benchclaw_cut_bytes": size}
+    return raw
+
+
+def _cut_tree(obj: Any, cuts: list[str], depth: int = 0) -> Any:
+    if isinstance(obj, str):
+        return cut(obj, "usage_raw", cuts)
+    if isinstance(obj, dict):
+        return {cut(str(k), "usage_raw", cuts): _cut_tree(v, cuts, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_cut_tree(v, cuts, depth + 1) for v in obj]
+    return obj
 
 
 def _redact_tree(obj: Any, redact: Callable[[str], str], depth: int = 0) -> Any:

@@ -5,10 +5,18 @@ speak chat completions; the SDK (``AsyncOpenAI``) does the HTTP. Choices made he
 
 - ``max_retries=0``: a retry the SDK made would be an HTTP attempt nobody recorded or
   costed. ``providers.retry`` retries instead, one recorded call per attempt.
-- ``with_raw_response`` and our own parsing of the body bytes: the headers give the
-  ``x-request-id``, and the raw ``usage`` object is kept exactly as the provider sent it
-  (the SDK's models would drop or reshape fields such as ``prompt_cache_hit_tokens``).
-  A body that does not parse is a ``malformed`` error, not an exception.
+- ``with_raw_response`` and our own parsing of the body bytes: the headers give every
+  request id a gateway passes on, the upstream model and the simulated label, and the raw
+  ``usage`` object is kept exactly as the provider sent it (the SDK's models would drop or
+  reshape fields such as ``prompt_cache_hit_tokens``). A body that does not parse is a
+  ``malformed`` error, not an exception.
+- The request is ``model`` and ``messages`` plus everything else of ``ChatRequest.body()``
+  as ``extra_body``, so the JSON on the wire is exactly the recorded request blob (the
+  tier's ``params`` included) whatever parameters the SDK knows.
+- Timeouts: the call's whole budget is the run's remaining time (``timeout_s``); the
+  read timeout is the tier's stall limit (``stall_s``: no byte for that long cuts the
+  call, and the runtime retries it while the run has time). A connect failure (refused,
+  DNS, TLS, connect timeout) is recorded with ``stage: "connect"``: nothing was sent.
 - The key is handed to the SDK as an async callable that opens the vault per request, so
   the client object holds no plain key; every string that leaves this module (error
   messages, bodies, ids) goes through the redaction filter.
@@ -21,14 +29,13 @@ import time
 from typing import Any
 
 from ..errors import ProviderConfigError
-from .base import (ChatRequest, ChatResponse, Provider, error_response, parse_completion_body,
-                   parse_retry_after, status_kind)
+from .base import (ChatRequest, ChatResponse, Provider, error_response, is_simulated_reply, parse_completion_body,
+                   parse_retry_after, reply_identity, status_kind)
 from .vault import Secret, install_log_redaction, redact, tier_key
 
 __all__ = ["OpenAIProvider", "make_openai_provider"]
 
 NO_KEY = "no-key-needed"  # local servers (vLLM, Ollama, llama.cpp) accept any bearer token
-SIMULATED_HEADER = "x-benchclaw-simulated"
 
 
 def make_openai_provider(tier, *, sim_options=None, key: Secret | str | None = None) -> "OpenAIProvider":
@@ -83,25 +90,27 @@ class OpenAIProvider(Provider):
         except (openai.OpenAIError, OSError) as exc:  # every SDK/transport failure: a typed error
             return self._error(exc, _elapsed_ms(start))
         latency = _elapsed_ms(start)
-        headers = raw.headers
         return parse_completion_body(
-            body, requested_model=req.model, request_id=_header(headers, "x-request-id", self._redact),
-            latency_ms=latency, simulated=self.simulated or headers.get(SIMULATED_HEADER) == "1",
-            redact=self._redact)
+            body, requested_model=req.model, headers=raw.headers, latency_ms=latency, simulated=self.simulated,
+            redact=self._redact, keep_headers=self.tier.keep_headers, expect_model=self.tier.expect_model)
 
     def _params(self, req: ChatRequest) -> dict:
         """What the SDK sends: the recorded request body (``req.body()``, one definition for
-        both), with temperature as the number the SDK wants and the call's timeout."""
-        params: dict[str, Any] = req.body()
-        params["temperature"] = float(req.temperature)  # a sampling knob, not money
-        if req.timeout_s is not None:
-            params["timeout"] = req.timeout_s
+        both) with temperature as the number the SDK wants, and the call's timeouts."""
+        body: dict[str, Any] = req.body()
+        body["temperature"] = float(req.temperature)  # a sampling knob, not money
+        params: dict[str, Any] = {"model": body.pop("model"), "messages": body.pop("messages"), "extra_body": body}
+        timeout = _timeout(req.timeout_s, req.stall_s)
+        if timeout is not None:
+            params["timeout"] = timeout
         return params
 
     def _error(self, exc: Exception, latency_ms: int) -> ChatResponse:
         import openai
 
-        kind, status, headers = "connection", None, None
+        kind, status, headers, stage = "connection", None, None, "response"
+        if _never_sent(exc):
+            stage = "connect"
         if isinstance(exc, openai.APITimeoutError):
             kind = "timeout"
         elif isinstance(exc, openai.APIStatusError):
@@ -112,10 +121,12 @@ class OpenAIProvider(Provider):
         elif isinstance(exc, (ValueError, openai.APIResponseValidationError)):
             kind = "malformed"
         message = self._redact(f"{type(exc).__name__}: {_error_text(exc)}")[:2000]
-        request_id = _header(headers, "x-request-id", self._redact) if headers is not None else None
+        cuts: list[str] = []
+        kept, request_id, _ = reply_identity(headers, self._redact, self.tier.keep_headers, cuts)
         return error_response(kind, message, status=status, retry_after=parse_retry_after(headers),
-                              latency_ms=latency_ms, request_id=request_id,
-                              simulated=self.simulated or (headers is not None and headers.get(SIMULATED_HEADER) == "1"))
+                              latency_ms=latency_ms, request_id=request_id, stage=stage, headers=kept,
+                              truncated=tuple(dict.fromkeys(cuts)),
+                              simulated=self.simulated or is_simulated_reply(headers))
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -126,9 +137,28 @@ class OpenAIProvider(Provider):
         return f"<OpenAIProvider tier={self.tier.name} model={self.tier.model} base_url={self.tier.base_url}>"
 
 
-def _header(headers, name: str, redactor) -> str | None:
-    v = headers.get(name) if headers is not None else None
-    return redactor(v) if v else None
+def _timeout(total: float | None, stall: float | None):
+    """The SDK timeout: ``total`` for the whole call, ``stall`` as the longest wait for a
+    byte (httpx's read timeout) when it is shorter."""
+    if stall is None or (total is not None and stall >= total):
+        return total
+    import openai
+
+    return openai.Timeout(total, read=stall)
+
+
+def _never_sent(exc: BaseException) -> bool:
+    """True when the failure happened while connecting (refused, DNS, TLS handshake,
+    connect timeout): the request never reached the provider, so it cannot be billed."""
+    seen = 0
+    while exc is not None and seen < 8:
+        # By name: the SDK's HTTP client (httpx, or its successor httpx2) and its transport
+        # (httpcore) raise these while connecting; nothing was written to the socket yet.
+        if type(exc).__name__ in ("ConnectError", "ConnectTimeout") and \
+                type(exc).__module__.split(".")[0].startswith(("httpx", "httpcore")):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _error_text(exc: Exception) -> str:

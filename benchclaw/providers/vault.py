@@ -15,9 +15,23 @@ taken while a request is in flight (the SDK holds the plain header briefly), nor
 attacker who can read both the pad and the masked bytes. It is hygiene, not a sandbox.
 AES-GCM would add nothing here: its key would sit in the same process beside the data.
 
-``redact(text)`` removes every live key from a text: the whole key and any run of eight
-or more of its characters (providers echo keys whole or in part: ``sk-proj-abcd…wxyz``).
-Providers pass every error message, body and string they return through it.
+What is a secret. A key counts as a secret when it has at least ``MIN_SECRET_LEN`` (12)
+characters, mixes at least two of lower-case letters, upper-case letters and digits, and
+is not a known placeholder (``PLACEHOLDERS``: ``EMPTY``, ``sk-no-key-required``, ``none``,
+…). Local servers (vLLM, llama.cpp, Ollama) accept any bearer token and their docs tell
+users to pass such a word; it protects nothing, and treating it as a secret would remove
+ordinary words ("EMPTY", "required") from the evidence. ``Secret.is_secret`` says which.
+
+Where redaction applies, and what it never touches. ``redact(text)`` replaces each whole
+occurrence of a live secret, and each run of at least ``fragment_len(key)`` of its
+characters (half the key, at least 16: an echo cut short by one character is still the
+key), with ``[REDACTED]``. It is applied only to strings a provider could have echoed the
+key into: error messages and bodies, headers, and provider strings (``finish_reason``,
+``model``, ids, the raw usage object). Model content is never passed through it: content,
+artifacts and everything a check judges stay exactly as the model produced them. A reply
+whose content does carry a whole secret is a provider fault instead
+(``contains_secret``; the runtime records it as an error of kind ``key_echo``, stores the
+content with ``KEY_MARK`` in place of the key and never acts on it; see FORMAT.md §3).
 ``RedactingFilter`` does the same for log records of the SDK and its HTTP client.
 """
 
@@ -32,10 +46,20 @@ from pathlib import Path
 from ..errors import ProviderConfigError
 
 __all__ = ["Secret", "redact", "RedactingFilter", "install_log_redaction", "REDACTED", "load_key", "tier_key",
-           "KEY_ENVS_VAR", "KNOWN_KEY_HOSTS"]
+           "KEY_ENVS_VAR", "KNOWN_KEY_HOSTS", "is_secret", "contains_secret", "mark_secrets", "KEY_MARK",
+           "PLACEHOLDERS", "fragment_len"]
 
 REDACTED = "[REDACTED]"
-MIN_FRAGMENT = 8
+# What replaces a key a provider sent back inside model content: visible, and not a word
+# a model writes by accident. The call carrying it is an error of kind ``key_echo``.
+KEY_MARK = "[BENCHCLAW: API KEY ECHOED BY THE PROVIDER, REMOVED]"
+MIN_SECRET_LEN = 12
+MIN_FRAGMENT = 16
+# Tokens local OpenAI-compatible servers document as "any key": not secrets (compared
+# case-insensitively).
+PLACEHOLDERS = frozenset({"empty", "none", "null", "sk-no-key-required", "no-key-needed", "no-key", "dummy",
+                          "sk-dummy", "ollama", "lm-studio", "not-needed", "sk-xxx", "sk-1234", "token-abc123",
+                          "changeme", "placeholder", "test", "api-key", "your-api-key"})
 
 _LIVE: "weakref.WeakSet[Secret]" = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
@@ -76,6 +100,11 @@ class Secret:
             raise ProviderConfigError(f"{p}: cannot read the key file ({type(e).__name__})") from None
         line = text.strip().splitlines()[0] if text.strip() else ""
         return cls(line, label=str(p))
+
+    @property
+    def is_secret(self) -> bool:
+        """Whether redaction protects this key (see the module docstring)."""
+        return is_secret(self.reveal())
 
     @property
     def label(self) -> str:
@@ -199,15 +228,29 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def is_secret(value: str) -> bool:
+    """A key worth protecting: at least ``MIN_SECRET_LEN`` characters, at least two of
+    lower-case, upper-case and digits, and not a known placeholder."""
+    if not isinstance(value, str) or len(value) < MIN_SECRET_LEN or value.lower() in PLACEHOLDERS:
+        return False
+    classes = (any(c.islower() for c in value), any(c.isupper() for c in value), any(c.isdigit() for c in value))
+    return sum(classes) >= 2
+
+
 def _live_keys() -> list[str]:
     with _LIVE_LOCK:
         secrets = list(_LIVE)
-    return [s.reveal() for s in secrets]
+    return [k for k in (s.reveal() for s in secrets) if is_secret(k)]
+
+
+def fragment_len(key: str) -> int:
+    """The shortest run of a key's characters that ``redact`` treats as the key."""
+    return max(MIN_FRAGMENT, (len(key) + 1) // 2)
 
 
 def _fragment_mask(text: str, key: str) -> list[bool]:
-    """Mark every character of ``text`` covered by a run of >= MIN_FRAGMENT key characters."""
-    n = MIN_FRAGMENT
+    """Mark every character of ``text`` covered by a run of >= ``fragment_len`` key characters."""
+    n = fragment_len(key)
     grams = {key[i:i + n] for i in range(len(key) - n + 1)}
     mask = [False] * len(text)
     for i in range(len(text) - n + 1):
@@ -219,7 +262,7 @@ def _fragment_mask(text: str, key: str) -> list[bool]:
 
 def _redact_one(text: str, key: str) -> str:
     text = text.replace(key, REDACTED)
-    if len(key) < MIN_FRAGMENT:
+    if len(key) < fragment_len(key):
         return text
     mask = _fragment_mask(text, key)
     if not any(mask):
@@ -237,13 +280,30 @@ def _redact_one(text: str, key: str) -> str:
 
 
 def redact(text: str, keys: list[str] | None = None) -> str:
-    """``text`` with every live key (or each of ``keys``) and every run of eight or more
-    of a key's characters replaced by ``[REDACTED]``. Never raises for a string."""
+    """``text`` with every live secret (or each of ``keys`` that is a secret) replaced by
+    ``[REDACTED]``, whole or as a run of ``fragment_len`` of its characters. For provider
+    strings only, never model content. Never raises for a string."""
     if not isinstance(text, str):
         text = str(text)
     for key in sorted(keys if keys is not None else _live_keys(), key=len, reverse=True):
-        if key:
+        if key and is_secret(key):
             text = _redact_one(text, key)
+    return text
+
+
+def contains_secret(text: str | None, keys: list[str] | None = None) -> bool:
+    """Whether ``text`` holds a whole live secret (a provider echoing the key into content)."""
+    if not text:
+        return False
+    return any(k in text for k in (keys if keys is not None else _live_keys()) if is_secret(k))
+
+
+def mark_secrets(text: str, keys: list[str] | None = None) -> str:
+    """``text`` with every whole live secret replaced by ``KEY_MARK`` (the stored form of
+    a reply that carried the key; the call is a ``key_echo`` error, never acted on)."""
+    for key in sorted(keys if keys is not None else _live_keys(), key=len, reverse=True):
+        if key and is_secret(key):
+            text = text.replace(key, KEY_MARK)
     return text
 
 

@@ -106,22 +106,24 @@ class SimProvider(Provider):
                                     always_follow=self.always_follow)
         request_id = reply.headers.get("x-request-id")
         sim_s = self.backend.faults.hang_s if reply.hang else reply.sim_latency_s
-        timed_out = reply.hang or (req.timeout_s is not None and sim_s > req.timeout_s)
-        if timed_out and req.timeout_s is not None:
-            sim_s = min(sim_s, req.timeout_s)
+        # A non-streamed reply sends no byte until it is done: the stall limit cuts it too.
+        limit = min((t for t in (req.timeout_s, req.stall_s) if t is not None), default=None)
+        timed_out = reply.hang or (limit is not None and sim_s > limit)
+        if timed_out and limit is not None:
+            sim_s = min(sim_s, limit)
         wait = sim_s * self.backend.latency_scale
         if wait > 0:
             await asyncio.sleep(wait)
         latency = int(round(sim_s * 1000))
         if timed_out:
             return error_response("timeout", "Request timed out (simulated).", latency_ms=latency,
-                                  request_id=request_id, simulated=True)
+                                  request_id=request_id, simulated=True, stage="response")
         if reply.reset:
             return error_response("connection", "Connection reset by peer (simulated).", latency_ms=latency,
-                                  request_id=request_id, simulated=True)
+                                  request_id=request_id, simulated=True, stage="response")
         if reply.status != 200:
             return _http_error(reply, latency, request_id)
-        return parse_completion_body(reply.body, requested_model=req.model, request_id=request_id,
+        return parse_completion_body(reply.body, requested_model=req.model, headers=reply.headers,
                                      latency_ms=latency, simulated=True, redact=redact)
 
 
@@ -132,4 +134,5 @@ def _http_error(reply: SimReply, latency: int, request_id: str | None) -> ChatRe
         message = reply.body.decode("utf-8", "replace")
     return error_response(status_kind(reply.status), redact(f"HTTP {reply.status}: {message}")[:2000],
                           status=reply.status, retry_after=parse_retry_after(reply.headers),
-                          latency_ms=latency, request_id=request_id, simulated=True)
+                          latency_ms=latency, request_id=request_id, simulated=True, stage="response",
+                          headers={"x-request-id": request_id} if request_id else None)

@@ -23,7 +23,8 @@ from .. import jsonio
 __all__ = ["BuildCache", "PageWriter", "write_atomic", "fast_dumps", "CACHE_DIR"]
 
 CACHE_DIR = ".benchclaw-build"
-CACHE_VERSION = 4  # 3: records.jsonl holds the analysis's view of each run; 4: aborted runs are read whole
+CACHE_VERSION = 5  # 3: records.jsonl holds the analysis's view of each run; 4: aborted runs are read whole;
+# 5: run summaries and call views carry the provider-truth flags (usage doubts, simulated replies)
 
 
 def fast_dumps(obj) -> bytes:

@@ -134,7 +134,11 @@ def summarise_run(run: SealedRun) -> dict:
         "at": run.records[0].at if run.records else "",
         "task": {k: task.get(k) for k in ("id", "version", "family", "digest")},
         "tier": str(start.get("tier", "?")), "model": str(start.get("model", "?")),
-        "provider": str(start.get("provider", "?")), "simulated": bool(start.get("simulated", False)),
+        "provider": str(start.get("provider", "?")),
+        "simulated": bool(start.get("simulated", False)) or end.get("simulated") is True,
+        "simulated_replies": end.get("simulated_replies") if isinstance(end.get("simulated_replies"), int) else 0,
+        "usage_doubted": sum(1 for c in calls if c.body.get("usage_doubts")),
+        "content_filter": sum(1 for c in calls if c.body.get("outcome") == "content_filter"),
         "profile": str((start.get("profile") or {}).get("name", "?")), "seed": start.get("seed"),
         "policy": {k: policy.get(k) for k in ("experiment", "cell", "policy", "trial", "step", "rerun")},
         "status": str(end.get("status", "open")), "reason": end.get("reason"),
@@ -196,7 +200,13 @@ def _call_view(rec, blobs: Blobs) -> dict:
             "reply": blobs.text(b.get("reply")) if b.get("reply") else None,
             "usage_raw": b.get("usage_raw") if isinstance(b.get("usage_raw"), str) else None,
             "request": None if blobs.public else blobs.link(b.get("request")),
-            "prompt_estimate": b.get("prompt_estimate"), "params": _bounded_json(b.get("params"))}
+            "prompt_estimate": b.get("prompt_estimate"), "params": _bounded_json(b.get("params")),
+            "reasoning": blobs.text(b.get("reasoning")) if isinstance(b.get("reasoning"), str) else None,
+            "headers": b.get("headers") if isinstance(b.get("headers"), dict) else None,
+            "model_upstream": b.get("model_upstream"),
+            "usage_doubts": [str(d) for d in b.get("usage_doubts") or () if isinstance(d, str)],
+            "cost_note": b.get("cost_note") if isinstance(b.get("cost_note"), str) else None,
+            "truncated": [str(t) for t in b.get("truncated") or () if isinstance(t, str)]}
 
 
 def _action_view(rec, blobs: Blobs) -> dict:

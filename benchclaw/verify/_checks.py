@@ -114,6 +114,9 @@ def _check_run(b: Bundle, run: RunData, sec: Section) -> None:
         return
     passed = all(r.passed for r in results)
     gate = all(r.passed for r in results if r.gate)
+    if any(isinstance(rec.body.get("error"), dict) and rec.body["error"].get("kind") == "key_echo"
+           for _, rec in run.of_kind("call")):
+        passed = gate = False  # the provider sent the key back in content: the run cannot pass
     _end_claims(run, passed, gate)
 
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 from .. import jsonio
 from ..catalog_format import MAX_EXTENDS, Catalog, parse_catalog
 from ..errors import BenchClawError, FormatError
-from ..money import (USAGE_FIELDS, CostBounds, Prices, Usage, cost_bounds, cost_upper_bound,
-                     estimate_prompt_tokens, fmt_usd, normalise_usage, sum_usage)
+from ..money import (USAGE_FIELDS, CostBounds, Prices, Usage, call_cost_of, cost_upper_bound,
+                     estimate_prompt_tokens, fmt_usd, normalise_usage, sum_usage, usage_unread)
 from ..records import DIGEST_RE
 from ._context import Bundle, RunData
 from ._errors import VerificationError
@@ -132,13 +132,18 @@ def _call(b: Bundle, run: RunData, line: int, body: dict, prices: Prices) -> tup
         raise VerificationError(run.path, "call: params.max_tokens or prompt_estimate is not a count", line)
     _check_estimate(b, run, line, body, estimate, max_tokens)
     usage = _check_usage(b, run, line, body)
+    unread = b.memo.get(("unread", body.get("usage_raw")), ()) if usage is not None else ()
     try:
-        want = cost_bounds(usage, estimate, max_tokens, prices)
+        got = call_cost_of(usage, estimate, max_tokens, prices, unread=unread, error=body.get("error"))
+        want = got.cost
     except (BenchClawError, ArithmeticError, ValueError) as e:
         raise VerificationError(run.path, f"call: cannot recompute the cost ({e})", line) from None
     if body.get("cost") != want.to_dict():
         raise VerificationError(run.path, f"call cost {body.get('cost')} differs from the "
                                 f"recomputed {want.to_dict()}", line)
+    if body.get("usage_doubts") != (list(got.doubts) or None):  # written only when there are some
+        raise VerificationError(run.path, f"call usage_doubts {body.get('usage_doubts')} differ from the "
+                                f"recomputed {list(got.doubts)}", line)
     run.call_costs[line] = want
     return usage, want
 
@@ -204,8 +209,9 @@ def _chars(data: bytes) -> int | None:
 def derive(data: bytes) -> list | None:
     """What step 4 reads from an object, as JSON values: ``["r", max_tokens, estimate,
     simulated prompt tokens]`` for a well-formed request (a message list of objects, an int
-    ``max_tokens``), ``["u", usage dict or None, characters]`` for any other JSON value
-    (``_normalised``'s answer, and the text's length for a reply), ``["t", None, characters]``
+    ``max_tokens``), ``["u", usage dict or None, characters, unread fields]`` for any other JSON value
+    (``_normalised``'s answer, the text's length for a reply, and what could change the
+    bill but is not read: a doubt, FORMAT.md §6), ``["t", None, characters]``
     for text that is not JSON (a reply), None when reading raised anything else (step 4
     then reads the blob itself)."""
     if data[:1] not in (b"{", b"["):
@@ -229,10 +235,10 @@ def derive(data: bytes) -> list | None:
     try:
         usage = normalise_usage(obj)
     except (BenchClawError, ValueError, TypeError):
-        return ["u", None, n]
+        return ["u", None, n, []]
     except Exception:  # noqa: BLE001 - step 4 reads it again and reports what it raises
         return None
-    return ["u", usage.to_dict(), n]
+    return ["u", usage.to_dict(), n, list(usage_unread(obj))]
 
 
 def _derived(b: Bundle, run: RunData, digest, line: int, what: str, kind: str):
@@ -332,10 +338,13 @@ def _normalised(b: Bundle, run: RunData, line: int, digest) -> Usage | None:
         known = _derived(b, run, digest, line, "usage_raw", ("u",))
         if known is not None:
             b.memo[key] = None if known[1] is None else Usage(**known[1])
+            b.memo[("unread", digest)] = tuple(known[3])
             return b.memo[key]
         data = _blob(b, run, digest, line, "usage_raw")
         try:
-            b.memo[key] = normalise_usage(jsonio.loads(data))
+            raw = jsonio.loads(data)
+            b.memo[key] = normalise_usage(raw)
+            b.memo[("unread", digest)] = usage_unread(raw)
         except (BenchClawError, ValueError, TypeError):
             b.memo[key] = None  # kept raw, costed as unknown (FORMAT.md "Catalogs", usage shapes)
     return b.memo[key]

@@ -24,7 +24,7 @@ from decimal import Decimal
 
 from ..errors import BenchClawError
 from ..ledger_replay import LedgerState, apply_record, refusal, totals
-from ..money import Prices, Usage, call_cost, fmt_usd, parse_usd
+from ..money import CostBounds, Prices, Usage, call_cost, fmt_usd, parse_usd
 from ._context import Bundle, RunData
 from ._costs import catalog_prices, upper_bound
 from ._errors import VerificationError
@@ -260,13 +260,15 @@ def _check_call(b: Bundle, run: RunData, line: int, body: dict, rep: LedgerRepla
     if settled is None:
         return  # still open: counted at its bound
     s = settled[1]
-    if usage is None:
+    done = run.call_costs.get(line)  # step 4 recomputed it from this usage and these prices
+    if done is None and usage is not None:
+        done = CostBounds(True, call_cost(usage, prices), call_cost(usage, prices))
+    if done is None or not done.known:  # no usage, or doubted usage (FORMAT.md §6): at the bound
         if s.get("known") is not False:
-            raise VerificationError(run.path, f"call {key} reported no usage but ledger {rep.name} settled "
+            raise VerificationError(run.path, f"call {key}: its cost is a bound but ledger {rep.name} settled "
                                     "it as known", line)
         return
-    done = run.call_costs.get(line)  # step 4 recomputed it from this usage and these prices
-    want = (True, usage.total, fmt_usd(done.low if done is not None and done.known else call_cost(usage, prices)))
+    want = (True, usage.total if usage is not None else 0, fmt_usd(done.low))  # no usage: a known zero
     if (s.get("known"), s.get("tokens"), s.get("usd")) != want:
         raise VerificationError(run.path, f"call {key}: ledger {rep.name} settled {s.get('tokens')} tokens "
                                 f"${s.get('usd')}, the call's usage gives {want[1]} tokens ${want[2]}", line)

@@ -81,7 +81,7 @@ FAULTS: dict[str, Fault] = {
     "timeout": Fault(rates={"timeout": 1.0}, statuses=frozenset({"limit_time"}), error="timeout",
                      calls_per_run=1, cost_known=False),
     "rate-limited": Fault(rates={"rate_limited": 1.0}, statuses=frozenset({"provider_error"}),
-                          error="rate_limited", http_status=429, calls_per_run=PERSISTENT_CALLS, cost_known=False),
+                          error="rate_limited", http_status=429, calls_per_run=PERSISTENT_CALLS, cost_known=True),
     "rate-limited-once": Fault(once="rate_limited", statuses=FINISHED, error="rate_limited", http_status=429),
     "server-500": Fault(rates={"server": 1.0}, statuses=frozenset({"provider_error"}), error="server",
                         http_status=500, calls_per_run=PERSISTENT_CALLS, cost_known=False),
@@ -187,10 +187,13 @@ def test_each_fault_ends_the_run_right_and_records_every_call(grid, name):
 
 
 def _assert_cost_recorded(call: dict, where: str) -> None:
-    """A call with usage has its exact cost; one without has the bounds [0, prompt + max_tokens]."""
+    """A call with usage has its exact cost; one refused before a model ran (HTTP 429) is a
+    known zero with its reason; any other without usage has the bounds [0, prompt + max_tokens]."""
     cost = call["cost"]
     if call["usage"] is not None:
         assert cost["known"] and cost["low"] == cost["high"], where
+    elif call["error"] and call["error"]["status"] == 429:
+        assert cost == {"known": True, "low": "0", "high": "0"} and "HTTP 429" in call["cost_note"], where
     else:
         assert not cost["known"] and cost["low"] == "0" and Decimal(cost["high"]) > 0, where
 
