@@ -31,7 +31,8 @@ MAX_EXTENDS = 8
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _TOP_KEYS = {"v", "name", "description", "extends", "simulated", "order", "tiers"}
 _TIER_KEYS = {"provider", "model", "base_url", "key_env", "key_file", "prices", "simulated",
-              "description", "sim_profile", "always_follow_injections", "allow_http"}
+              "description", "sim_profile", "always_follow_injections", "allow_http", "stream", "stall_s"}
+DEFAULT_STALL_S = 60
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Tier:
 
     ``sim_profile`` names the simulator profile (default: the tier name);
     ``always_follow_injections`` is a simulator knob for the reliability suite.
+    ``stream`` makes every call a streamed one; ``stall_s`` is how long a stream may send
+    nothing before it is cut (and the call retried while the run has time).
     """
 
     name: str
@@ -55,6 +58,8 @@ class Tier:
     always_follow_injections: bool = False
     allow_http: bool = False       # the catalog allows sending the key over plain HTTP to a remote host
     key_url: str | None = None     # the base_url in force in the catalog file that named the key source
+    stream: bool = False
+    stall_s: int | float = DEFAULT_STALL_S
 
     def prices_dict(self) -> dict:
         """The ``prices`` object of a ``run.start`` record."""
@@ -223,13 +228,18 @@ def _override_tier(tier: Tier, spec: Mapping, w: str, folder: Path | None = None
     for key in ("provider", "model", "base_url", "key_env", "key_file", "description", "sim_profile"):
         if key in spec:
             changes[key] = _str_field(spec, key, w, False)
-    for key in ("simulated", "always_follow_injections", "allow_http"):
+    for key in ("simulated", "always_follow_injections", "allow_http", "stream"):
         if key in spec:
             changes[key] = _bool_field(spec, key, w, False)
     if changes.get("key_file") and folder is not None and not changes["key_file"].startswith(("/", "~")):
         changes["key_file"] = str(folder / changes["key_file"])  # relative to the catalog, as extends is
     if "key_env" in spec or "key_file" in spec:  # the key source is bound to this file's base_url
         changes["key_url"] = changes.get("base_url", tier.base_url)
+    if "stall_s" in spec:
+        v = spec["stall_s"]
+        if type(v) not in (int, float) or not 0 < v <= 3600:
+            raise FormatError(f"{w}.stall_s: expected a number of seconds in (0, 3600], got {v!r}")
+        changes["stall_s"] = v
     if "prices" in spec:
         merged = {**tier.prices.to_dict(), **_table(spec["prices"], f"{w}.prices")}
         changes["prices"] = Prices.from_dict(merged, f"{w}.prices")

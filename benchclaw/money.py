@@ -48,6 +48,9 @@ __all__ = [
     "sum_usage",
     "estimate_prompt_tokens",
     "PER_MILLION",
+    "stream_floor",
+    "message_bytes",
+    "MAX_TOKEN_BYTES",
 ]
 
 PER_MILLION = Decimal(1_000_000)
@@ -381,15 +384,53 @@ class CostBounds:
         return cls(True, Decimal(0), Decimal(0))
 
 
-def cost_bounds(usage: Usage | None, prompt_estimate: int, max_tokens: int, prices: Prices) -> CostBounds:
-    """The ``cost`` of a ``call`` record: exact from usage, or ``[0, upper bound]`` without it.
+def cost_bounds(usage: Usage | None, prompt_estimate: int, max_tokens: int, prices: Prices,
+                floor: Usage | None = None) -> CostBounds:
+    """The ``cost`` of a ``call`` record: exact from usage, or ``[low, upper bound]`` without
+    it, where ``low`` is the cost of ``floor`` (what a streamed call provably used,
+    ``stream_floor``) or 0.
 
     Raises ``ProviderConfigError`` if a needed price is unknown.
     """
     if usage is not None:
         c = call_cost(usage, prices)
         return CostBounds(True, c, c)
-    return CostBounds(False, Decimal(0), cost_upper_bound(prompt_estimate, max_tokens, prices))
+    high = cost_upper_bound(prompt_estimate, max_tokens, prices)
+    low = Decimal(0) if floor is None else min(call_cost(floor, prices), high)
+    return CostBounds(False, low, high)
+
+
+# No token of the tokenizers BenchClaw's catalogs name spans more UTF-8 bytes than this (their
+# longest tokens are runs of spaces or punctuation of a few dozen bytes), so text of B bytes
+# is at least ceil(B / MAX_TOKEN_BYTES) tokens. Deliberately loose: a floor must never be
+# above what was billed.
+MAX_TOKEN_BYTES = 128
+
+
+def stream_floor(message_bytes: int, reply_bytes: int, text_chunks: int, max_tokens: int) -> Usage:
+    """The usage a streamed call provably had when its usage is unknown (FORMAT §6,
+    "Lower bound of a streamed call"): once a chunk with generated text arrived, the prompt
+    was processed, at least ``ceil(message_bytes / MAX_TOKEN_BYTES)`` tokens; the completion
+    is at least one token per chunk that carried text, and at least
+    ``ceil(reply_bytes / MAX_TOKEN_BYTES)``, never above ``max_tokens``. Nothing before the
+    first text chunk. ``message_bytes`` is the UTF-8 size of the request's message contents."""
+    if min(message_bytes, reply_bytes, text_chunks, max_tokens) < 0:
+        raise ValueError("byte and token counts must be non-negative")
+    if text_chunks == 0:
+        return ZERO_USAGE
+    prompt = -(-message_bytes // MAX_TOKEN_BYTES)
+    completion = min(max_tokens, max(text_chunks, -(-reply_bytes // MAX_TOKEN_BYTES)))
+    return Usage(prompt=prompt, completion=completion)
+
+
+def message_bytes(messages: Iterable[Mapping]) -> int:
+    """UTF-8 bytes of the contents of a message list (what ``stream_floor`` counts)."""
+    total = 0
+    for m in messages:
+        content = m.get("content")
+        text = content if isinstance(content, str) else ("" if content is None else str(content))
+        total += len(text.encode("utf-8"))
+    return total
 
 
 # ---------------------------------------------------------------------------- estimates

@@ -66,7 +66,7 @@ def call_body(*, store, turn: int, attempt: int, req: ChatRequest, prompt_estima
     reply = None if resp.content is None else store.put_blob(resp.content.encode("utf-8", "surrogatepass"))
     usage_raw = None if resp.usage_raw is None else _raw_blob(store, resp.usage_raw)
     timeout_ms = None if req.timeout_s is None else int(req.timeout_s * 1000)
-    return {
+    body = {
         "turn": turn, "attempt": attempt,
         "request": store.put_json_blob(req.body()),
         "params": {"model": req.model, "max_tokens": req.max_tokens, "temperature": fmt_usd(req.temperature),
@@ -83,3 +83,6 @@ def call_body(*, store, turn: int, attempt: int, req: ChatRequest, prompt_estima
         "error": _error_body(resp),
         "simulated": simulated,
     }
+    if resp.stream is not None:  # only streamed calls carry it, so older records keep their shape
+        body["stream"] = resp.stream.to_dict()
+    return body

@@ -35,7 +35,7 @@ from ..checks import run_checks
 from ..checks.digest import task_listing
 from ..errors import BenchClawError, BudgetError, IntegrityError, UsageError
 from ..money import ZERO_USAGE, CostBounds, Usage, call_cost, cost_bounds, cost_upper_bound, \
-    estimate_prompt_tokens, fmt_usd
+    estimate_prompt_tokens, fmt_usd, message_bytes, stream_floor
 from ..providers.base import ChatRequest, ChatResponse, error_response
 from ..providers.retry import backoff_delay
 from ..providers.vault import redact
@@ -206,7 +206,8 @@ class _Run:
             if remaining <= 0:
                 return self._out_of_time(f"turn {turn}")
             req = ChatRequest(model=self.tier.model, messages=messages, max_tokens=self.max_tokens,
-                              temperature=self.temperature, seed=self.seed, json_mode=True, timeout_s=remaining)
+                              temperature=self.temperature, seed=self.seed, json_mode=True, timeout_s=remaining,
+                              stream=self.tier.stream)
             try:
                 reservation = self._reserve(turn, attempt, estimate)
             except BudgetError as e:
@@ -260,7 +261,7 @@ class _Run:
 
     def _record_call(self, turn: int, attempt: int, req: ChatRequest, estimate: int, resp: ChatResponse,
                      reservation) -> None:
-        cost = cost_bounds(resp.usage, estimate, self.max_tokens, self.tier.prices)
+        cost = cost_bounds(resp.usage, estimate, self.max_tokens, self.tier.prices, floor=_floor(req, resp))
         body = evidence.call_body(store=self.store, turn=turn, attempt=attempt, req=req, prompt_estimate=estimate,
                                   resp=resp, cost=cost, simulated=self.simulated)
         self._append("call", body)
@@ -411,6 +412,15 @@ class _Run:
             self._end("aborted", what, gate_passed=False, passed=False)
         except Exception:  # the original error matters more; recovery will seal the file
             self.writer.close_unsealed()
+
+
+def _floor(req: ChatRequest, resp: ChatResponse) -> Usage | None:
+    """What a streamed call without usage provably used (``money.stream_floor``); the
+    ledger still settles such a call at its upper bound, fail-closed."""
+    if resp.stream is None or resp.usage is not None:
+        return None
+    reply = 0 if resp.content is None else len(resp.content.encode("utf-8", "surrogatepass"))
+    return stream_floor(message_bytes(req.messages), reply, resp.stream.text_chunks, req.max_tokens)
 
 
 MAX_RECORDED_PATH = 1024

@@ -20,11 +20,14 @@ import math
 import time
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .. import jsonio
 from ..money import Usage, normalise_usage
 from ..errors import FormatError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .streaming import StreamStats
 
 __all__ = [
     "ChatRequest",
@@ -76,6 +79,7 @@ class ChatRequest:
     seed: int | None = None
     json_mode: bool = True
     timeout_s: float | None = None
+    stream: bool = False  # ask for server-sent events with the usage in the final chunk
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
@@ -92,6 +96,9 @@ class ChatRequest:
             b["seed"] = self.seed
         if self.json_mode:
             b["response_format"] = {"type": "json_object"}
+        if self.stream:
+            b["stream"] = True
+            b["stream_options"] = {"include_usage": True}
         return b
 
     def with_timeout(self, timeout_s: float | None) -> "ChatRequest":
@@ -140,6 +147,7 @@ class ChatResponse:
     error: CallError | None = None
     simulated: bool = False
     model_mismatch: bool = False
+    stream: "StreamStats | None" = None  # a streamed call's own evidence (providers.streaming)
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:

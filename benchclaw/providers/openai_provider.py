@@ -13,15 +13,22 @@ speak chat completions; the SDK (``AsyncOpenAI``) does the HTTP. Choices made he
   the client object holds no plain key; every string that leaves this module (error
   messages, bodies, ids) goes through the redaction filter.
 - ``openai`` is imported here only, when the first ``openai`` tier is made.
+- A streamed call (``req.stream``, from the tier's ``stream = true``) goes through
+  ``_complete_stream``: the same SDK call with ``stream=True`` and the usage requested in
+  the final chunk; ``providers.streaming`` assembles the chunks into the same evidence and
+  cuts a stream that stalls for the tier's ``stall_s``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from typing import Any
+from dataclasses import replace
+from typing import Any, Callable
 
 from ..errors import ProviderConfigError
-from .base import (ChatRequest, ChatResponse, Provider, error_response, parse_completion_body,
+from .base import (CallError, ChatRequest, ChatResponse, Provider, error_response, parse_completion_body,
                    parse_retry_after, status_kind)
 from .vault import Secret, install_log_redaction, redact, tier_key
 
@@ -44,6 +51,7 @@ class OpenAIProvider(Provider):
     """Chat completions over HTTP with the official SDK. One ``complete`` = one attempt."""
 
     name = "openai"
+    on_text: Callable[[str], None] | None = None  # sees a streamed reply's text as it arrives
 
     def __init__(self, tier, key: Secret | None) -> None:
         if not tier.base_url:
@@ -73,6 +81,8 @@ class OpenAIProvider(Provider):
         """One HTTP attempt; failures come back as ``outcome="error"`` responses."""
         if req.timeout_s is not None and req.timeout_s <= 0:
             return error_response("timeout", "no time left for the call", simulated=self.simulated)
+        if req.stream:
+            return await self._complete_stream(req)
         import openai
 
         client = self._client_for_use()
@@ -88,6 +98,38 @@ class OpenAIProvider(Provider):
             body, requested_model=req.model, request_id=_header(headers, "x-request-id", self._redact),
             latency_ms=latency, simulated=self.simulated or headers.get(SIMULATED_HEADER) == "1",
             redact=self._redact)
+
+    async def _complete_stream(self, req: ChatRequest) -> ChatResponse:
+        """One streamed attempt: headers first (request id, simulated label), then the
+        chunks through the assembler with stall detection. ``on_text`` (when set on the
+        provider) sees the content as it arrives."""
+        import openai
+
+        from .streaming import StreamAssembler, assemble
+
+        stall = self.tier.stall_s if req.timeout_s is None else min(self.tier.stall_s, req.timeout_s)
+        start = time.monotonic()
+        asm, headers, stream = StreamAssembler(start), None, None
+        try:
+            raw = await asyncio.wait_for(
+                self._client_for_use().chat.completions.with_raw_response.create(**self._params(req)), stall)
+            headers = raw.headers
+            stream = raw.parse()
+            end, error = await assemble(_as_dicts(stream), asm, stall_s=stall, on_text=self.on_text)
+        except asyncio.TimeoutError:  # not even the headers within stall_s
+            end, error = "stalled", CallError("timeout", f"stalled: no response headers within {stall:g} s")
+        except (openai.OpenAIError, OSError) as exc:
+            if headers is None:
+                return self._error(exc, _elapsed_ms(start))
+            err = self._error(exc, 0).error
+            end, error = "cut", replace(err, message=f"the stream broke after {asm.chunks} chunks: {err.message}")
+        finally:
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    await stream.close()
+        return asm.response(end, requested_model=req.model, request_id=_header(headers, "x-request-id", self._redact),
+                            simulated=self.simulated or (headers is not None and headers.get(SIMULATED_HEADER) == "1"),
+                            redact=self._redact, error=error)
 
     def _params(self, req: ChatRequest) -> dict:
         """What the SDK sends: the recorded request body (``req.body()``, one definition for
@@ -124,6 +166,13 @@ class OpenAIProvider(Provider):
 
     def __repr__(self) -> str:
         return f"<OpenAIProvider tier={self.tier.name} model={self.tier.model} base_url={self.tier.base_url}>"
+
+
+async def _as_dicts(stream):
+    """The SDK's chunk objects as the JSON objects the server sent (unknown fields such as
+    ``reasoning_content`` or a provider's own usage fields kept)."""
+    async for chunk in stream:
+        yield chunk.to_dict()
 
 
 def _header(headers, name: str, redactor) -> str | None:

@@ -18,8 +18,9 @@ from typing import Any, Mapping
 
 from .. import jsonio
 from ..errors import UsageError
-from ..providers.base import (ChatRequest, ChatResponse, Provider, error_response, parse_completion_body,
+from ..providers.base import (CallError, ChatRequest, ChatResponse, Provider, error_response, parse_completion_body,
                               parse_retry_after, status_kind)
+from ..providers.streaming import StreamAssembler, assemble
 from ..providers.vault import redact
 from .backend import SimBackend, SimFaults, SimReply
 from .engine import SimModules
@@ -78,7 +79,8 @@ def make_sim_provider(tier, *, sim_options=None, key=None) -> "SimProvider":
     follow = opts.always_follow_injections
     if follow is None and tier.always_follow_injections:
         follow = True
-    return SimProvider(opts.make_backend(), profile_name=tier.sim_profile, always_follow=follow)
+    return SimProvider(opts.make_backend(), profile_name=tier.sim_profile, always_follow=follow,
+                       stall_s=tier.stall_s)
 
 
 class SimProvider(Provider):
@@ -88,10 +90,11 @@ class SimProvider(Provider):
     simulated = True
 
     def __init__(self, backend: SimBackend, *, profile_name: str | None = None,
-                 always_follow: bool | None = None) -> None:
+                 always_follow: bool | None = None, stall_s: float = 60.0) -> None:
         self.backend = backend
         self.profile_name = profile_name
         self.always_follow = always_follow
+        self.stall_s = stall_s
 
     # In-process runs keep simulated time: the latency recorded is the simulated one
     # (deterministic), not the wall time of the scaled-down sleep, and the runtime runs its
@@ -121,8 +124,42 @@ class SimProvider(Provider):
                                   request_id=request_id, simulated=True)
         if reply.status != 200:
             return _http_error(reply, latency, request_id)
+        if reply.stream is not None:
+            return await _stream_reply(reply, req, request_id, self.stall_s)
         return parse_completion_body(reply.body, requested_model=req.model, request_id=request_id,
                                      latency_ms=latency, simulated=True, redact=redact)
+
+
+class _SimStreamClock:
+    """Simulated time of a streamed reply: the first token at ``ttft_s``, the others evenly
+    over the decoding time, as the HTTP server paces them; a stall adds ``stall_s``."""
+
+    def __init__(self, reply: SimReply) -> None:
+        self.now = 0.0
+        self.ttft, self.step = reply.ttft_s, reply.stream_step_s
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def chunks(self, payloads):
+        for i, payload in enumerate(payloads):
+            self.now += self.ttft if i == 1 else (self.step if i > 1 else 0.0)
+            yield jsonio.loads(payload)
+
+
+async def _stream_reply(reply: SimReply, req: ChatRequest, request_id: str | None, stall_s: float) -> ChatResponse:
+    clock = _SimStreamClock(reply)
+    asm = StreamAssembler(0.0, clock)
+    end, error = await assemble(clock.chunks(reply.stream), asm, stall_s=None)
+    if end == "done" and reply.stream_end == "stall":
+        clock.now += stall_s
+        end, error = "stalled", CallError("timeout", f"stalled: nothing received for {stall_s:g} s after "
+                                                     f"{asm.chunks} chunks; the stream was cut (simulated)")
+    elif end == "done" and reply.stream_end == "cut":
+        end, error = "cut", CallError("connection", f"the stream broke after {asm.chunks} chunks: "
+                                                    "connection reset by peer (simulated)")
+    return asm.response(end, requested_model=req.model, request_id=request_id, simulated=True, redact=redact,
+                        error=error)
 
 
 def _http_error(reply: SimReply, latency: int, request_id: str | None) -> ChatResponse:

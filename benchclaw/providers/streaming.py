@@ -1,0 +1,178 @@
+"""Streamed calls: chunks in, the same ``ChatResponse`` a non-streamed call gives out.
+
+A streamed reply arrives as ``chat.completion.chunk`` objects (server-sent events). The
+``StreamAssembler`` joins them into what a non-streamed call records (the assembled
+content, the finish reason, the usage object of the final chunk, the response id and the
+echoed model), so the runtime, the analysis and the verifier treat both alike; what only
+a stream shows is kept beside it as ``StreamStats`` (time to first token, chunk counts,
+how the stream ended), recorded as the ``stream`` object of the ``call`` record
+(docs/FORMAT.md §3).
+
+``assemble`` drives an async iterator of chunks with **stall detection**: when nothing
+arrives for ``stall_s`` seconds the stream is cut and the call returns an ``error`` of kind
+``timeout`` (retryable: the runtime tries again while the run has time left), instead of
+letting one hung stream eat the run's whole remaining time. A stream that breaks (the
+connection drops, the server stops before a finish reason) is an ``error`` of kind
+``connection``; both keep what was received, because what was received is what the lower
+bound of the call's cost is counted from (``money.stream_floor``).
+
+Chunks are plain mappings (the OpenAI provider passes ``chunk.to_dict()``, the
+in-process simulator the parsed ``data:`` payloads), so both paths share this code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Mapping
+
+from ..errors import FormatError
+from ..money import normalise_usage
+from .base import CallError, ChatResponse, _redact_tree, outcome_of
+
+__all__ = ["StreamStats", "StreamAssembler", "assemble", "STREAM_ENDS"]
+
+# done: a finish reason arrived and the stream closed; cut: it broke or closed before one;
+# stalled: nothing arrived for stall_s and BenchClaw cut it; malformed: a chunk was unreadable.
+STREAM_ENDS = ("done", "cut", "stalled", "malformed")
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    """What a stream adds to a call's evidence. ``text_chunks`` counts chunks that carried
+    new content or reasoning text (each carries at least one generated token: the count
+    the lower bound of a cut stream uses); ``ttft_ms`` is the time from sending the request
+    to the first such chunk (``None`` when none came)."""
+
+    chunks: int
+    text_chunks: int
+    ttft_ms: int | None
+    usage_chunk: bool
+    end: str
+
+    def to_dict(self) -> dict:
+        """The ``stream`` object of a ``call`` record."""
+        return {"chunks": self.chunks, "text_chunks": self.text_chunks, "ttft_ms": self.ttft_ms,
+                "usage_chunk": self.usage_chunk, "end": self.end}
+
+
+class StreamAssembler:
+    """Joins chunks; ``feed`` returns the new content text (for a live display)."""
+
+    def __init__(self, start: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.start, self.clock = start, clock
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.chunks = self.text_chunks = 0
+        self.ttft_ms: int | None = None
+        self.finish: str | None = None
+        self.usage_raw: dict | None = None
+        self.response_id: str | None = None
+        self.model: str | None = None
+
+    def feed(self, chunk: Any) -> str:
+        """Take one chunk. Raises ``FormatError`` for a chunk that is not a chunk object."""
+        if not isinstance(chunk, Mapping):
+            raise FormatError("a stream chunk is not a JSON object")
+        self.chunks += 1
+        self.response_id = self.response_id or _opt_str(chunk.get("id"))
+        self.model = self.model or _opt_str(chunk.get("model"))
+        if isinstance(chunk.get("usage"), dict):
+            self.usage_raw = dict(chunk["usage"])  # the last one sent wins: it is the final count
+        choices = chunk.get("choices")
+        if choices is None or choices == []:
+            return ""
+        if not isinstance(choices, list) or not isinstance(choices[0], Mapping):
+            raise FormatError("a stream chunk's choices is not a list of objects")
+        return self._delta(choices[0])
+
+    def _delta(self, choice: Mapping) -> str:
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, Mapping):
+            raise FormatError("a stream chunk's delta is not an object")
+        text = delta.get("content")
+        thought = delta.get("reasoning_content", delta.get("reasoning"))
+        for v in (text, thought):
+            if v is not None and not isinstance(v, str):
+                raise FormatError("a stream chunk's content is not a string")
+        if text or thought:
+            self.text_chunks += 1
+            if self.ttft_ms is None:
+                self.ttft_ms = _ms(self.clock() - self.start)
+        if thought:
+            self.reasoning.append(thought)
+        if text:
+            self.content.append(text)
+        finish = choice.get("finish_reason")
+        if finish is not None:
+            if not isinstance(finish, str):
+                raise FormatError("a stream chunk's finish_reason is not a string")
+            self.finish = finish
+        return text or ""
+
+    def stats(self, end: str) -> StreamStats:
+        return StreamStats(self.chunks, self.text_chunks, self.ttft_ms, self.usage_raw is not None, end)
+
+    def response(self, end: str, *, requested_model: str, request_id: str | None, simulated: bool,
+                 redact: Callable[[str], str], error: CallError | None = None) -> ChatResponse:
+        """The call's ``ChatResponse``. A stream that ended without a finish reason is an
+        error (``cut`` unless ``error`` says otherwise); the content received is kept."""
+        if end == "done" and self.finish is None:
+            end = "cut"
+        if end != "done" and error is None:
+            error = CallError("connection", f"the stream ended after {self.chunks} chunks without a finish reason")
+        content = redact("".join(self.content)) if (self.content or self.finish is not None) else None
+        usage_raw, usage = self._usage(redact)
+        echoed = None if self.model is None else redact(self.model)
+        return ChatResponse(
+            content=content, finish_reason=self.finish if error is None else None,
+            outcome="error" if error is not None else outcome_of(content, self.finish),
+            request_id=request_id, response_id=None if self.response_id is None else redact(self.response_id),
+            model_echoed=echoed, latency_ms=_ms(self.clock() - self.start), usage_raw=usage_raw, usage=usage,
+            error=error, simulated=simulated, model_mismatch=self.model is not None and self.model != requested_model,
+            stream=self.stats(end))
+
+    def _usage(self, redact: Callable[[str], str]):
+        if self.usage_raw is None:
+            return None, None
+        raw = _redact_tree(self.usage_raw, redact)
+        try:
+            return raw, normalise_usage(raw)
+        except FormatError:
+            return raw, None
+
+
+async def assemble(chunks: AsyncIterator[Any], asm: StreamAssembler, *, stall_s: float | None,
+                   on_text: Callable[[str], None] | None = None) -> tuple[str, CallError | None]:
+    """Feed every chunk of ``chunks`` to ``asm``; returns how the stream ended and, when it
+    did not end ``done``, why. Waits at most ``stall_s`` for each chunk (``None``: no
+    limit). Transport errors are the caller's to map: they propagate."""
+    it = chunks.__aiter__()
+    while True:
+        try:
+            if stall_s is None:
+                chunk = await it.__anext__()
+            else:
+                chunk = await asyncio.wait_for(it.__anext__(), timeout=stall_s)
+        except StopAsyncIteration:
+            return "done", None
+        except ValueError as e:  # a data: line that is not JSON (the SDK decodes it)
+            return "malformed", CallError("malformed", f"malformed stream chunk: {e}"[:500], status=200)
+        except asyncio.TimeoutError:
+            return "stalled", CallError("timeout", f"stalled: nothing received for {stall_s:g} s after "
+                                                   f"{asm.chunks} chunks; the stream was cut")
+        try:
+            text = asm.feed(chunk)
+        except FormatError as e:
+            return "malformed", CallError("malformed", f"malformed stream chunk: {e}", status=200)
+        if text and on_text is not None:
+            on_text(text)
+
+
+def _opt_str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _ms(seconds: float) -> int:
+    return max(0, int(round(seconds * 1000)))
