@@ -105,7 +105,7 @@ class OpenAIProvider(Provider):
         provider) sees the content as it arrives."""
         import openai
 
-        from .streaming import StreamAssembler, assemble
+        from .streaming import StreamAssembler, assemble, sse_objects
 
         stall = self.tier.stall_s if req.timeout_s is None else min(self.tier.stall_s, req.timeout_s)
         start = time.monotonic()
@@ -113,12 +113,11 @@ class OpenAIProvider(Provider):
         try:
             raw = await asyncio.wait_for(
                 self._client_for_use().chat.completions.with_raw_response.create(**self._params(req)), stall)
-            headers = raw.headers
-            stream = raw.parse()
-            end, error = await assemble(_as_dicts(stream), asm, stall_s=stall, on_text=self.on_text)
+            headers, stream = raw.headers, raw.http_response
+            end, error = await assemble(sse_objects(stream.aiter_lines()), asm, stall_s=stall, on_text=self.on_text)
         except asyncio.TimeoutError:  # not even the headers within stall_s
             end, error = "stalled", CallError("timeout", f"stalled: no response headers within {stall:g} s")
-        except (openai.OpenAIError, OSError) as exc:
+        except (openai.OpenAIError, OSError, *_transport_errors()) as exc:
             if headers is None:
                 return self._error(exc, _elapsed_ms(start))
             err = self._error(exc, 0).error
@@ -126,7 +125,7 @@ class OpenAIProvider(Provider):
         finally:
             if stream is not None:
                 with contextlib.suppress(Exception):
-                    await stream.close()
+                    await stream.aclose()
         return asm.response(end, requested_model=req.model, request_id=_header(headers, "x-request-id", self._redact),
                             simulated=self.simulated or (headers is not None and headers.get(SIMULATED_HEADER) == "1"),
                             redact=self._redact, error=error)
@@ -168,11 +167,14 @@ class OpenAIProvider(Provider):
         return f"<OpenAIProvider tier={self.tier.name} model={self.tier.model} base_url={self.tier.base_url}>"
 
 
-async def _as_dicts(stream):
-    """The SDK's chunk objects as the JSON objects the server sent (unknown fields such as
-    ``reasoning_content`` or a provider's own usage fields kept)."""
-    async for chunk in stream:
-        yield chunk.to_dict()
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """The HTTP library's errors, raised while the body of a stream is read (the SDK wraps
+    them only around the request itself). Recent SDKs use ``httpx2``, older ones ``httpx``."""
+    try:
+        import httpx2 as httpx
+    except ImportError:  # pragma: no cover - depends on the installed SDK
+        import httpx
+    return httpx.HTTPError, httpx.StreamError
 
 
 def _header(headers, name: str, redactor) -> str | None:

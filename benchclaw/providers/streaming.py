@@ -16,8 +16,11 @@ connection drops, the server stops before a finish reason) is an ``error`` of ki
 ``connection``; both keep what was received, because what was received is what the lower
 bound of the call's cost is counted from (``money.stream_floor``).
 
-Chunks are plain mappings (the OpenAI provider passes ``chunk.to_dict()``, the
-in-process simulator the parsed ``data:`` payloads), so both paths share this code.
+Chunks are plain mappings, the JSON objects of the ``data:`` lines as the server sent
+them: the OpenAI provider reads the SDK's HTTP response through ``sse_objects`` (the SDK
+still makes the request, authenticates and maps HTTP errors; building its typed chunk
+models per token cost ~0.7 ms a chunk and would reshape a provider's own usage fields),
+and the in-process simulator hands over its payloads, so both paths share this code.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Mapping
 
+from .. import jsonio
 from ..errors import FormatError
 from ..money import normalise_usage
 from .base import CallError, ChatResponse, _redact_tree, outcome_of
 
-__all__ = ["StreamStats", "StreamAssembler", "assemble", "STREAM_ENDS"]
+__all__ = ["StreamStats", "StreamAssembler", "assemble", "sse_objects", "STREAM_ENDS"]
 
 # done: a finish reason arrived and the stream closed; cut: it broke or closed before one;
 # stalled: nothing arrived for stall_s and BenchClaw cut it; malformed: a chunk was unreadable.
@@ -157,8 +161,10 @@ async def assemble(chunks: AsyncIterator[Any], asm: StreamAssembler, *, stall_s:
                 chunk = await asyncio.wait_for(it.__anext__(), timeout=stall_s)
         except StopAsyncIteration:
             return "done", None
-        except ValueError as e:  # a data: line that is not JSON (the SDK decodes it)
+        except ValueError as e:  # a data: line that is not JSON
             return "malformed", CallError("malformed", f"malformed stream chunk: {e}"[:500], status=200)
+        except FormatError as e:  # the server reported an error mid-stream
+            return "cut", CallError("server", str(e)[:500], status=200)
         except asyncio.TimeoutError:
             return "stalled", CallError("timeout", f"stalled: nothing received for {stall_s:g} s after "
                                                    f"{asm.chunks} chunks; the stream was cut")
@@ -168,6 +174,30 @@ async def assemble(chunks: AsyncIterator[Any], asm: StreamAssembler, *, stall_s:
             return "malformed", CallError("malformed", f"malformed stream chunk: {e}", status=200)
         if text and on_text is not None:
             on_text(text)
+
+
+async def sse_objects(lines: AsyncIterator[str]) -> AsyncIterator[Any]:
+    """The JSON values of a server-sent event stream's ``data:`` fields, until
+    ``data: [DONE]`` or the end of the stream. Multi-line data is joined with newlines (the
+    SSE rule); comments (``:``) and other fields (``event:``, ``id:``) are skipped. Raises
+    ``ValueError`` for data that is not JSON and ``FormatError`` for an ``error`` object
+    (a server that fails mid-stream says so in a data line)."""
+    data: list[str] = []
+    async for line in lines:
+        if line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+            continue
+        if line or not data:
+            continue
+        text, data = "\n".join(data), []
+        if text.startswith("[DONE]"):
+            return
+        obj = jsonio.loads(text)
+        if isinstance(obj, dict) and obj.get("error") and "choices" not in obj:
+            raise FormatError(f"the server sent an error in the stream: {str(obj['error'])[:300]}")
+        yield obj
+    if data and not "\n".join(data).startswith("[DONE]"):
+        yield jsonio.loads("\n".join(data))
 
 
 def _opt_str(v: Any) -> str | None:

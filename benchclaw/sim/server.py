@@ -101,13 +101,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("connection", "close")
         self.end_headers()
         try:
-            self.wfile.flush()
-            for i, payload in enumerate(reply.stream):
+            paced = ttft > 0.001 or step > 0.001
+            if not paced:  # latency scale 0: one write, not one per token
+                self.wfile.write(b"".join(b"data: " + p + b"\n\n" for p in reply.stream))
+            for i, payload in enumerate(reply.stream if paced else ()):
                 wait = ttft if i == 1 else (step if i > 1 else 0.0)
                 if wait > 0.001 and self.server.stopping.wait(wait):
                     return self._drop()
                 self.wfile.write(b"data: " + payload + b"\n\n")
-                self.wfile.flush()
             if reply.stream_end == "stall":
                 self.server.stopping.wait(self.server.backend.faults.hang_s)
             if reply.stream_end != "done":
