@@ -207,7 +207,8 @@ class SimBackend:
         doc = completion_body(turn, model_echo=f"{turn.model}-simulated-alias" if fault == "model_mismatch" else None,
                               include_usage=fault != "missing_usage")
         payloads = stream_payloads(doc, reasoning=turn.reasoning, include_usage=include_usage)
-        end, step = "done", max(0.0, turn.latency_s - turn.ttft_s) / max(1, len(payloads) - 1)
+        # the first chunk at once, the first token at ttft_s, the last chunk at latency_s
+        end, step = "done", max(0.0, turn.latency_s - turn.ttft_s) / max(1, len(payloads) - 2)
         if fault in STREAM_FAULTS:
             payloads = payloads[: 1 + self.faults.stream_cut_after]  # the role chunk, then N tokens
             end = "cut" if fault == "stream_cut" else "stall"

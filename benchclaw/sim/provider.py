@@ -136,14 +136,18 @@ class _SimStreamClock:
 
     def __init__(self, reply: SimReply) -> None:
         self.now = 0.0
-        self.ttft, self.step = reply.ttft_s, reply.stream_step_s
+        self.reply = reply
 
     def __call__(self) -> float:
         return self.now
 
     async def chunks(self, payloads):
+        r, last = self.reply, len(payloads) - 1
         for i, payload in enumerate(payloads):
-            self.now += self.ttft if i == 1 else (self.step if i > 1 else 0.0)
+            if i == last and r.stream_end == "done":
+                self.now = r.sim_latency_s  # exactly the plain reply's latency, no rounding drift
+            elif i >= 1:
+                self.now = r.ttft_s + (i - 1) * r.stream_step_s
             yield jsonio.loads(payload)
 
 
