@@ -396,8 +396,11 @@ def cost_bounds(usage: Usage | None, prompt_estimate: int, max_tokens: int, pric
         c = call_cost(usage, prices)
         return CostBounds(True, c, c)
     high = cost_upper_bound(prompt_estimate, max_tokens, prices)
-    low = Decimal(0) if floor is None else min(call_cost(floor, prices), high)
-    return CostBounds(False, low, high)
+    if floor is None:
+        return CostBounds(False, Decimal(0), high)
+    # the prompt floor at the cheaper of a cache read and an uncached token: it may all have been cached
+    as_read = Usage(prompt=floor.prompt, cached_read=floor.prompt, completion=floor.completion)
+    return CostBounds(False, min(call_cost(as_read, prices), call_cost(floor, prices), high), high)
 
 
 # No token of the tokenizers BenchClaw's catalogs name spans more UTF-8 bytes than this (their

@@ -167,6 +167,9 @@ def test_cost_bounds_with_a_floor_are_a_tighter_interval_not_an_exact_cost():
     plain = cost_bounds(None, 1200, 4096, PRICES)
     tight = cost_bounds(None, 1200, 4096, PRICES, floor=floor)
     assert not tight.known and tight.high == plain.high and tight.low == call_cost(floor, PRICES) > plain.low == 0
+    cached = Prices(input=Decimal("0.30"), cached_input=Decimal("0.03"), output=Decimal("1.20"))
+    as_read = Usage(prompt=floor.prompt, cached_read=floor.prompt, completion=floor.completion)
+    assert cost_bounds(None, 1200, 4096, cached, floor=floor).low == call_cost(as_read, cached) < call_cost(floor, cached)
     exact = cost_bounds(Usage(prompt=900, completion=40), 1200, 4096, PRICES, floor=floor)
     assert exact.known and exact.low == exact.high
 
