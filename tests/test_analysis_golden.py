@@ -33,10 +33,14 @@ RULES = [
     ("H6", 'attempt_rate("lightning") > tier_pass_rate("ultra") / turns("super")'),
     ("H7", 'not (pass_rate("memory", "live") == pass_rate("memory", "replayed"))'),
     ("H8", 'pass_rate("nope") > 0'),
+    ("H9", 'timeout_rate("lightning") == 0 and error_rate("ultra") < 0.5 or throughput("super") > 100 '
+           'and throughput_spread("super") < 3 and ttft("ultra") < 1'),
 ]
-GOLDEN = {  # (cells, seed) -> sha256 of summary.json's canonical bytes (v2: per-family breakdown)
-    (40, 1): "4a6ae409f5974a2272c3cbae66a72d9ec9dbbf3fa24b9436210c527b0ba2d9f3",
-    (400, 7): "9b81021706405dfbb15a010e5b4b3cffcc5b765daee425f99eba90061c01d573",
+# (v2: per-family breakdown; then issue 18's per-tier "health" and rule H9, which
+# test_v2_only_adds_the_family_breakdown strips along with the families)
+GOLDEN = {  # (cells, seed) -> sha256 of summary.json's canonical bytes
+    (40, 1): "9cd1e7ebe545be692a577ef51b4c81153422d12e0bd963a9ae7b73324077f2ba",
+    (400, 7): "841c7157c8ffede941420b4969117600f74f92f3b811f62a86182005a2cd11b9",
 }
 GOLDEN_V1 = {  # the same summaries before v2 added "families": nothing else may change
     (40, 1): "e0e52a7b05b760dd82f376e8be2fb59676227e7a580710950b3e029a2fcc8507",
@@ -160,6 +164,10 @@ def test_v2_only_adds_the_family_breakdown():
         for key in ("primary", "secondary"):
             if s[key]:
                 s[key].pop("families")
+                # issue 18's tier health and rule H9 came after v1 too
+                s[key]["decisions"] = [d for d in s[key]["decisions"] if d["id"] != "H9"]
+                for t in s[key]["tiers"]:
+                    t.pop("health")
         assert hashlib.sha256(jsonio.dumps(s)).hexdigest() == digest, (cells, seed)
 
 

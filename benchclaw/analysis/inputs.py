@@ -18,6 +18,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
+from fractions import Fraction
 from typing import Callable, Iterable, Mapping, NamedTuple
 
 from ..errors import FormatError
@@ -68,6 +69,16 @@ class CallView:
     cost_high: Decimal
     known: bool
     model_mismatch: bool = False  # the provider echoed a model id other than the one requested
+    latency_ms: int = 0  # until the reply (or the stream) ended
+    ttft_ms: int | None = None  # a streamed call's time to its first token
+    at: str = ""  # when the call was recorded (its record's ``at``): where it falls in the experiment
+
+    @property
+    def tokens_per_s(self) -> Fraction | None:
+        """Output tokens per second of call time, for an answered call with usage."""
+        if self.usage is None or self.outcome in ("error", "cut_off") or self.latency_ms <= 0:
+            return None
+        return Fraction(self.usage[3] * 1000, self.latency_ms)
 
 
 class RunTally(NamedTuple):
@@ -204,7 +215,17 @@ def _get(body: Mapping, key: str, typ: type, default, where: str):
     return val
 
 
-def _plain_call_view(body: Mapping) -> CallView | None:
+def _timing(body: Mapping) -> tuple[int, int | None]:
+    """``latency_ms`` and a streamed call's ``stream.ttft_ms`` (0 / None when absent or odd:
+    timing describes the provider, it decides nothing)."""
+    latency = body.get("latency_ms")
+    stream = body.get("stream")
+    ttft = stream.get("ttft_ms") if type(stream) is dict else None
+    return (latency if type(latency) is int and latency >= 0 else 0,
+            ttft if type(ttft) is int and ttft >= 0 else None)
+
+
+def _plain_call_view(body: Mapping, at: str = "") -> CallView | None:
     """``_call_view`` for the usual shape (plain dicts, strings and ints of the right type),
     without building an error location per field; None for anything else, which
     ``_call_view`` then reads (and reports) field by field. Same result either way."""
@@ -231,10 +252,10 @@ def _plain_call_view(body: Mapping) -> CallView | None:
     low, high = Decimal(low_s), Decimal(high_s)
     return CallView(outcome, str(kind) if kind is not None else None, uv, low, high,
                     bool(cost.get("known", uv is not None)) and low == high,
-                    body.get("model_mismatch") is True)
+                    body.get("model_mismatch") is True, *_timing(body), at)
 
 
-def _call_view(body: Mapping, where: str) -> CallView:
+def _call_view(body: Mapping, where: str, at: str = "") -> CallView:
     cost = body.get("cost")
     if not _is_map(cost):
         raise FormatError(f"{where}: call has no cost object")
@@ -249,7 +270,7 @@ def _call_view(body: Mapping, where: str) -> CallView:
     outcome = _get(body, "outcome", str, "error" if err else "stop", where)
     known = bool(cost.get("known", uv is not None)) and low == high
     return CallView(outcome, str(kind) if kind is not None else None, uv, low, high, known,
-                    body.get("model_mismatch") is True)
+                    body.get("model_mismatch") is True, *_timing(body), at)
 
 
 def is_denial(action: Mapping) -> bool:
@@ -276,8 +297,8 @@ def view_run(run_id: str, records: tuple[Record, ...] | list[Record],
     for rec in records:
         if rec.kind == "call":
             body = rec.body
-            calls.append((type(body) is dict and _plain_call_view(body))
-                         or _call_view(body, f"{where} line {rec.seq + 1}"))
+            calls.append((type(body) is dict and _plain_call_view(body, rec.at))
+                         or _call_view(body, f"{where} line {rec.seq + 1}", rec.at))
         elif rec.kind == "action":
             denials += is_denial(rec.body)
             attempts += bool(rec.body.get("injection"))
@@ -316,7 +337,7 @@ def view_to_json(view: RunView) -> list:
     ``view_from_json`` turns back into an equal view, so a builder can cache views."""
     row = [getattr(view, name) for name in _VIEW_FIELDS]
     row[_CALLS_AT] = [[c.outcome, c.error_kind, c.usage, str(c.cost_low), str(c.cost_high), c.known,
-                       c.model_mismatch] for c in view.calls]
+                       c.model_mismatch, c.latency_ms, c.ttft_ms, c.at] for c in view.calls]
     return row
 
 
@@ -326,8 +347,9 @@ def view_from_json(row: list) -> RunView:
         if len(row) != len(_VIEW_FIELDS):
             raise ValueError("wrong length")
         row = list(row)
-        row[_CALLS_AT] = tuple(CallView(o, k, None if u is None else tuple(u), Decimal(lo), Decimal(hi), kn, mm)
-                               for o, k, u, lo, hi, kn, mm in row[_CALLS_AT])
+        row[_CALLS_AT] = tuple(CallView(o, k, None if u is None else tuple(u), Decimal(lo), Decimal(hi), kn, mm,
+                                        ms, ttft, at)
+                               for o, k, u, lo, hi, kn, mm, ms, ttft, at in row[_CALLS_AT])
         return RunView(*row)
     except (TypeError, ValueError, decimal.InvalidOperation) as e:
         raise FormatError(f"cached run view: {e}") from None

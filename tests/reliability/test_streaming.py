@@ -43,6 +43,23 @@ TIER = '[tiers.{name}]\nprovider = "openai"\nmodel = "sim/super"\nbase_url = "{u
        'stream = {stream}\nstall_s = {stall}\nprices = {{ input = "0.30", cached_input = "0.075", output = "1.20" }}\n'
 
 
+# Pre-registered provider-health hypotheses, decided from the runs (FORMAT.md §10).
+HYPOTHESES = """
+[[hypotheses]]
+id = "H-no-timeouts"
+text = "6 of 6 streamed runs meet no provider timeout."
+rule = 'timeout_rate("streamed") == 0 and error_rate("streamed") == 0'
+[[hypotheses]]
+id = "H-stalls"
+text = "The stalling endpoint times out in no run."
+rule = 'timeout_rate("stall") == 0'
+[[hypotheses]]
+id = "H-speed"
+text = "Streamed and plain calls are served at some speed, with a first token."
+rule = 'throughput("streamed") > 0 and ttft("streamed") >= 0 and throughput("plain") > 0'
+"""
+
+
 def _backend(**faults) -> SimBackend:
     return SimBackend(load_profiles(), latency_scale=0,
                       faults=SimFaults(stream_cut_after=CUT_AFTER, hang_s=HANG_S, **faults))
@@ -64,7 +81,8 @@ def grid(tmp_path_factory):
         catalog.write_text(CATALOG_HEAD + "".join(TIER.format(name=n, url=s.base_url, stream=st, stall=stall)
                                                   for n, (s, st, stall) in tiers.items()))
         spec = write_spec(tmp, EXP, tasks=TASKS, tiers=list(tiers), catalog="streams.toml", profiles=PROFILES,
-                          settings={"seconds": SECONDS, "retries": 2, "concurrency": 8, "max_tokens": 4096})
+                          settings={"seconds": SECONDS, "retries": 2, "concurrency": 8, "max_tokens": 4096},
+                          extra=HYPOTHESES)
         store = Store(tmp / "runs")
         t0 = time.monotonic()
         result = register_and_run(store, spec, EXP)
@@ -210,3 +228,27 @@ def test_inflated_text_chunks_change_the_recounted_floor(grid, tmp_path, monkeyp
         body["stream"]["text_chunks"] += 100
     rep = _forge(grid, tmp_path, monkeypatch, inflate)
     assert rep.exit_code == 1 and any("differs from the recomputed" in t for t in _costs_failures(rep))
+
+
+def test_report_and_site_show_throughput_ttft_and_timeouts_per_tier(grid):
+    from .helpers import tier_row
+
+    plain, streamed = tier_row(grid.products.summary, "plain"), tier_row(grid.products.summary, "streamed")
+    for row in (plain, streamed):
+        h = row["health"]
+        assert h["errors"] == 0 and h["timeout_runs"] == 0 and h["runs"] == len(TASKS) * len(PROFILES)
+        assert h["tokens_per_s"]["calls"] == h["calls"] and Decimal(h["tokens_per_s"]["median"]) > 0
+    assert plain["health"]["ttft_s"]["median"] is None and Decimal(streamed["health"]["ttft_s"]["median"]) >= 0
+    stall = tier_row(grid.products.summary, "stall")["health"]
+    assert stall["timeout_runs"] == stall["runs"] == len(TASKS) * len(PROFILES)  # each run's first attempt stalled
+    cut = tier_row(grid.products.summary, "cut")["health"]
+    assert cut["errors"] == cut["calls"] and cut["error_rate"] == ["1.0000", "1.0000"]
+    assert "Provider health" in grid.products.terminal and "tok/s by quarter" in grid.products.markdown
+    page = next(grid.products.site.rglob(f"*{EXP}*/index.html"), None) or next(
+        p for p in grid.products.site.rglob("*.html") if "Provider health" in p.read_text())
+    assert "Provider health" in page.read_text() and "first token" in page.read_text()
+
+
+def test_provider_health_hypotheses_are_decided(grid):
+    decided = {d["id"]: d["decision"] for d in grid.products.summary["primary"]["decisions"]}
+    assert decided == {"H-no-timeouts": "supported", "H-stalls": "refuted", "H-speed": "supported"}
