@@ -167,6 +167,9 @@ class Provider(abc.ABC):
 
     name: str = "provider"
     simulated: bool = False
+    # Sees a streamed reply's text as it arrives, ``(text, first chunk of this call?)``
+    # (``benchclaw try`` shows it on a terminal); set by whoever owns the provider.
+    on_text: "Callable[[str, bool], None] | None" = None
 
     @abc.abstractmethod
     async def complete(self, req: ChatRequest) -> ChatResponse:

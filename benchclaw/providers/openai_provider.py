@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import ProviderConfigError
 from .base import (CallError, ChatRequest, ChatResponse, Provider, error_response, parse_completion_body,
@@ -51,7 +51,6 @@ class OpenAIProvider(Provider):
     """Chat completions over HTTP with the official SDK. One ``complete`` = one attempt."""
 
     name = "openai"
-    on_text: Callable[[str], None] | None = None  # sees a streamed reply's text as it arrives
 
     def __init__(self, tier, key: Secret | None) -> None:
         if not tier.base_url:
@@ -105,7 +104,7 @@ class OpenAIProvider(Provider):
         provider) sees the content as it arrives."""
         import openai
 
-        from .streaming import StreamAssembler, assemble, sse_objects
+        from .streaming import StreamAssembler, assemble, per_call, sse_objects
 
         stall = self.tier.stall_s if req.timeout_s is None else min(self.tier.stall_s, req.timeout_s)
         start = time.monotonic()
@@ -114,7 +113,8 @@ class OpenAIProvider(Provider):
             raw = await asyncio.wait_for(
                 self._client_for_use().chat.completions.with_raw_response.create(**self._params(req)), stall)
             headers, stream = raw.headers, raw.http_response
-            end, error = await assemble(sse_objects(stream.aiter_lines()), asm, stall_s=stall, on_text=self.on_text)
+            end, error = await assemble(sse_objects(stream.aiter_lines()), asm, stall_s=stall,
+                                        on_text=per_call(self.on_text))
         except asyncio.TimeoutError:  # not even the headers within stall_s
             end, error = "stalled", CallError("timeout", f"stalled: no response headers within {stall:g} s")
         except (openai.OpenAIError, OSError, *_transport_errors()) as exc:

@@ -35,7 +35,7 @@ from ..errors import FormatError
 from ..money import normalise_usage
 from .base import CallError, ChatResponse, _redact_tree, outcome_of
 
-__all__ = ["StreamStats", "StreamAssembler", "assemble", "sse_objects", "STREAM_ENDS"]
+__all__ = ["StreamStats", "StreamAssembler", "assemble", "sse_objects", "per_call", "STREAM_ENDS"]
 
 # done: a finish reason arrived and the stream closed; cut: it broke or closed before one;
 # stalled: nothing arrived for stall_s and BenchClaw cut it; malformed: a chunk was unreadable.
@@ -198,6 +198,18 @@ async def sse_objects(lines: AsyncIterator[str]) -> AsyncIterator[Any]:
         yield obj
     if data and not "\n".join(data).startswith("[DONE]"):
         yield jsonio.loads("\n".join(data))
+
+
+def per_call(on_text: Callable[[str, bool], None] | None) -> Callable[[str], None] | None:
+    """A provider's ``on_text(text, first)`` for one call: ``first`` is true for its first text."""
+    if on_text is None:
+        return None
+    first = [True]
+
+    def show(text: str) -> None:
+        on_text(text, first[0])
+        first[0] = False
+    return show
 
 
 def _opt_str(v: Any) -> str | None:

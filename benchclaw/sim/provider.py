@@ -20,7 +20,7 @@ from .. import jsonio
 from ..errors import UsageError
 from ..providers.base import (CallError, ChatRequest, ChatResponse, Provider, error_response, parse_completion_body,
                               parse_retry_after, status_kind)
-from ..providers.streaming import StreamAssembler, assemble
+from ..providers.streaming import StreamAssembler, assemble, per_call
 from ..providers.vault import redact
 from .backend import SimBackend, SimFaults, SimReply
 from .engine import SimModules
@@ -125,7 +125,7 @@ class SimProvider(Provider):
         if reply.status != 200:
             return _http_error(reply, latency, request_id)
         if reply.stream is not None:
-            return await _stream_reply(reply, req, request_id, self.stall_s)
+            return await _stream_reply(reply, req, request_id, self.stall_s, self.on_text)
         return parse_completion_body(reply.body, requested_model=req.model, request_id=request_id,
                                      latency_ms=latency, simulated=True, redact=redact)
 
@@ -151,10 +151,11 @@ class _SimStreamClock:
             yield jsonio.loads(payload)
 
 
-async def _stream_reply(reply: SimReply, req: ChatRequest, request_id: str | None, stall_s: float) -> ChatResponse:
+async def _stream_reply(reply: SimReply, req: ChatRequest, request_id: str | None, stall_s: float,
+                        on_text=None) -> ChatResponse:
     clock = _SimStreamClock(reply)
     asm = StreamAssembler(0.0, clock)
-    end, error = await assemble(clock.chunks(reply.stream), asm, stall_s=None)
+    end, error = await assemble(clock.chunks(reply.stream), asm, stall_s=None, on_text=per_call(on_text))
     if end == "done" and reply.stream_end == "stall":
         clock.now += stall_s
         end, error = "stalled", CallError("timeout", f"stalled: nothing received for {stall_s:g} s after "
