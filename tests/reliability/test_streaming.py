@@ -25,8 +25,8 @@ from benchclaw.sim.profiles import load_profiles
 from benchclaw.sim.server import SimServer
 from benchclaw.store import Store
 
-from .helpers import (assert_ledgers_reconcile, bodies, build_products, experiment_runs, register_and_run,
-                      write_spec)
+from .helpers import (assert_ledgers_reconcile, bodies, build_products, experiment_runs, record_figures,
+                      register_and_run, write_spec)
 from .test_faults import FirstAttemptFault
 
 EXP = "STREAMS"
@@ -188,7 +188,16 @@ def test_the_ledger_settles_cut_calls_at_the_upper_bound(grid):
 
 
 def test_the_bundle_verifies_with_every_floor_recounted(grid):
-    assert grid.products.verdict.ok, grid.products.verdict
+    from .helpers import verdict_text
+
+    assert grid.products.verdict.exit_code == 0, verdict_text(grid.products.verdict)
+    calls = [c for r in grid.runs for c in bodies(r, "call")]
+    streamed = [c for c in calls if "stream" in c]
+    floors = [c for c in streamed if c["usage"] is None]
+    record_figures("streaming", tiers=len(grid.by_tier), runs=len(grid.runs), calls=len(calls),
+                   streamed_calls=len(streamed), chunks=sum(c["stream"]["chunks"] for c in streamed),
+                   calls_with_floor=len(floors), stalls_cut=sum(c["stream"]["end"] == "stalled" for c in streamed),
+                   wall_s=round(grid.wall, 1), bundle_bytes=grid.products.bundle.stat().st_size)
 
 
 
