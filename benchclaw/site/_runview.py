@@ -196,7 +196,8 @@ def _call_view(rec, blobs: Blobs) -> dict:
             "reply": blobs.text(b.get("reply")) if b.get("reply") else None,
             "usage_raw": b.get("usage_raw") if isinstance(b.get("usage_raw"), str) else None,
             "request": None if blobs.public else blobs.link(b.get("request")),
-            "prompt_estimate": b.get("prompt_estimate"), "params": _bounded_json(b.get("params"))}
+            "prompt_estimate": b.get("prompt_estimate"), "params": _bounded_json(b.get("params")),
+            "stream": b.get("stream") if isinstance(b.get("stream"), dict) else None}
 
 
 def _action_view(rec, blobs: Blobs) -> dict:
