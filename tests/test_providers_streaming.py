@@ -213,3 +213,26 @@ def test_in_process_stall_costs_stall_s_of_simulated_time():
     resp = asyncio.run(_sim(True, SimFaults(schedule=("stream_stall",), stream_cut_after=4)).complete(req))
     assert resp.error.kind == "timeout" and resp.stream.end == "stalled" and resp.stream.text_chunks == 4
     assert resp.latency_ms >= 7000
+
+
+def test_a_streamed_call_whose_headers_never_come_is_cut_at_stall_s():
+    import time
+
+    from benchclaw.providers.catalog import Tier
+
+    backend = SimBackend(load_profiles(), latency_scale=0, mods=FAKE, faults=SimFaults(schedule=("timeout",), hang_s=10))
+    with serve_in_thread(backend=backend) as url:
+        tier = Tier(name="t", provider="openai", model="sim/ultra", base_url=url, key_env=None, prices=PRICES,
+                    stream=True, stall_s=0.3)
+        provider = make_provider(tier, key="sk-test-key-1234567890")
+
+        async def go():
+            try:
+                t0 = time.monotonic()
+                return await provider.complete(ChatRequest(model="sim/ultra", messages=MESSAGES, stream=True,
+                                                           timeout_s=30)), time.monotonic() - t0
+            finally:
+                await provider.aclose()
+        resp, took = asyncio.run(go())
+    assert resp.error.kind == "timeout" and "no response headers within 0.3 s" in resp.error.message
+    assert resp.stream.end == "stalled" and resp.stream.chunks == 0 and took < 5
