@@ -236,3 +236,33 @@ def test_a_streamed_call_whose_headers_never_come_is_cut_at_stall_s():
         resp, took = asyncio.run(go())
     assert resp.error.kind == "timeout" and "no response headers within 0.3 s" in resp.error.message
     assert resp.stream.end == "stalled" and resp.stream.chunks == 0 and took < 5
+
+
+def test_an_outer_cancellation_is_not_mistaken_for_a_stall():
+    async def go():
+        asm = StreamAssembler(0.0)
+        task = asyncio.ensure_future(assemble(_aiter([_chunk({"content": "a"}), _chunk({}, "stop")], [0, 5]),
+                                              asm, stall_s=2))
+        await asyncio.sleep(0.05)
+        task.cancel()  # the run's time limit, an interrupt
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # and a stall inside an outer wait_for that has time left is still a stall
+        asm2 = StreamAssembler(0.0)
+        got = await asyncio.wait_for(assemble(_aiter([_chunk({"content": "a"}), _chunk({}, "stop")], [0, 5]),
+                                              asm2, stall_s=0.05), timeout=3)
+        assert got[0] == "stalled" and asm2.text_chunks == 1
+    asyncio.run(go())
+
+
+def test_an_error_event_mid_stream_is_a_server_error():
+    resp = _assemble([_chunk({"content": "a"})])  # baseline: cut
+    assert resp.error.kind == "connection"
+
+    async def lines():
+        for line in ['data: {"id": "1", "choices": [{"delta": {"content": "a"}}]}', "",
+                     'data: {"error": {"message": "upstream overloaded"}}', ""]:
+            yield line
+    asm = StreamAssembler(0.0)
+    end, err = asyncio.run(assemble(sse_objects(lines()), asm, stall_s=None))
+    assert end == "cut" and err.kind == "server" and "overloaded" in err.message and asm.text_chunks == 1
