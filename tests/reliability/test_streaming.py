@@ -201,8 +201,9 @@ def test_the_bundle_verifies_with_every_floor_recounted(grid):
 
 
 
-def _forge(grid, tmp_path, monkeypatch, edit_call) -> object:
-    """A consistent forgery of one cut run's first call (digests, chain and run id redone)."""
+def _forge(grid, tmp_path, monkeypatch, edit_call, end: str = "cut") -> object:
+    """A consistent forgery of the first call of a run whose first stream ended ``end``
+    (digests, chain and run id redone)."""
     from benchclaw.verify import verify_bundle
     from tests import test_bundle_support
     from tests.test_bundle_support import Forger
@@ -210,8 +211,8 @@ def _forge(grid, tmp_path, monkeypatch, edit_call) -> object:
     monkeypatch.setattr(test_bundle_support, "EXP", EXP)  # the Forger's journal and summary
 
     f = Forger.of(grid.products.bundle.read_bytes())
-    run = next(r for r in f.run_ids() if any(o["kind"] == "call" and o["body"].get("stream", {}).get("end") == "cut"
-                                             for o in f.records(r)))
+    run = next(r for r in f.run_ids() if any(o["kind"] == "call" and o["body"].get("stream", {}).get("end") == end
+                                             and (end != "done" or o["body"]["usage"] is None) for o in f.records(r)))
 
     def edit(objs):
         call = next(o for o in objs if o["kind"] == "call")
@@ -265,3 +266,11 @@ def test_report_and_site_show_throughput_ttft_and_timeouts_per_tier(grid):
 def test_provider_health_hypotheses_are_decided(grid):
     decided = {d["id"]: d["decision"] for d in grid.products.summary["primary"]["decisions"]}
     assert decided == {"H-no-timeouts": "supported", "H-stalls": "refuted", "H-speed": "supported"}
+
+
+def test_a_reply_without_text_chunks_is_caught(grid, tmp_path, monkeypatch):
+    def no_chunks(body):
+        body["stream"]["text_chunks"] = 0
+        body["cost"]["low"] = "0"  # what the floor would be with no text chunk
+    rep = _forge(grid, tmp_path, monkeypatch, no_chunks, end="done")  # a stream without usage, reply kept
+    assert rep.exit_code == 1 and any("has text but stream.text_chunks is 0" in t for t in _costs_failures(rep))
