@@ -8,9 +8,10 @@ produce the same bytes, and faults look the same through both.
 Faults are what real endpoints do to a client: hang until it times out, 429 with
 ``Retry-After``, 500, reset the connection, send a truncated JSON body, leave usage out,
 echo another model id, or echo the caller's key in a 401 message; a streamed reply
-(``"stream": true``) may also stall or be cut after ``stream_cut_after`` tokens. ``SimFaults`` sets
-them per backend instance, as rates (drawn deterministically per request body and its
-repeat count) or as an explicit per-call schedule that tests use to force each one.
+(``"stream": true``) may also stall or be cut after ``stream_cut_after`` tokens.
+``SimFaults`` sets them per backend instance, as rates (drawn deterministically per request
+body and its repeat count) or as an explicit per-call schedule that tests use to force
+each one.
 """
 
 from __future__ import annotations

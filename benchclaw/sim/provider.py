@@ -113,7 +113,7 @@ class SimProvider(Provider):
         if timed_out and req.timeout_s is not None:
             sim_s = min(sim_s, req.timeout_s)
         wait = sim_s * self.backend.latency_scale
-        if wait > 0:
+        if wait > 0 and (reply.stream is None or timed_out):  # a stream is paced chunk by chunk
             await asyncio.sleep(wait)
         latency = int(round(sim_s * 1000))
         if timed_out:
@@ -125,18 +125,21 @@ class SimProvider(Provider):
         if reply.status != 200:
             return _http_error(reply, latency, request_id)
         if reply.stream is not None:
-            return await _stream_reply(reply, req, request_id, self.stall_s, self.on_text)
+            return await _stream_reply(reply, req, request_id, self.stall_s, self.on_text,
+                                       self.backend.latency_scale)
         return parse_completion_body(reply.body, requested_model=req.model, request_id=request_id,
                                      latency_ms=latency, simulated=True, redact=redact)
 
 
 class _SimStreamClock:
     """Simulated time of a streamed reply: the first token at ``ttft_s``, the others evenly
-    over the decoding time, as the HTTP server paces them; a stall adds ``stall_s``."""
+    over the decoding time, as the HTTP server paces them; a stall adds ``stall_s``. Wall
+    time follows at the latency scale (sleeping in steps of at least 5 ms), so a live
+    display sees the reply arrive as a real one would."""
 
-    def __init__(self, reply: SimReply) -> None:
-        self.now = 0.0
-        self.reply = reply
+    def __init__(self, reply: SimReply, scale: float) -> None:
+        self.now, self.debt = 0.0, 0.0
+        self.reply, self.scale = reply, scale
 
     def __call__(self) -> float:
         return self.now
@@ -144,20 +147,29 @@ class _SimStreamClock:
     async def chunks(self, payloads):
         r, last = self.reply, len(payloads) - 1
         for i, payload in enumerate(payloads):
+            before = self.now
             if i == last and r.stream_end == "done":
                 self.now = r.sim_latency_s  # exactly the plain reply's latency, no rounding drift
             elif i >= 1:
                 self.now = r.ttft_s + (i - 1) * r.stream_step_s
+            await self.sleep(self.now - before)
             yield jsonio.loads(payload)
+
+    async def sleep(self, simulated_s: float) -> None:
+        self.debt += simulated_s * self.scale
+        if self.debt >= 0.005:
+            await asyncio.sleep(self.debt)
+            self.debt = 0.0
 
 
 async def _stream_reply(reply: SimReply, req: ChatRequest, request_id: str | None, stall_s: float,
-                        on_text=None) -> ChatResponse:
-    clock = _SimStreamClock(reply)
+                        on_text=None, scale: float = 0.0) -> ChatResponse:
+    clock = _SimStreamClock(reply, scale)
     asm = StreamAssembler(0.0, clock)
     end, error = await assemble(clock.chunks(reply.stream), asm, stall_s=None, on_text=per_call(on_text))
     if end == "done" and reply.stream_end == "stall":
         clock.now += stall_s
+        await clock.sleep(stall_s)
         end, error = "stalled", CallError("timeout", f"stalled: nothing received for {stall_s:g} s after "
                                                      f"{asm.chunks} chunks; the stream was cut (simulated)")
     elif end == "done" and reply.stream_end == "cut":

@@ -7,8 +7,8 @@ exercised end to end with no network and no key. Routes: ``POST /v1/chat/complet
 ``GET /v1/models``; every reply carries an ``x-request-id`` header and
 ``x-benchclaw-simulated: 1``. A request with ``"stream": true`` is answered with
 server-sent events (``sim.stream``), paced like the simulated latency: the first token
-after the time to first token, the others spread over the decoding time. It binds to loopback only: it is a test double, not a
-service.
+after the time to first token, the others spread over the decoding time. It binds to
+loopback only: it is a test double, not a service.
 """
 
 from __future__ import annotations
