@@ -15,7 +15,7 @@ from benchclaw import jsonio
 from benchclaw.errors import FormatError
 from benchclaw.money import MAX_TOKEN_BYTES, Prices, Usage, call_cost, cost_bounds, message_bytes, stream_floor
 from benchclaw.providers import make_provider
-from benchclaw.providers.base import ChatRequest
+from benchclaw.providers.base import ChatRequest, parse_completion_body
 from benchclaw.providers.catalog import load_catalog, parse_catalog
 from benchclaw.providers.streaming import StreamAssembler, assemble, sse_objects
 from benchclaw.sim.backend import SimBackend, SimFaults
@@ -101,7 +101,8 @@ def _chunk(delta=None, finish=None, usage=None, choices=True):
 def _assemble(chunks, stall_s=None, delays=None, on_text=None):
     asm = StreamAssembler(0.0, clock=lambda: 0.25)
     end, error = asyncio.run(assemble(_aiter(chunks, delays), asm, stall_s=stall_s, on_text=on_text))
-    return asm.response(end, requested_model="m", request_id="r", simulated=False, redact=lambda s: s, error=error)
+    return asm.response(end, error=error, parse=lambda body, ms: parse_completion_body(
+        body, requested_model="m", request_id="r", latency_ms=ms, simulated=False))
 
 
 def test_assembled_reply_equals_what_a_plain_call_records():

@@ -126,9 +126,13 @@ class OpenAIProvider(Provider):
             if stream is not None:
                 with contextlib.suppress(Exception):
                     await stream.aclose()
-        return asm.response(end, requested_model=req.model, request_id=_header(headers, "x-request-id", self._redact),
-                            simulated=self.simulated or (headers is not None and headers.get(SIMULATED_HEADER) == "1"),
-                            redact=self._redact, error=error)
+
+        def parse(body: bytes, latency_ms: int) -> ChatResponse:  # the non-streamed call's own parser
+            return parse_completion_body(
+                body, requested_model=req.model, request_id=_header(headers, "x-request-id", self._redact),
+                latency_ms=latency_ms, redact=self._redact,
+                simulated=self.simulated or (headers is not None and headers.get(SIMULATED_HEADER) == "1"))
+        return asm.response(end, parse=parse, error=error)
 
     def _params(self, req: ChatRequest) -> dict:
         """What the SDK sends: the recorded request body (``req.body()``, one definition for

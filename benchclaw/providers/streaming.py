@@ -1,9 +1,11 @@
 """Streamed calls: chunks in, the same ``ChatResponse`` a non-streamed call gives out.
 
 A streamed reply arrives as ``chat.completion.chunk`` objects (server-sent events). The
-``StreamAssembler`` joins them into what a non-streamed call records (the assembled
-content, the finish reason, the usage object of the final chunk, the response id and the
-echoed model), so the runtime, the analysis and the verifier treat both alike; what only
+``StreamAssembler`` joins them into the ``chat.completion`` object a non-streamed call
+would have received (the content, reasoning, finish reason, the usage object of the final
+chunk, the response id and the echoed model) and hands it to the provider's own
+``parse_completion_body``, so a streamed call is recorded by the very rules of a
+non-streamed one and the runtime, the analysis and the verifier treat both alike; what only
 a stream shows is kept beside it as ``StreamStats`` (time to first token, chunk counts,
 how the stream ended), recorded as the ``stream`` object of the ``call`` record
 (docs/FORMAT.md §3).
@@ -27,13 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Callable, Mapping
 
 from .. import jsonio
 from ..errors import FormatError
-from ..money import normalise_usage
-from .base import CallError, ChatResponse, _redact_tree, outcome_of
+from .base import CallError, ChatResponse
 
 __all__ = ["StreamStats", "StreamAssembler", "StreamErrorEvent", "assemble", "sse_objects", "per_call", "STREAM_ENDS"]
 
@@ -78,6 +79,7 @@ class StreamAssembler:
         self.usage_raw: dict | None = None
         self.response_id: str | None = None
         self.model: str | None = None
+        self.fingerprint: str | None = None
 
     def feed(self, chunk: Any) -> str:
         """Take one chunk. Raises ``FormatError`` for a chunk that is not a chunk object."""
@@ -86,6 +88,7 @@ class StreamAssembler:
         self.chunks += 1
         self.response_id = self.response_id or _opt_str(chunk.get("id"))
         self.model = self.model or _opt_str(chunk.get("model"))
+        self.fingerprint = self.fingerprint or _opt_str(chunk.get("system_fingerprint"))
         if type(chunk.get("usage")) is dict:
             self.usage_raw = dict(chunk["usage"])  # the last one sent wins: it is the final count
         choices = chunk.get("choices")
@@ -122,33 +125,36 @@ class StreamAssembler:
     def stats(self, end: str) -> StreamStats:
         return StreamStats(self.chunks, self.text_chunks, self.ttft_ms, self.usage_raw is not None, end)
 
-    def response(self, end: str, *, requested_model: str, request_id: str | None, simulated: bool,
-                 redact: Callable[[str], str], error: CallError | None = None) -> ChatResponse:
-        """The call's ``ChatResponse``. A stream that ended without a finish reason is an
-        error (``cut`` unless ``error`` says otherwise); the content received is kept."""
+    def document(self) -> dict:
+        """The chunks joined into the ``chat.completion`` object a non-streamed call gets."""
+        message: dict[str, Any] = {"role": "assistant",
+                                   "content": "".join(self.content) if (self.content or self.finish) else None}
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        doc: dict[str, Any] = {"id": self.response_id, "object": "chat.completion", "model": self.model,
+                               "choices": [{"index": 0, "message": message, "finish_reason": self.finish}]}
+        if self.fingerprint is not None:
+            doc["system_fingerprint"] = self.fingerprint
+        if self.usage_raw is not None:
+            doc["usage"] = self.usage_raw
+        return doc
+
+    def response(self, end: str, *, parse: Callable[[bytes, int], ChatResponse],
+                 error: CallError | None = None) -> ChatResponse:
+        """The call's ``ChatResponse``: the joined document through ``parse(body, latency_ms)``
+        (the provider's ``parse_completion_body`` with its headers bound), so a streamed
+        call is recorded by exactly the rules of a non-streamed one, plus its ``stream``.
+        A stream that did not end ``done`` (or ended without a finish reason) is an error
+        that keeps the content received."""
         if end == "done" and self.finish is None:
             end = "cut"
         if end != "done" and error is None:
             error = CallError("connection", f"the stream ended after {self.chunks} chunks without a finish reason")
-        content = redact("".join(self.content)) if (self.content or self.finish is not None) else None
-        usage_raw, usage = self._usage(redact)
-        echoed = None if self.model is None else redact(self.model)
-        return ChatResponse(
-            content=content, finish_reason=self.finish if error is None else None,
-            outcome="error" if error is not None else outcome_of(content, self.finish),
-            request_id=request_id, response_id=None if self.response_id is None else redact(self.response_id),
-            model_echoed=echoed, latency_ms=_ms(self.clock() - self.start), usage_raw=usage_raw, usage=usage,
-            error=error, simulated=simulated, model_mismatch=self.model is not None and self.model != requested_model,
-            stream=self.stats(end))
-
-    def _usage(self, redact: Callable[[str], str]):
-        if self.usage_raw is None:
-            return None, None
-        raw = _redact_tree(self.usage_raw, redact)
-        try:
-            return raw, normalise_usage(raw)
-        except FormatError:
-            return raw, None
+        resp = parse(jsonio.dumps(self.document()), _ms(self.clock() - self.start))
+        resp = replace(resp, stream=self.stats(end))
+        if error is not None and resp.ok:
+            resp = replace(resp, outcome="error", error=error, finish_reason=None)
+        return resp
 
 
 async def assemble(chunks: AsyncIterator[Any], asm: StreamAssembler, *, stall_s: float | None,

@@ -175,8 +175,8 @@ async def _stream_reply(reply: SimReply, req: ChatRequest, request_id: str | Non
     elif end == "done" and reply.stream_end == "cut":
         end, error = "cut", CallError("connection", f"the stream broke after {asm.chunks} chunks: "
                                                     "connection reset by peer (simulated)")
-    return asm.response(end, requested_model=req.model, request_id=request_id, simulated=True, redact=redact,
-                        error=error)
+    return asm.response(end, error=error, parse=lambda body, ms: parse_completion_body(
+        body, requested_model=req.model, request_id=request_id, latency_ms=ms, simulated=True, redact=redact))
 
 
 def _http_error(reply: SimReply, latency: int, request_id: str | None) -> ChatResponse:
