@@ -274,11 +274,15 @@ def health_of(runs: Iterable[RunView], missing: int) -> Health:
     maybe = sum(not any(c.error_kind == "timeout" for c in r.calls) and any(c.outcome == "cut_off" for c in r.calls)
                 for r in runs)
     timed, speeds = [], []
-    for c in calls:
-        v = c.tokens_per_s
-        if v is not None:
+    for r in runs:
+        for c in r.calls:
+            v = c.tokens_per_s
+            if v is None:
+                continue
             speeds.append(v)
-            t = _micros(c.at)
+            # A simulated run's wall-clock placement says nothing about a provider, and would
+            # make the summary depend on when (and on how many machines) the grid ran.
+            t = None if r.simulated else _micros(c.at)
             if t is not None:
                 timed.append((t, v))
     return Health(calls=len(calls), errors=sum(c.outcome == "error" for c in calls),
