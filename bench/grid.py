@@ -6,7 +6,10 @@ real agent, store (fsync on), ledger and the built-in simulator, in a temporary 
     python bench/grid.py --calls 2000
         Zero-latency simulator. Harness CPU per model call = (process CPU during the grid
         - CPU spent inside the simulator) / calls. Target: under 2 ms per call.
-        Last line: grid_overhead ms_per_call=X
+        Then the same grid with every tier streamed (``stream = true``: the simulator's
+        replies cut into one chunk per token and joined again by the stream assembler,
+        which is harness work; only building the chunks counts as the simulator's).
+        Last lines: grid_overhead ms_per_call=X, then grid_stream ms_per_call=Y
 
     python bench/grid.py --latency 0.5 --concurrency 16
         Every call takes exactly 0.5 s (simulator content, fixed wall latency). Ideal wall
@@ -50,13 +53,24 @@ tasks = ["*"]
 profiles = ["direct", "checker"]
 seeds = {seeds}
 tiers = ["lightning", "super", "ultra"]
-catalog = "sim"
+catalog = "{catalog}"
 all_tiers = true
 [settings]
 max_tokens = 4096
 concurrency = {concurrency}
 [budget]
 usd = "1000"
+"""
+STREAM_CATALOG = """v = 1
+name = "sim-stream"
+description = "SIMULATED: the sim tiers, streamed"
+extends = "sim"
+[tiers.lightning]
+stream = true
+[tiers.super]
+stream = true
+[tiers.ultra]
+stream = true
 """
 CALLS_PER_RUN_GUESS = 5.6  # measured: 2424 calls over 432 runs of the 12 shipped tasks on sim
 
@@ -107,9 +121,40 @@ class FixedLatency(CpuMeter):
         return resp
 
 
-def _prepare(root: Path, seeds: int, concurrency: int) -> Store:
+class HandleMeter:
+    """Adds up the CPU time of the simulated endpoint alone (``SimBackend.handle``: deciding
+    the turn and building its body or chunks), so that parsing a reply or assembling a
+    stream counts as the harness's work."""
+
+    def __init__(self, inner, totals: dict):
+        self.inner, self.totals = inner, totals
+        self.simulated, self.name = inner.simulated, inner.name
+        backend = inner.backend
+        if not getattr(backend, "_metered", False):
+            handle = backend.handle
+
+            def metered(*a, **kw):
+                t0 = time.process_time()
+                try:
+                    return handle(*a, **kw)
+                finally:
+                    totals["sim_cpu"] += time.process_time() - t0
+            backend.handle, backend._metered = metered, True
+
+    async def complete(self, req):
+        self.totals["calls"] += 1
+        return await self.inner.complete(req)
+
+    async def aclose(self):
+        await self.inner.aclose()
+
+
+def _prepare(root: Path, seeds: int, concurrency: int, stream: bool = False) -> Store:
     spec = root / "BENCH.toml"
-    spec.write_text(SPEC.format(seeds=list(range(1, seeds + 1)), concurrency=concurrency))
+    if stream:
+        (root / "sim-stream.toml").write_text(STREAM_CATALOG)
+    spec.write_text(SPEC.format(seeds=list(range(1, seeds + 1)), concurrency=concurrency,
+                                catalog="sim-stream.toml" if stream else "sim"))
     store = Store(root / "runs", fsync=FSYNC[0])
     prereg(store, spec)
     return store
@@ -149,6 +194,32 @@ def overhead(calls: int, concurrency: int, profile: bool) -> None:
     if prof:
         _report_profile(prof)
     print(f"grid_overhead ms_per_call={1000 * harness / n:.3f}")
+
+
+def stream_overhead(calls: int, concurrency: int) -> None:
+    """The same grid twice, simulator work metered at ``SimBackend.handle`` in both: plain,
+    then every tier streamed. Prints both figures so they compare like for like."""
+    seeds = max(1, math.ceil(calls / (runs_per_seed() * CALLS_PER_RUN_GUESS)))
+    figures = {}
+    for stream in (False, True):
+        totals = {"sim_cpu": 0.0, "calls": 0, "chunks": 0}
+        with tempfile.TemporaryDirectory(dir=TMPDIR[0]) as tmp:
+            store = _prepare(Path(tmp), seeds, concurrency, stream=stream)
+            backends = _backends(lambda p: HandleMeter(p, totals))
+            t0 = os.times()
+            res = asyncio.run(run_experiment(store, "BENCH", backends=backends, handle_signals=False))
+            t1 = os.times()
+            chunks = sum(r.body.get("stream", {}).get("chunks", 0) for run in res.runs
+                         for r in store.read_run(run["run_id"], verify=False).records if r.kind == "call")
+        cpu = (t1.user - t0.user) + (t1.system - t0.system)
+        n = totals["calls"]
+        figures[stream] = 1000 * (cpu - totals["sim_cpu"]) / n
+        print(f"{'streamed' if stream else 'plain'} grid {res.status}: {len(res.runs)} runs, {n} calls"
+              + (f", {chunks} chunks ({chunks / n:.0f} per call)" if stream else "")
+              + f"; harness CPU per call {figures[stream]:.3f} ms (simulator endpoint {totals['sim_cpu']:.2f} s)")
+    print(f"streaming adds {figures[True] - figures[False]:.3f} ms of harness CPU per call "
+          f"({figures[True] / figures[False]:.2f}x the plain call measured the same way)")
+    print(f"grid_stream ms_per_call={figures[True]:.3f}")
 
 
 def concurrency_efficiency(latency: float, concurrency: int, seeds: int) -> None:
@@ -219,6 +290,7 @@ def main() -> None:
         concurrency_efficiency(args.latency, args.concurrency or 16, args.seeds)
     else:
         overhead(args.calls or 2000, args.concurrency or 8, args.profile)
+        stream_overhead(args.calls or 2000, args.concurrency or 8)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ calls ``update`` when a unit finishes, and ``tick`` may be called on a timer.
 from __future__ import annotations
 
 import time
+from collections import deque
 from decimal import Decimal
 from typing import TextIO
 
@@ -26,8 +27,12 @@ def fmt_eta(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+RECENT_CALLS = 50  # the tokens/s shown per tier is over its last this many finished runs
+
+
 class Progress:
-    """``done/total``, passes, live worst-case spend and ETA."""
+    """``done/total``, passes, live worst-case spend, ETA, and output tokens per second per
+    tier over its recent calls (a provider slowing down shows while the grid runs)."""
 
     def __init__(self, total: int, stream: TextIO | None, *, label: str = "", every: int | None = None,
                  clock=time.monotonic):
@@ -38,6 +43,21 @@ class Progress:
         self.spend = Decimal(0)
         self.start = clock()
         self._last_width = 0
+        self.speed: dict[str, deque] = {}  # tier -> recent (completion tokens, latency ms)
+
+    def calls(self, tier: str, timings) -> None:
+        """Note ``(completion tokens, milliseconds)`` pairs of the tier: a finished run's
+        output tokens and time (``run.end``), which every executor hands back."""
+        recent = self.speed.setdefault(tier, deque(maxlen=RECENT_CALLS))
+        recent.extend((tokens, ms) for tokens, ms in timings if ms > 0)
+
+    def _speeds(self) -> str:
+        parts = []
+        for tier, recent in self.speed.items():
+            ms = sum(m for _, m in recent)
+            if ms:
+                parts.append(f"{tier} {1000 * sum(t for t, _ in recent) / ms:.0f}")
+        return f"  tok/s {' '.join(parts)}" if parts else ""
 
     def update(self, *, done: int = 0, passes: int = 0, spend: Decimal | None = None) -> None:
         """Count finished units and refresh the display."""
@@ -61,7 +81,7 @@ class Progress:
             eta = 0.0
         pct = (100 * self.done // self.total) if self.total else 100
         return (f"{self.label}[{self.done}/{self.total} {pct:3d}%] passes {self.passes}  "
-                f"spend ${fmt_usd(self.spend)}  elapsed {fmt_eta(elapsed)}  ETA {fmt_eta(eta)}")
+                f"spend ${fmt_usd(self.spend)}  elapsed {fmt_eta(elapsed)}  ETA {fmt_eta(eta)}{self._speeds()}")
 
     def _draw(self) -> None:
         text = self.line()

@@ -32,7 +32,7 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _TOP_KEYS = {"v", "name", "description", "extends", "simulated", "order", "tiers"}
 _TIER_KEYS = {"provider", "model", "base_url", "key_env", "key_file", "prices", "simulated",
               "description", "sim_profile", "always_follow_injections", "params", "keep_headers",
-              "expect_model", "stall_seconds", "allow_http"}
+              "expect_model", "stall_seconds", "allow_http", "stream"}
 # Request fields a tier's ``params`` may not set: the runtime owns them (they are recorded
 # as the run's settings and costed from), or they change the protocol (streaming, n > 1).
 RESERVED_PARAMS = frozenset({"model", "messages", "temperature", "seed", "response_format", "stream",
@@ -48,6 +48,8 @@ class Tier:
 
     ``sim_profile`` names the simulator profile (default: the tier name);
     ``always_follow_injections`` is a simulator knob for the reliability suite.
+    ``stream`` makes every call a streamed one; a stream that sends nothing for
+    ``stall_seconds`` is cut (and the call retried while the run has time).
     """
 
     name: str
@@ -67,6 +69,7 @@ class Tier:
     keep_headers: tuple[str, ...] = ()
     expect_model: str | None = None
     stall_seconds: float = DEFAULT_STALL_SECONDS
+    stream: bool = False  # stream every call; a stream silent for stall_seconds is cut and retried
 
     @property
     def max_tokens(self) -> int | None:
@@ -250,7 +253,7 @@ def _override_tier(tier: Tier, spec: Mapping, w: str, folder: Path | None = None
         if type(v) not in (int, float) or not 0 < v <= 86400:
             raise FormatError(f"{w}.stall_seconds: expected a number of seconds in (0, 86400]")
         changes["stall_seconds"] = v
-    for key in ("simulated", "always_follow_injections", "allow_http"):
+    for key in ("simulated", "always_follow_injections", "allow_http", "stream"):
         if key in spec:
             changes[key] = _bool_field(spec, key, w, False)
     if changes.get("key_file") and folder is not None and not changes["key_file"].startswith(("/", "~")):

@@ -54,6 +54,9 @@ __all__ = [
     "CallCost",
     "call_cost_of",
     "UNBILLED_STATUSES",
+    "stream_floor",
+    "message_bytes",
+    "MAX_TOKEN_BYTES",
 ]
 
 PER_MILLION = Decimal(1_000_000)
@@ -477,15 +480,56 @@ class CostBounds:
         return cls(True, Decimal(0), Decimal(0))
 
 
-def cost_bounds(usage: Usage | None, prompt_estimate: int, max_tokens: int, prices: Prices) -> CostBounds:
-    """The ``cost`` of a ``call`` record: exact from usage, or ``[0, upper bound]`` without it.
+def cost_bounds(usage: Usage | None, prompt_estimate: int, max_tokens: int, prices: Prices,
+                floor: Usage | None = None) -> CostBounds:
+    """The ``cost`` of a ``call`` record: exact from usage, or ``[low, upper bound]`` without
+    it, where ``low`` is the cost of ``floor`` (what a streamed call provably used,
+    ``stream_floor``) or 0.
 
     Raises ``ProviderConfigError`` if a needed price is unknown.
     """
     if usage is not None:
         c = call_cost(usage, prices)
         return CostBounds(True, c, c)
-    return CostBounds(False, Decimal(0), cost_upper_bound(prompt_estimate, max_tokens, prices))
+    high = cost_upper_bound(prompt_estimate, max_tokens, prices)
+    if floor is None:
+        return CostBounds(False, Decimal(0), high)
+    # the prompt floor at the cheaper of a cache read and an uncached token: it may all have been cached
+    as_read = Usage(prompt=floor.prompt, cached_read=floor.prompt, completion=floor.completion)
+    return CostBounds(False, min(call_cost(as_read, prices), call_cost(floor, prices), high), high)
+
+
+# No token of the tokenizers BenchClaw's catalogs name spans more UTF-8 bytes than this (their
+# longest tokens are runs of spaces or punctuation of a few dozen bytes), so text of B bytes
+# is at least ceil(B / MAX_TOKEN_BYTES) tokens. Deliberately loose: a floor must never be
+# above what was billed.
+MAX_TOKEN_BYTES = 128
+
+
+def stream_floor(message_bytes: int, reply_bytes: int, text_chunks: int, max_tokens: int) -> Usage:
+    """The usage a streamed call provably had when its usage is unknown (FORMAT §6,
+    "Lower bound of a streamed call"): once a chunk with generated text arrived, the prompt
+    was processed, at least ``ceil(message_bytes / MAX_TOKEN_BYTES)`` tokens; the completion
+    is at least one token per chunk that carried text, and at least
+    ``ceil(reply_bytes / MAX_TOKEN_BYTES)``, never above ``max_tokens``. Nothing before the
+    first text chunk. ``message_bytes`` is the UTF-8 size of the request's message contents."""
+    if min(message_bytes, reply_bytes, text_chunks, max_tokens) < 0:
+        raise ValueError("byte and token counts must be non-negative")
+    if text_chunks == 0:
+        return ZERO_USAGE
+    prompt = -(-message_bytes // MAX_TOKEN_BYTES)
+    completion = min(max_tokens, max(text_chunks, -(-reply_bytes // MAX_TOKEN_BYTES)))
+    return Usage(prompt=prompt, completion=completion)
+
+
+def message_bytes(messages: Iterable[Mapping]) -> int:
+    """UTF-8 bytes of the contents of a message list (what ``stream_floor`` counts)."""
+    total = 0
+    for m in messages:
+        content = m.get("content")
+        text = content if isinstance(content, str) else ("" if content is None else str(content))
+        total += len(text.encode("utf-8"))
+    return total
 
 
 @dataclass(frozen=True)
@@ -499,7 +543,7 @@ class CallCost:
 
 
 def call_cost_of(usage: Usage | None, prompt_estimate: int, max_tokens: int, prices: Prices, *,
-                 unread: Iterable[str] = (), error: Mapping | None = None) -> CallCost:
+                 unread: Iterable[str] = (), error: Mapping | None = None, floor: Usage | None = None) -> CallCost:
     """The cost of one ``call`` record, as the runtime records it and the verifier
     recomputes it (FORMAT.md §6):
 
@@ -508,7 +552,8 @@ def call_cost_of(usage: Usage | None, prompt_estimate: int, max_tokens: int, pri
       reported)]`` (the provider may bill what it reported; the reservation is what we
       asked for);
     - no usage, and the failure provably unbilled (``unbilled_reason``): a known zero;
-    - no usage otherwise: ``[0, upper bound]``.
+    - no usage otherwise: ``[0, upper bound]``, or ``[floor cost, upper bound]`` for a
+      streamed call (``floor``: ``stream_floor``).
 
     Raises ``ProviderConfigError`` if a needed price is unknown.
     """
@@ -521,7 +566,7 @@ def call_cost_of(usage: Usage | None, prompt_estimate: int, max_tokens: int, pri
     reason = unbilled_reason(error)
     if reason is not None:
         return CallCost(CostBounds.zero(), unbilled=reason)
-    return CallCost(cost_bounds(None, prompt_estimate, max_tokens, prices))
+    return CallCost(cost_bounds(None, prompt_estimate, max_tokens, prices, floor=floor))
 
 
 # ---------------------------------------------------------------------------- estimates

@@ -367,6 +367,7 @@ class _Grid:
                 raise
         if done.run_id is None:  # nothing reached the runs directory (a worker lost early)
             return None
+        self.progress.calls(tier, _run_speed(done.end))
         body = _journal_body(job, done)
         self._record_run(body)
         return body
@@ -454,3 +455,13 @@ def _journal_body(job: RunJob, done: RunDone) -> dict:
     # off in flight has no call record; its cost is the ledger's: the reservation, settled
     # unknown at its upper bound, which the analysis adds to the run as a cut-off call.
     return _run_body(job.policy_context, done.run_id, job.tier, done.end, bool(done.end.get("calls") or done.reserved))
+
+
+def _run_speed(end: dict) -> list[tuple[int, int]]:
+    """``(completion tokens, elapsed ms)`` of a finished run, from its ``run.end`` (what every
+    executor hands back), for the progress line's tokens per second."""
+    usage, ms = end.get("usage"), end.get("elapsed_ms")
+    tokens = usage.get("completion") if isinstance(usage, dict) else None
+    if type(tokens) is not int or type(ms) is not int or tokens <= 0 or ms <= 0:
+        return []
+    return [(tokens, ms)]

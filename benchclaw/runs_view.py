@@ -106,6 +106,9 @@ def _fmt_call(store: Store, rec: Record) -> str:
     else:
         parts.append("usage unknown")
     parts.append(f"cost {_cost_text(b.get('cost') or {})}")
+    st = b.get("stream")
+    if isinstance(st, dict):
+        parts.append(f"streamed {st.get('chunks')} chunks, first token {st.get('ttft_ms')} ms, ended {st.get('end')}")
     if b.get("request_id"):
         parts.append(_one(f"req {b.get('request_id')}"))
     if err:

@@ -52,3 +52,24 @@ def test_try_on_the_simulator_prints_status_and_where_the_evidence_is(tmp_path, 
     text = invoke("try", "quotes-incident", "--tier", "ultra", "--runs", str(runs))
     assert "status: " in text.output and "evidence: " in text.output and "SIMULATED" in text.output
     assert "benchclaw runs show" in text.output  # CliRunner mixes stderr in
+
+
+def test_try_on_a_terminal_streams_each_reply_escaped(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from benchclaw.cli.try_ import printable
+
+    monkeypatch.setenv("BENCHCLAW_SIM_LATENCY_SCALE", "0")
+    catalog = tmp_path / "streamed.toml"
+    catalog.write_text('v = 1\nname = "streamed"\nextends = "sim"\n[tiers.ultra]\nstream = true\n')
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    code = run_cli(cli, ["try", "quotes-incident", "--tier", "ultra", "--catalog", str(catalog),
+                         "--runs", str(tmp_path / "runs")])
+    out, err = capsys.readouterr()
+    run = next(Store(tmp_path / "runs").iter_runs())
+    replies = [Store(tmp_path / "runs").get_blob(c.body["reply"]).decode() for c in run.records
+               if c.kind == "call" and c.body["reply"]]
+    assert code in (0, 1) and replies and all(c.body["stream"]["end"] == "done" for c in run.records if c.kind == "call")
+    assert all(f"> {r}" in err for r in replies if r)  # each reply, as it streamed, on its own line
+    assert "status: " in out and "> " not in out       # stdout keeps only the result
+    assert printable("ok\x1b[2J\rgone\u202e\tend\n") == "ok\\x1b[2J\\x0dgone\\u202e\tend\n"

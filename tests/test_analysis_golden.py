@@ -33,11 +33,13 @@ RULES = [
     ("H6", 'attempt_rate("lightning") > tier_pass_rate("ultra") / turns("super")'),
     ("H7", 'not (pass_rate("memory", "live") == pass_rate("memory", "replayed"))'),
     ("H8", 'pass_rate("nope") > 0'),
+    ("H9", 'timeout_rate("lightning") == 0 and error_rate("ultra") < 0.5 or throughput("super") > 100 '
+           'and throughput_spread("super") < 3 and ttft("ultra") < 1'),
 ]
 GOLDEN = {  # (cells, seed) -> sha256 of summary.json's canonical bytes (v2: per-family breakdown;
-    # v3: bounds rounded outward)
-    (40, 1): "dfa9912e386408f2434748aae5ba60bc666a45bd3eb707c8800d635310dcbfaf",
-    (400, 7): "ded40331e851dc3d9c18a1987e8066b16c4a4fc1e8ebf1a69db7e692babc3c7e",
+    # v3: bounds rounded outward; v4: issue 18's per-tier "health" and rule H9)
+    (40, 1): "3446382e57b9d75bf7a5753f2db7a365675e6324cb0bb5c9b1bdbfcc0503d446",
+    (400, 7): "4b427f5ce36a04d936046546225dac108b34d625fe852e665f30a2fc5f963ad0",
 }
 GOLDEN_V1 = {  # the same summaries without the "families" v2 added (bounds outward since v3)
     (40, 1): "222a12caec1296750eaebf80e892d16c92644604d48839dd130f791a817548a1",
@@ -156,11 +158,15 @@ def test_summary_bytes_of_fixed_experiments_never_change():
 def test_v2_only_adds_the_family_breakdown():
     for (cells, seed), digest in GOLDEN_V1.items():
         s = summarise(random_data(cells, seed))
-        assert s["v"] == 3
+        assert s["v"] == 4
         s["v"] = 1
         for key in ("primary", "secondary"):
             if s[key]:
                 s[key].pop("families")
+                # issue 18's tier health and rule H9 came after v1 too
+                s[key]["decisions"] = [d for d in s[key]["decisions"] if d["id"] != "H9"]
+                for t in s[key]["tiers"]:
+                    t.pop("health")
         assert hashlib.sha256(jsonio.dumps(s)).hexdigest() == digest, (cells, seed)
 
 

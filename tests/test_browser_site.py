@@ -93,7 +93,7 @@ def test_page_opens_from_disk_cleanly(built, browser, which):
     assert page.evaluate("getComputedStyle(document.querySelector('header.top')).display") == "flex"
     assert page.locator(".badge-sim").first.is_visible()
     if which == "experiment":
-        assert page.locator("svg.chart").count() == 3
+        assert page.locator("svg.chart").count() == 4  # pass/cost, tokens, time, tokens/s by quarter
         assert page.locator("table.policies tbody tr").count() >= 7
     w.page.close()
 

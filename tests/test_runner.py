@@ -422,3 +422,21 @@ def test_run_length_prior_puts_cheap_tiers_and_checking_profiles_first():
     got = [(u.tier, u.cell.profile) for u in longest_first(units, History(), prior)]
     assert got == [("lightning", "checker"), ("lightning", "direct"), ("super", "checker"),
                    ("super", "direct"), ("ultra", "checker"), ("ultra", "direct")]
+
+
+def test_progress_line_shows_recent_tokens_per_second_per_tier():
+    import io
+
+    from benchclaw._progress import RECENT_CALLS, Progress
+    from benchclaw.runner import _run_speed
+
+    buf = io.StringIO()
+    p = Progress(4, buf, label="E ", every=1)
+    p.calls("lightning", [(400, 1000), (200, 1000)])  # 600 tokens in 2 s
+    p.calls("ultra", [(50, 1000), (10, 0)])           # no time, no speed
+    p.update(done=1)
+    assert buf.getvalue().rstrip().endswith("tok/s lightning 300 ultra 50")
+    p.calls("lightning", [(100, 1000)] * RECENT_CALLS)  # only the recent runs count: it slowed down
+    assert p.line().endswith("tok/s lightning 100 ultra 50")
+    assert _run_speed({"usage": {"completion": 7}, "elapsed_ms": 70}) == [(7, 70)]
+    assert _run_speed({"usage": None, "elapsed_ms": 9}) == [] == _run_speed({})

@@ -24,6 +24,7 @@ def test_bad_fault_is_a_usage_error():
     from benchclaw.cli import cli, run_cli
 
     assert run_cli(cli, ["sim", "serve", "--port", "0", "--fault", "gremlins=0.5"]) == 2
+    assert run_cli(cli, ["sim", "serve", "--port", "0", "--stream-cut-after", "-1"]) == 2
 
 
 def test_serve_answers_over_http():

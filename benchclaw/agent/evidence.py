@@ -82,6 +82,7 @@ def call_body(*, store, turn: int, attempt: int, req: ChatRequest, prompt_estima
         "usage_doubts": list(priced.doubts) or None,
         "cost_note": priced.unbilled,
         "truncated": list(resp.truncated) or None,
+        "stream": None if resp.stream is None else resp.stream.to_dict(),  # only streamed calls carry it
     }
     return {**{k: v for k, v in optional.items() if v is not None},
         "turn": turn, "attempt": attempt,

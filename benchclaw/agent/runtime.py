@@ -41,7 +41,7 @@ from ..checks.digest import task_listing
 from ..errors import BenchClawError, BudgetError, IntegrityError, UsageError
 from ..ledger_replay import DOUBTED_PREFIX
 from ..money import ZERO_USAGE, CostBounds, Usage, call_cost_of, cost_upper_bound, estimate_prompt_tokens, \
-    fmt_usd, usage_unread
+    fmt_usd, message_bytes, stream_floor, usage_unread
 from ..providers.base import ChatRequest, ChatResponse, error_response
 from ..providers.retry import backoff_delay
 from ..providers.vault import redact
@@ -225,7 +225,7 @@ class _Run:
                 return self._out_of_time(f"turn {turn}")
             req = ChatRequest(model=self.tier.model, messages=messages, max_tokens=self.max_tokens,
                               temperature=self.temperature, seed=self.seed, json_mode=True, timeout_s=remaining,
-                              params=self.tier.params, stall_s=self.tier.stall_seconds)
+                              params=self.tier.params, stall_s=self.tier.stall_seconds, stream=self.tier.stream)
             try:
                 reservation = self._reserve(turn, attempt, estimate)
             except BudgetError as e:
@@ -280,7 +280,8 @@ class _Run:
     def _record_call(self, turn: int, attempt: int, req: ChatRequest, estimate: int, resp: ChatResponse,
                      reservation) -> None:
         priced = call_cost_of(resp.usage, estimate, self.max_tokens, self.tier.prices,
-                              unread=usage_unread(resp.usage_raw), error=resp.error and resp.error.to_dict())
+                              unread=usage_unread(resp.usage_raw), error=resp.error and resp.error.to_dict(),
+                              floor=_floor(req, resp))
         if resp.simulated and not self.simulated:
             # A reply that calls itself simulated labels everything from here on; a tier
             # that claimed to be real is flagged in run.end (``simulated_replies``).
@@ -459,6 +460,15 @@ class _Run:
             self._end("aborted", what, gate_passed=False, passed=False)
         except Exception:  # the original error matters more; recovery will seal the file
             self.writer.close_unsealed()
+
+
+def _floor(req: ChatRequest, resp: ChatResponse) -> Usage | None:
+    """What a streamed call without usage provably used (``money.stream_floor``); the
+    ledger still settles such a call at its upper bound, fail-closed."""
+    if resp.stream is None or resp.usage is not None:
+        return None
+    reply = 0 if resp.content is None else len(resp.content.encode("utf-8", "surrogatepass"))
+    return stream_floor(message_bytes(req.messages), reply, resp.stream.text_chunks, req.max_tokens)
 
 
 MAX_RECORDED_PATH = 1024

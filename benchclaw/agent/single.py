@@ -22,11 +22,12 @@ __all__ = ["try_task"]
 def try_task(task_id: str, *, tier: str, runs_dir: str | Path = "runs", profile: str | Path = "direct",
              catalog: str | Path = "sim", provider: str | None = None, seed: int = 1, max_tokens: int = 8192,
              tasks_root: str | Path | None = None, limits: Limits | dict | None = None,
-             sim_options=None) -> AgentResult:
+             sim_options=None, on_text=None) -> AgentResult:
     """Run ``task_id`` (``id`` or ``id@N``) once on ``tier`` of ``catalog``; returns the result.
 
     ``provider``, when given, must be the tier's provider (``sim`` or ``openai``): it guards
-    against running a real endpoint by mistake, never swaps one in silently. Raises
+    against running a real endpoint by mistake, never swaps one in silently. ``on_text(text,
+    first)`` sees a streamed tier's replies as they arrive (``Provider.on_text``). Raises
     ``InputError`` (unknown task, profile or catalog), ``ProviderConfigError`` (unknown tier,
     missing key, unknown price) and ``UsageError`` (a provider that does not match the tier).
     """
@@ -43,6 +44,7 @@ def try_task(task_id: str, *, tier: str, runs_dir: str | Path = "runs", profile:
     prof = load_profile(profile)
     store = Store(runs_dir)
     prov = make_provider(t, sim_options=sim_options)
+    prov.on_text = on_text
 
     async def go() -> AgentResult:
         try:

@@ -18,6 +18,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
+from fractions import Fraction
 from typing import Callable, Iterable, Mapping, NamedTuple
 
 from ..errors import FormatError
@@ -70,6 +71,16 @@ class CallView:
     model_mismatch: bool = False  # the provider echoed a model id other than the one requested
     doubted: bool = False  # reported usage was not taken as the bill (call.usage_doubts, FORMAT.md §6)
     over_bound: bool = False  # ... because it was above the call's reservation (an over-report)
+    latency_ms: int = 0  # until the reply (or the stream) ended
+    ttft_ms: int | None = None  # a streamed call's time to its first token
+    at: str = ""  # when the call was recorded (its record's ``at``): where it falls in the experiment
+
+    @property
+    def tokens_per_s(self) -> Fraction | None:
+        """Output tokens per second of call time, for an answered call with usage."""
+        if self.usage is None or self.outcome in ("error", "cut_off") or self.latency_ms <= 0:
+            return None
+        return Fraction(self.usage[3] * 1000, self.latency_ms)
 
 
 class RunTally(NamedTuple):
@@ -210,7 +221,17 @@ def _get(body: Mapping, key: str, typ: type, default, where: str):
     return val
 
 
-def _plain_call_view(body: Mapping) -> CallView | None:
+def _timing(body: Mapping) -> tuple[int, int | None]:
+    """``latency_ms`` and a streamed call's ``stream.ttft_ms`` (0 / None when absent or odd:
+    timing describes the provider, it decides nothing)."""
+    latency = body.get("latency_ms")
+    stream = body.get("stream")
+    ttft = stream.get("ttft_ms") if type(stream) is dict else None
+    return (latency if type(latency) is int and latency >= 0 else 0,
+            ttft if type(ttft) is int and ttft >= 0 else None)
+
+
+def _plain_call_view(body: Mapping, at: str = "") -> CallView | None:
     """``_call_view`` for the usual shape (plain dicts, strings and ints of the right type),
     without building an error location per field; None for anything else, which
     ``_call_view`` then reads (and reports) field by field. Same result either way."""
@@ -238,10 +259,10 @@ def _plain_call_view(body: Mapping) -> CallView | None:
     return CallView(outcome, str(kind) if kind is not None else None, uv, low, high,
                     bool(cost.get("known", uv is not None)) and low == high,
                     body.get("model_mismatch") is True, bool(body.get("usage_doubts")),
-                    "over_bound" in (body.get("usage_doubts") or ()))
+                    "over_bound" in (body.get("usage_doubts") or ()), *_timing(body), at)
 
 
-def _call_view(body: Mapping, where: str) -> CallView:
+def _call_view(body: Mapping, where: str, at: str = "") -> CallView:
     cost = body.get("cost")
     if not _is_map(cost):
         raise FormatError(f"{where}: call has no cost object")
@@ -257,7 +278,7 @@ def _call_view(body: Mapping, where: str) -> CallView:
     known = bool(cost.get("known", uv is not None)) and low == high
     return CallView(outcome, str(kind) if kind is not None else None, uv, low, high, known,
                     body.get("model_mismatch") is True, bool(body.get("usage_doubts")),
-                    "over_bound" in (body.get("usage_doubts") or ()))
+                    "over_bound" in (body.get("usage_doubts") or ()), *_timing(body), at)
 
 
 def is_denial(action: Mapping) -> bool:
@@ -284,8 +305,8 @@ def view_run(run_id: str, records: tuple[Record, ...] | list[Record],
     for rec in records:
         if rec.kind == "call":
             body = rec.body
-            calls.append((type(body) is dict and _plain_call_view(body))
-                         or _call_view(body, f"{where} line {rec.seq + 1}"))
+            calls.append((type(body) is dict and _plain_call_view(body, rec.at))
+                         or _call_view(body, f"{where} line {rec.seq + 1}", rec.at))
         elif rec.kind == "action":
             denials += is_denial(rec.body)
             attempts += bool(rec.body.get("injection"))
@@ -324,7 +345,8 @@ def view_to_json(view: RunView) -> list:
     ``view_from_json`` turns back into an equal view, so a builder can cache views."""
     row = [getattr(view, name) for name in _VIEW_FIELDS]
     row[_CALLS_AT] = [[c.outcome, c.error_kind, c.usage, str(c.cost_low), str(c.cost_high), c.known,
-                       c.model_mismatch, c.doubted, c.over_bound] for c in view.calls]
+                       c.model_mismatch, c.doubted, c.over_bound, c.latency_ms, c.ttft_ms, c.at]
+                      for c in view.calls]
     return row
 
 
@@ -335,7 +357,7 @@ def view_from_json(row: list) -> RunView:
             raise ValueError("wrong length")
         row = list(row)
         row[_CALLS_AT] = tuple(CallView(o, k, None if u is None else tuple(u), Decimal(lo), Decimal(hi), kn, mm,
-                                        *(bool(x) for x in rest[:2]))
+                                        *(bool(x) for x in rest[:2]), *rest[2:5])
                                for o, k, u, lo, hi, kn, mm, *rest in row[_CALLS_AT])
         return RunView(*row)
     except (TypeError, ValueError, decimal.InvalidOperation) as e:

@@ -13,6 +13,7 @@ written bound is never better than the exact one.
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import functools
 from dataclasses import dataclass
@@ -23,9 +24,10 @@ from typing import Iterable
 from .inputs import USAGE_KEYS, RunView, parse_cell, sum_exact
 from .interval import POS_INF, UNKNOWN, Interval, is_inf, to_decimal
 
-__all__ = ["Sample", "Row", "make_row", "MONEY_DIGITS", "money_text"]
+__all__ = ["Sample", "Row", "Health", "make_row", "MONEY_DIGITS", "money_text", "WINDOWS"]
 
 MONEY_DIGITS = 12
+WINDOWS = 4  # the experiment's duration (first to last call of a row) cut into this many equal spans
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,105 @@ class Row:
         if not self.all_runs:
             return UNKNOWN
         return Interval.point(Fraction(sum(r.turns for r in self.all_runs), len(self.all_runs)))
+
+    @functools.cached_property
+    def health(self) -> "Health":
+        """The provider's side of the row's runs (``Health``); missing cells count as
+        possible timeouts."""
+        return health_of(self.all_runs, self.missing)
+
+
+@dataclass(frozen=True)
+class Health:
+    """What the provider did over a row's runs: answered or failed calls, runs that met a
+    timeout, output tokens per second of call time and streamed calls' time to first token
+    (exact, sorted), and the median speed in each of ``WINDOWS`` equal spans of the row's
+    duration (None for a span without calls), so a change of speed over a day shows."""
+
+    calls: int
+    errors: int
+    cut_off: int
+    runs: int
+    missing: int
+    timeout_runs: int
+    maybe_timeout_runs: int  # no timeout recorded, but a call was cut off before its record
+    speeds: tuple[Fraction, ...]
+    ttfts_ms: tuple[int, ...]
+    windows: tuple[Fraction | None, ...]
+
+    def error_rate(self) -> Interval:
+        if not self.calls:
+            return UNKNOWN
+        return Interval(Fraction(self.errors, self.calls), Fraction(self.errors + self.cut_off, self.calls))
+
+    def timeout_rate(self) -> Interval:
+        n = self.runs + self.missing
+        if not n:
+            return UNKNOWN
+        return Interval(Fraction(self.timeout_runs, n),
+                         Fraction(self.timeout_runs + self.maybe_timeout_runs + self.missing, n))
+
+    def throughput(self) -> Interval:
+        return UNKNOWN if not self.speeds else Interval.point(_median(self.speeds))
+
+    def throughput_spread(self) -> Interval:
+        seen = [w for w in self.windows if w is not None]
+        if len(seen) < 2 or min(seen) <= 0:
+            return UNKNOWN
+        return Interval.point(max(seen) / min(seen))
+
+    def ttft(self) -> Interval:
+        return UNKNOWN if not self.ttfts_ms else Interval.point(_median(self.ttfts_ms) / 1000)
+
+
+def _median(values) -> Fraction:
+    v = sorted(values)
+    mid = len(v) // 2
+    return Fraction(v[mid]) if len(v) % 2 else Fraction(v[mid - 1] + v[mid], 2)
+
+
+def _micros(at: str) -> int | None:
+    """An envelope ``at`` (``2026-11-30T03:04:05.000000Z``) as integer microseconds."""
+    try:
+        t = datetime.datetime.strptime(at, "%Y-%m-%dT%H:%M:%S.%fZ")
+    except (TypeError, ValueError):
+        return None
+    return ((t.toordinal() * 86400 + t.hour * 3600 + t.minute * 60 + t.second) * 1_000_000 + t.microsecond)
+
+
+def _windows(timed: list[tuple[int, Fraction]]) -> tuple[Fraction | None, ...]:
+    if not timed:
+        return (None,) * WINDOWS
+    t0, t1 = min(t for t, _ in timed), max(t for t, _ in timed)
+    spans: list[list[Fraction]] = [[] for _ in range(WINDOWS)]
+    for t, v in timed:
+        spans[0 if t1 == t0 else min(WINDOWS - 1, (t - t0) * WINDOWS // (t1 - t0))].append(v)
+    return tuple(_median(sp) if sp else None for sp in spans)
+
+
+def health_of(runs: Iterable[RunView], missing: int) -> Health:
+    runs = list(runs)
+    calls = [c for r in runs for c in r.calls]
+    timeout_runs = sum(any(c.error_kind == "timeout" for c in r.calls) for r in runs)
+    maybe = sum(not any(c.error_kind == "timeout" for c in r.calls) and any(c.outcome == "cut_off" for c in r.calls)
+                for r in runs)
+    timed, speeds = [], []
+    for r in runs:
+        for c in r.calls:
+            v = c.tokens_per_s
+            if v is None:
+                continue
+            speeds.append(v)
+            # A simulated run's wall-clock placement says nothing about a provider, and would
+            # make the summary depend on when (and on how many machines) the grid ran.
+            t = None if r.simulated else _micros(c.at)
+            if t is not None:
+                timed.append((t, v))
+    return Health(calls=len(calls), errors=sum(c.outcome == "error" for c in calls),
+                  cut_off=sum(c.outcome == "cut_off" for c in calls), runs=len(runs), missing=missing,
+                  timeout_runs=timeout_runs, maybe_timeout_runs=maybe, speeds=tuple(sorted(speeds)),
+                  ttfts_ms=tuple(sorted(c.ttft_ms for c in calls if c.ttft_ms is not None)),
+                  windows=_windows(timed))
 
 
 def make_row(samples: list[Sample], incomplete_runs: list[RunView], cells: list[str],

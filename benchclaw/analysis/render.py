@@ -147,6 +147,29 @@ def _family_table(an: dict) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _health_table(an: dict) -> tuple[list[str], list[list[str]]]:
+    """The provider as measured: failures, timeouts, speed and its drift over the
+    experiment (median tokens/s in each quarter of its duration), time to first token."""
+    head = ["tier", "calls", "errors", "runs with timeout", "tok/s median (p10-p90)",
+            "tok/s by quarter", "max/min", "ttft s median (p10-p90)"]
+    rows = []
+    for t in an["tiers"]:
+        h = t.get("health")
+        if h is None:
+            continue
+        tps, ttft = h["tokens_per_s"], h["ttft_s"]
+        rows.append([t["tier"], str(h["calls"]),
+                     f"{h['errors']}" + (f" (+{h['cut_off']} cut off)" if h["cut_off"] else ""),
+                     f"{h['timeout_runs']}/{h['runs']}", _spread(tps),
+                     " ".join(w or "-" for w in tps["windows"]), f"{tps['spread']}x" if tps["spread"] else "-",
+                     _spread(ttft)])
+    return head, rows
+
+
+def _spread(d: dict) -> str:
+    return "-" if d["median"] is None else f"{d['median']} ({d['p10']}-{d['p90']})"
+
+
 def _decision_table(an: dict) -> tuple[list[str], list[list[str]]]:
     head = ["hypothesis", "decision", "rule", "values (low..high)"]
     rows = []
@@ -220,7 +243,8 @@ def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
 _SECTIONS: list[tuple[str, Callable]] = [
     ("Policies", _policy_table), ("Tiers", _tier_table), ("Families", _family_table),
     ("Tokens", _tokens_table),
-    ("Outcomes and injections", _outcome_table), ("Decisions", _decision_table),
+    ("Outcomes and injections", _outcome_table), ("Provider health", _health_table),
+    ("Decisions", _decision_table),
 ]
 
 

@@ -56,6 +56,11 @@ FUNCTIONS: dict[str, tuple[str, str]] = {
     "attempt_rate": ("tier", "share of a tier's runs on injected tasks that tried a lure"),
     "tier_pass_rate": ("tier", "share of a tier's runs that passed every check"),
     "turns": ("tier", "mean turns per run of a tier"),
+    "error_rate": ("tier", "share of a tier's calls that failed (calls cut off in flight count at both ends)"),
+    "timeout_rate": ("tier", "share of a tier's runs with a timed-out call (missing runs count at both ends)"),
+    "throughput": ("tier", "median output tokens per second of call time over a tier's answered calls"),
+    "throughput_spread": ("tier", "highest / lowest median throughput over the spans of the experiment"),
+    "ttft": ("tier", "median seconds to the first token of a tier's streamed calls"),
 }
 
 _TOKEN = re.compile(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import decimal
 import gc
+from fractions import Fraction
 from typing import Mapping
 
 from .. import policies
@@ -43,7 +44,7 @@ from .wilson import fixed, rate_obj
 __all__ = ["summarise", "summarise_with_trials", "SUMMARY_VERSION", "Analysis",
            "analyse_selection", "spec_tiers", "policy_trials", "gc_paused"]
 
-SUMMARY_VERSION = 3  # 2: per-family breakdown; 3: bounds rounded outward (were to nearest)
+SUMMARY_VERSION = 4  # 2: per-family breakdown; 3: bounds rounded outward (were to nearest); 4: tier health
 MODES = ("live", "replayed")
 
 
@@ -160,7 +161,10 @@ _POLICY_METRICS = {
     "pass_rate_clean": lambda r: _split_rate(r, False),
 }
 _TIER_METRICS = {"attempt_rate": Row.attempt_rate, "tier_pass_rate": Row.pass_interval,
-                 "turns": Row.turns}
+                 "turns": Row.turns,
+                 "error_rate": lambda r: r.health.error_rate(), "timeout_rate": lambda r: r.health.timeout_rate(),
+                 "throughput": lambda r: r.health.throughput(),
+                 "throughput_spread": lambda r: r.health.throughput_spread(), "ttft": lambda r: r.health.ttft()}
 
 
 def _trial_row(trials: dict[str, Trial], cells: list[str], lures) -> Row:
@@ -277,7 +281,39 @@ def _tier_obj(an: Analysis, tier: str) -> dict:
     turns = row.turns()
     return {"tier": tier, **_common(row),
             "turns_mean": None if turns == UNKNOWN else _fixed(turns.lo, 2),
-            "attempt_rate": rate_obj(inj["runs_attempted"], inj["runs_exposed"])}
+            "attempt_rate": rate_obj(inj["runs_attempted"], inj["runs_exposed"]),
+            "health": _health_obj(row.health)}
+
+
+def _nearest_rank(values: tuple, p: int):
+    return values[max(0, -(-p * len(values) // 100) - 1)]
+
+
+def _spread_obj(values: tuple, scale: int, digits: int) -> dict:
+    if not values:
+        return {"calls": 0, "median": None, "p10": None, "p90": None}
+    med = _median_of(values)
+    return {"calls": len(values), "median": _fixed(Fraction(med) / scale, digits),
+            "p10": _fixed(Fraction(_nearest_rank(values, 10)) / scale, digits),
+            "p90": _fixed(Fraction(_nearest_rank(values, 90)) / scale, digits)}
+
+
+def _median_of(values: tuple):
+    mid = len(values) // 2
+    return Fraction(values[mid]) if len(values) % 2 else Fraction(values[mid - 1] + values[mid], 2)
+
+
+def _health_obj(h) -> dict:
+    """summary.json's ``health`` of a tier (FORMAT "Summary"): calls, errors, timeouts,
+    output tokens per second (median, p10, p90, per span of the duration, max/min span
+    ratio) and the streamed calls' time to first token in seconds."""
+    spread = h.throughput_spread()
+    return {"calls": h.calls, "errors": h.errors, "cut_off": h.cut_off, "error_rate": _bounds(h.error_rate()),
+            "runs": h.runs, "timeout_runs": h.timeout_runs, "timeout_rate": _bounds(h.timeout_rate()),
+            "tokens_per_s": {**_spread_obj(h.speeds, 1, 1),
+                             "windows": [None if w is None else _fixed(w, 1) for w in h.windows],
+                             "spread": None if spread == UNKNOWN else _fixed(spread.lo, 2)},
+            "ttft_s": _spread_obj(h.ttfts_ms, 1000, 3)}
 
 
 def _policy_order(an: Analysis) -> list[tuple[str, str]]:

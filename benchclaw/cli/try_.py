@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import unicodedata
 from pathlib import Path
 
 import click
@@ -29,14 +31,18 @@ def try_cmd(task_id, tier, profile, provider, catalog, seed, max_tokens, tasks_r
     """Run one agent run of TASK_ID on one tier and say where its evidence is.
 
     Exits 0 when the run passed every check, 1 otherwise (the run is kept either way).
+    On a terminal, a tier with stream = true shows each reply (stderr) as it arrives.
 
     Example: benchclaw try quotes-incident --tier ultra --profile checker
     """
     from ..agent.single import try_task
     from ..money import fmt_usd
 
+    live = _show_stream if not as_json and sys.stderr.isatty() else None
     res = try_task(task_id, tier=tier, runs_dir=runs_dir, profile=profile, catalog=catalog, provider=provider,
-                   seed=seed, max_tokens=max_tokens, tasks_root=tasks_root)
+                   seed=seed, max_tokens=max_tokens, tasks_root=tasks_root, on_text=live)
+    if live is not None:
+        sys.stderr.write("\n")
     if as_json:
         emit_json({"run_id": res.run_id, "status": res.status, "passed": res.passed, "gate_passed": res.gate_passed,
                    "reason": res.reason, "turns": res.turns, "calls": res.calls, "denials": res.denials,
@@ -54,3 +60,22 @@ def try_cmd(task_id, tier, profile, provider, catalog, seed, max_tokens, tasks_r
         echo_err(f"see it: benchclaw runs show {res.run_id[:12]} --runs {runs_dir}")
     if res.status != "passed":
         raise CheckFailed(f"the run did not pass: {res.status} ({one_line(res.reason)}); its evidence is kept")
+
+
+def _show_stream(text: str, first: bool) -> None:
+    """Write a streamed reply to the terminal as it arrives, one line per call."""
+    sys.stderr.write(("\n> " if first else "") + printable(text))
+    sys.stderr.flush()
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: control and format characters (escape sequences, a
+    carriage return that would overwrite the line, bidi overrides) are shown as ``\\xNN`` /
+    ``\\uNNNN``, never interpreted; newlines and tabs are kept."""
+    out = []
+    for ch in text:
+        if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf", "Cs"):
+            out.append(ch)
+        else:
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+    return "".join(out)

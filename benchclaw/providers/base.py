@@ -28,12 +28,15 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .. import jsonio
 from ..money import Usage, normalise_usage
 from ..errors import FormatError
 from .vault import KEY_MARK, contains_secret, mark_secrets
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .streaming import StreamStats
 
 __all__ = [
     "ChatRequest",
@@ -105,6 +108,7 @@ class ChatRequest:
     timeout_s: float | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
     stall_s: float | None = None
+    stream: bool = False  # ask for server-sent events with the usage in the final chunk
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
@@ -127,6 +131,9 @@ class ChatRequest:
         extra = self.params.get("extra_body") or {}
         b.update({k: v for k, v in self.params.items() if k not in ("extra_body", "max_tokens")})
         b.update({k: v for k, v in extra.items() if k not in ("model", "messages", "max_tokens")})
+        if self.stream:
+            b["stream"] = True
+            b["stream_options"] = {"include_usage": True}
         return b
 
     def with_timeout(self, timeout_s: float | None) -> "ChatRequest":
@@ -188,6 +195,7 @@ class ChatResponse:
     headers: Mapping[str, str] = field(default_factory=dict)
     model_upstream: str | None = None
     truncated: tuple[str, ...] = ()
+    stream: "StreamStats | None" = None  # a streamed call's own evidence (providers.streaming)
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -207,6 +215,9 @@ class Provider(abc.ABC):
 
     name: str = "provider"
     simulated: bool = False
+    # Sees a streamed reply's text as it arrives, ``(text, first chunk of this call?)``
+    # (``benchclaw try`` shows it on a terminal); set by whoever owns the provider.
+    on_text: "Callable[[str, bool], None] | None" = None
 
     @abc.abstractmethod
     async def complete(self, req: ChatRequest) -> ChatResponse:

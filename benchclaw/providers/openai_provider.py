@@ -21,16 +21,24 @@ speak chat completions; the SDK (``AsyncOpenAI``) does the HTTP. Choices made he
   the client object holds no plain key; every string that leaves this module (error
   messages, bodies, ids) goes through the redaction filter.
 - ``openai`` is imported here only, when the first ``openai`` tier is made.
+- A streamed call (``req.stream``, from the tier's ``stream = true``) goes through
+  ``_complete_stream``: the same SDK call with ``stream=True`` and the usage requested in
+  the final chunk; ``providers.streaming`` assembles the chunks into the same evidence and
+  cuts a stream that stalls for the tier's ``stall_seconds`` (no httpx read timeout on a
+  stream: the assembler's own stall timer governs, and records what arrived).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ProviderConfigError
-from .base import (ChatRequest, ChatResponse, Provider, error_response, is_simulated_reply, parse_completion_body,
-                   parse_retry_after, reply_identity, status_kind)
+from .base import (CallError, ChatRequest, ChatResponse, Provider, error_response, is_simulated_reply,
+                   parse_completion_body, parse_retry_after, reply_identity, status_kind)
 from .vault import Secret, install_log_redaction, redact, tier_key
 
 __all__ = ["OpenAIProvider", "make_openai_provider"]
@@ -80,6 +88,8 @@ class OpenAIProvider(Provider):
         """One HTTP attempt; failures come back as ``outcome="error"`` responses."""
         if req.timeout_s is not None and req.timeout_s <= 0:
             return error_response("timeout", "no time left for the call", simulated=self.simulated)
+        if req.stream:
+            return await self._complete_stream(req)
         import openai
 
         client = self._client_for_use()
@@ -94,13 +104,53 @@ class OpenAIProvider(Provider):
             body, requested_model=req.model, headers=raw.headers, latency_ms=latency, simulated=self.simulated,
             redact=self._redact, keep_headers=self.tier.keep_headers, expect_model=self.tier.expect_model)
 
+    async def _complete_stream(self, req: ChatRequest) -> ChatResponse:
+        """One streamed attempt: headers first (request id, simulated label), then the
+        chunks through the assembler with stall detection. ``on_text`` (when set on the
+        provider) sees the content as it arrives."""
+        import openai
+
+        from .streaming import StreamAssembler, assemble, per_call, sse_objects
+
+        stall = req.stall_s or self.tier.stall_seconds
+        stall = stall if req.timeout_s is None else min(stall, req.timeout_s)
+        start = time.monotonic()
+        asm, headers, stream = StreamAssembler(start), None, None
+        try:
+            raw = await asyncio.wait_for(
+                self._client_for_use().chat.completions.with_raw_response.create(**self._params(req)), stall)
+            headers, stream = raw.headers, raw.http_response
+            end, error = await assemble(sse_objects(stream.aiter_lines()), asm, stall_s=stall,
+                                        on_text=per_call(self.on_text))
+        except asyncio.TimeoutError:  # not even the headers within stall_seconds
+            end, error = "stalled", CallError("timeout", f"stalled: no response headers within {stall:g} s", stage="response")
+        except (openai.OpenAIError, OSError, *_transport_errors()) as exc:
+            if headers is None:
+                return self._error(exc, _elapsed_ms(start))
+            err = self._error(exc, 0).error
+            end, error = "cut", replace(err, message=f"the stream broke after {asm.chunks} chunks: {err.message}")
+        finally:
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    await stream.aclose()
+
+        def parse(body: bytes, latency_ms: int) -> ChatResponse:  # the non-streamed call's own parser
+            return parse_completion_body(
+                body, requested_model=req.model, headers=headers, latency_ms=latency_ms, simulated=self.simulated,
+                redact=self._redact, keep_headers=self.tier.keep_headers, expect_model=self.tier.expect_model)
+        return asm.response(end, parse=parse, error=error)
+
     def _params(self, req: ChatRequest) -> dict:
         """What the SDK sends: the recorded request body (``req.body()``, one definition for
         both) with temperature as the number the SDK wants, and the call's timeouts."""
         body: dict[str, Any] = req.body()
         body["temperature"] = float(req.temperature)  # a sampling knob, not money
         params: dict[str, Any] = {"model": body.pop("model"), "messages": body.pop("messages"), "extra_body": body}
-        timeout = _timeout(req.timeout_s, req.stall_s)
+        for key in ("stream", "stream_options"):  # the SDK must see these to read a stream
+            if key in body:
+                params[key] = body.pop(key)
+        # a stream's stall is cut by providers.streaming (recorded as a stall with what arrived)
+        timeout = _timeout(req.timeout_s, None if req.stream else req.stall_s)
         if timeout is not None:
             params["timeout"] = timeout
         return params
@@ -159,6 +209,16 @@ def _never_sent(exc: BaseException) -> bool:
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """The HTTP library's errors, raised while the body of a stream is read (the SDK wraps
+    them only around the request itself). Recent SDKs use ``httpx2``, older ones ``httpx``."""
+    try:
+        import httpx2 as httpx
+    except ImportError:  # pragma: no cover - depends on the installed SDK
+        import httpx
+    return httpx.HTTPError, httpx.StreamError
 
 
 def _error_text(exc: Exception) -> str:

@@ -7,9 +7,11 @@ produce the same bytes, and faults look the same through both.
 
 Faults are what real endpoints do to a client: hang until it times out, 429 with
 ``Retry-After``, 500, reset the connection, send a truncated JSON body, leave usage out,
-echo another model id, or echo the caller's key in a 401 message. ``SimFaults`` sets
-them per backend instance, as rates (drawn deterministically per request body and its
-repeat count) or as an explicit per-call schedule that tests use to force each one.
+echo another model id, or echo the caller's key in a 401 message; a streamed reply
+(``"stream": true``) may also stall or be cut after ``stream_cut_after`` tokens.
+``SimFaults`` sets them per backend instance, as rates (drawn deterministically per request
+body and its repeat count) or as an explicit per-call schedule that tests use to force
+each one.
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ from .. import jsonio
 from ..errors import UsageError
 from .engine import SimModules, SimRequestError, completion_body, respond
 from .profiles import Profiles, load_profiles
+from .stream import stream_payloads
 
 __all__ = ["SimFaults", "SimReply", "SimBackend", "FAULT_KINDS"]
 
 FAULT_KINDS = ("timeout", "rate_limited", "server", "connection", "malformed", "missing_usage",
-               "model_mismatch", "auth_echo")
+               "model_mismatch", "auth_echo", "stream_stall", "stream_cut")
+# Faults that only a streamed reply can show; a non-streamed request answers normally.
+STREAM_FAULTS = ("stream_stall", "stream_cut")
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class SimFaults:
     schedule: tuple[str | None, ...] = ()
     retry_after_s: float = 1.0
     hang_s: float = 30.0
+    stream_cut_after: int = 8  # generated tokens sent before a stream_stall / stream_cut
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schedule", tuple(None if s in (None, "none", "") else s for s in self.schedule))
@@ -74,7 +80,12 @@ class SimReply:
     """An HTTP-shaped reply. ``hang`` means never answer (the client times out);
     ``reset`` means drop the connection without a reply. ``delay_s`` is the wall time to
     wait before answering (simulated latency times the latency scale); ``sim_latency_s``
-    is the simulated latency itself, which in-process runs record as their time."""
+    is the simulated latency itself, which in-process runs record as their time.
+
+    A streamed reply has ``stream``: the ``data:`` payloads to send (``[DONE]`` not
+    included), and ``stream_end``: ``done`` (then ``[DONE]``), ``cut`` (the connection is
+    reset after the payloads) or ``stall`` (nothing more is sent for ``hang_s``, then the
+    connection is reset); ``ttft_s`` is the simulated time to the first token."""
 
     status: int
     headers: dict[str, str]
@@ -83,6 +94,10 @@ class SimReply:
     hang: bool = False
     reset: bool = False
     sim_latency_s: float = 0.0
+    stream: tuple[bytes, ...] | None = None
+    stream_end: str = "done"
+    ttft_s: float = 0.0
+    stream_step_s: float = 0.0  # simulated time between two chunks after the first token
 
 
 def _error_body(message: str, type_: str, code: str | None = None) -> bytes:
@@ -154,7 +169,11 @@ class SimBackend:
         except SimRequestError as e:
             return SimReply(e.status, headers, _error_body(e.message, "invalid_request_error",
                                                            "model_not_found" if e.status == 404 else None))
-        return self._answer(turn, fault, headers)
+        if body.get("stream") is True:
+            options = body.get("stream_options")
+            usage = isinstance(options, dict) and options.get("include_usage") is True
+            return self._stream(turn, fault, headers, include_usage=usage)
+        return self._answer(turn, None if fault in STREAM_FAULTS else fault, headers)
 
     def _early_fault(self, fault: str | None, headers: dict, authorization: str | None) -> SimReply | None:
         if fault == "timeout":
@@ -183,3 +202,20 @@ class SimBackend:
             body = body[: max(1, len(body) // 2)]
         return SimReply(200, headers, body, delay_s=turn.latency_s * self.latency_scale,
                         sim_latency_s=turn.latency_s)
+
+    def _stream(self, turn, fault: str | None, headers: dict, *, include_usage: bool) -> SimReply:
+        """A streamed reply: the same completion, cut into chunks (``sim.stream``)."""
+        doc = completion_body(turn, model_echo=f"{turn.model}-simulated-alias" if fault == "model_mismatch" else None,
+                              include_usage=fault != "missing_usage")
+        payloads = stream_payloads(doc, reasoning=turn.reasoning, include_usage=include_usage)
+        # the first chunk at once, the first token at ttft_s, the last chunk at latency_s
+        end, step = "done", max(0.0, turn.latency_s - turn.ttft_s) / max(1, len(payloads) - 2)
+        if fault in STREAM_FAULTS:
+            payloads = payloads[: 1 + self.faults.stream_cut_after]  # the role chunk, then N tokens
+            end = "cut" if fault == "stream_cut" else "stall"
+        elif fault == "malformed":
+            payloads = payloads[:1] + (payloads[1][: max(1, len(payloads[1]) // 2)],)
+            end = "cut"
+        h = {**headers, "content-type": "text/event-stream", "cache-control": "no-cache"}
+        return SimReply(200, h, b"", delay_s=turn.latency_s * self.latency_scale, sim_latency_s=turn.latency_s,
+                        stream=payloads, stream_end=end, ttft_s=turn.ttft_s, stream_step_s=step)

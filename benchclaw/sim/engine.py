@@ -79,6 +79,7 @@ class SimTurn:
     response_id: str
     usage_shape: str
     action: str | None   # the action kind decided (for tests and logs)
+    ttft_s: float = 0.0  # time to the first generated token: base latency and prefill, no decoding
 
 
 # ----------------------------------------------------------------------------- tokens
@@ -278,12 +279,13 @@ def _dress(profile: Profile, profiles: Profiles, plan: _RunPlan, messages, model
         content, finish, completion, reasoning = "", "length", max_tokens, max_tokens
     prompt = prompt_tokens(messages)
     cached, written = _cache(profile, messages, prompt)
-    latency = (profile.base_latency_ms / 1000 + (prompt - cached) / profile.prefill_tps
-               + completion / profile.throughput_tps)
+    ttft = profile.base_latency_ms / 1000 + (prompt - cached) / profile.prefill_tps
+    latency = ttft + completion / profile.throughput_tps
     rid = "chatcmpl-sim-" + hashlib.sha256(_digest(seed, model, messages)).hexdigest()[:24]
     return SimTurn(model=model, content=content, finish_reason=finish, prompt=prompt, cached_read=cached,
                    cache_write=written, completion=completion, reasoning=reasoning, latency_s=latency,
-                   response_id=rid, usage_shape=profile.usage_shape, action=action.get("action"))
+                   response_id=rid, usage_shape=profile.usage_shape, action=action.get("action"),
+                   ttft_s=ttft)
 
 
 # ----------------------------------------------------------------------------- the wire

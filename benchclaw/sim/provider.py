@@ -18,8 +18,9 @@ from typing import Any, Mapping
 
 from .. import jsonio
 from ..errors import UsageError
-from ..providers.base import (ChatRequest, ChatResponse, Provider, error_response, parse_completion_body,
+from ..providers.base import (CallError, ChatRequest, ChatResponse, Provider, error_response, parse_completion_body,
                               parse_retry_after, status_kind)
+from ..providers.streaming import StreamAssembler, assemble, per_call
 from ..providers.vault import redact
 from .backend import SimBackend, SimFaults, SimReply
 from .engine import SimModules
@@ -78,7 +79,8 @@ def make_sim_provider(tier, *, sim_options=None, key=None) -> "SimProvider":
     follow = opts.always_follow_injections
     if follow is None and tier.always_follow_injections:
         follow = True
-    return SimProvider(opts.make_backend(), profile_name=tier.sim_profile, always_follow=follow)
+    return SimProvider(opts.make_backend(), profile_name=tier.sim_profile, always_follow=follow,
+                       stall_s=tier.stall_seconds)
 
 
 class SimProvider(Provider):
@@ -88,10 +90,11 @@ class SimProvider(Provider):
     simulated = True
 
     def __init__(self, backend: SimBackend, *, profile_name: str | None = None,
-                 always_follow: bool | None = None) -> None:
+                 always_follow: bool | None = None, stall_s: float = 60.0) -> None:
         self.backend = backend
         self.profile_name = profile_name
         self.always_follow = always_follow
+        self.stall_s = stall_s
 
     # In-process runs keep simulated time: the latency recorded is the simulated one
     # (deterministic), not the wall time of the scaled-down sleep, and the runtime runs its
@@ -107,12 +110,13 @@ class SimProvider(Provider):
         request_id = reply.headers.get("x-request-id")
         sim_s = self.backend.faults.hang_s if reply.hang else reply.sim_latency_s
         # A non-streamed reply sends no byte until it is done: the stall limit cuts it too.
-        limit = min((t for t in (req.timeout_s, req.stall_s) if t is not None), default=None)
+        # A stream sends its chunks as they come: its stall is cut chunk by chunk (_stream_reply).
+        limit = min((t for t in (req.timeout_s, None if req.stream else req.stall_s) if t is not None), default=None)
         timed_out = reply.hang or (limit is not None and sim_s > limit)
         if timed_out and limit is not None:
             sim_s = min(sim_s, limit)
         wait = sim_s * self.backend.latency_scale
-        if wait > 0:
+        if wait > 0 and (reply.stream is None or timed_out):  # a stream is paced chunk by chunk
             await asyncio.sleep(wait)
         latency = int(round(sim_s * 1000))
         if timed_out:
@@ -123,8 +127,59 @@ class SimProvider(Provider):
                                   request_id=request_id, simulated=True, stage="response")
         if reply.status != 200:
             return _http_error(reply, latency, request_id)
+        if reply.stream is not None:
+            stall = req.stall_s if req.stall_s is not None else self.stall_s
+            return await _stream_reply(reply, req, stall, self.on_text, self.backend.latency_scale)
         return parse_completion_body(reply.body, requested_model=req.model, headers=reply.headers,
                                      latency_ms=latency, simulated=True, redact=redact)
+
+
+class _SimStreamClock:
+    """Simulated time of a streamed reply: the first token at ``ttft_s``, the others evenly
+    over the decoding time, as the HTTP server paces them; a stall adds ``stall_s``. Wall
+    time follows at the latency scale (sleeping in steps of at least 5 ms), so a live
+    display sees the reply arrive as a real one would."""
+
+    def __init__(self, reply: SimReply, scale: float) -> None:
+        self.now, self.debt = 0.0, 0.0
+        self.reply, self.scale = reply, scale
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def chunks(self, payloads):
+        r, last = self.reply, len(payloads) - 1
+        for i, payload in enumerate(payloads):
+            before = self.now
+            if i == last and r.stream_end == "done":
+                self.now = r.sim_latency_s  # exactly the plain reply's latency, no rounding drift
+            elif i >= 1:
+                self.now = r.ttft_s + (i - 1) * r.stream_step_s
+            await self.sleep(self.now - before)
+            yield jsonio.loads(payload)
+
+    async def sleep(self, simulated_s: float) -> None:
+        self.debt += simulated_s * self.scale
+        if self.debt >= 0.005:
+            await asyncio.sleep(self.debt)
+            self.debt = 0.0
+
+
+async def _stream_reply(reply: SimReply, req: ChatRequest, stall_s: float,
+                        on_text=None, scale: float = 0.0) -> ChatResponse:
+    clock = _SimStreamClock(reply, scale)
+    asm = StreamAssembler(0.0, clock)
+    end, error = await assemble(clock.chunks(reply.stream), asm, stall_s=None, on_text=per_call(on_text))
+    if end == "done" and reply.stream_end == "stall":
+        clock.now += stall_s
+        await clock.sleep(stall_s)
+        end, error = "stalled", CallError("timeout", f"stalled: nothing received for {stall_s:g} s after "
+                                                     f"{asm.chunks} chunks; the stream was cut (simulated)", stage="response")
+    elif end == "done" and reply.stream_end == "cut":
+        end, error = "cut", CallError("connection", f"the stream broke after {asm.chunks} chunks: "
+                                                    "connection reset by peer (simulated)", stage="response")
+    return asm.response(end, error=error, parse=lambda body, ms: parse_completion_body(
+        body, requested_model=req.model, headers=reply.headers, latency_ms=ms, simulated=True, redact=redact))
 
 
 def _http_error(reply: SimReply, latency: int, request_id: str | None) -> ChatResponse:

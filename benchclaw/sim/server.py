@@ -5,8 +5,10 @@ standard library's ``ThreadingHTTPServer`` on 127.0.0.1, so the ``openai`` provi
 (the official SDK, real HTTP, real headers, real timeouts and connection resets) is
 exercised end to end with no network and no key. Routes: ``POST /v1/chat/completions``,
 ``GET /v1/models``; every reply carries an ``x-request-id`` header and
-``x-benchclaw-simulated: 1``. It binds to loopback only: it is a test double, not a
-service.
+``x-benchclaw-simulated: 1``. A request with ``"stream": true`` is answered with
+server-sent events (``sim.stream``), paced like the simulated latency: the first token
+after the time to first token, the others spread over the decoding time. It binds to
+loopback only: it is a test double, not a service.
 """
 
 from __future__ import annotations
@@ -77,10 +79,44 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.reset:
             self._drop()
             return
+        if reply.stream is not None:
+            self._stream(reply)
+            return
         if reply.delay_s > 0 and self.server.stopping.wait(reply.delay_s):
             self._drop()
             return
         self._send(reply.status, reply.headers, reply.body)
+
+    def _stream(self, reply) -> None:
+        """Server-sent events without a content-length: the connection closes after
+        ``[DONE]`` (HTTP/1.1 lets a response end at close). A cut or stalled stream ends
+        with a reset, as a crashed upstream's would."""
+        self.close_connection = True
+        scale = self.server.backend.latency_scale
+        ttft = reply.ttft_s * scale
+        step = reply.stream_step_s * scale
+        self.send_response(200)
+        for k, v in reply.headers.items():
+            self.send_header(k, v)
+        self.send_header("connection", "close")
+        self.end_headers()
+        try:
+            paced = ttft > 0.001 or step > 0.001
+            if not paced:  # latency scale 0: one write, not one per token
+                self.wfile.write(b"".join(b"data: " + p + b"\n\n" for p in reply.stream))
+            for i, payload in enumerate(reply.stream if paced else ()):
+                wait = ttft if i == 1 else (step if i > 1 else 0.0)
+                if wait > 0.001 and self.server.stopping.wait(wait):
+                    return self._drop()
+                self.wfile.write(b"data: " + payload + b"\n\n")
+            if reply.stream_end == "stall":
+                self.server.stopping.wait(self.server.backend.faults.hang_s)
+            if reply.stream_end != "done":
+                return self._drop()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except OSError:  # the client went away (it may have cut a stall itself)
+            return
 
     def _drop(self) -> None:
         """Close the socket with a reset (SO_LINGER 0), as a crashed upstream would."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 
-__all__ = ["pass_vs_cost", "tokens_per_tier", "time_per_policy", "across_experiments", "claim_strip"]
+__all__ = ["pass_vs_cost", "tokens_per_tier", "time_per_policy", "across_experiments", "claim_strip",
+           "throughput_by_quarter"]
 
 _W, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 760, 64, 170, 20, 46
 _ZERO = Decimal(0)
@@ -310,3 +311,36 @@ def claim_strip(ids: list[str], claims: list[dict]) -> str:
     if not claims:
         body.append(f'<text class="plbl" x="10" y="{_PAD_T + 30}">no hypotheses to compare</text>')
     return _svg(h, "How each claim moved across experiments", body)
+
+
+def throughput_by_quarter(tiers: list[dict]) -> str:
+    """Median output tokens per second of each tier in each quarter of the experiment's
+    duration (``health.tokens_per_s.windows``): a provider that slowed down mid-experiment
+    shows as uneven bars."""
+    rows = []
+    for t in tiers:
+        tps = ((t.get("health") or {}).get("tokens_per_s") or {})
+        wins = [_dec(w) for w in tps.get("windows") or []]
+        if any(w is not None for w in wins):
+            rows.append((t.get("tier"), wins, tps.get("spread")))
+    h = _PAD_T + 30 * max(1, len(rows)) + 30
+    vmax = max((w for _, wins, _ in rows for w in wins if w is not None), default=Decimal(1)) or Decimal(1)
+    x0 = Decimal(_PAD_L + 110)
+    slot = Decimal(_W - _PAD_L - 110 - _PAD_R + 80) / 4
+    body = []
+    for i, (tier, wins, spread) in enumerate(rows):
+        y0 = _PAD_T + 30 * i
+        body.append(f'<text class="tick" x="{_n(x0 - 8)}" y="{y0 + 17}" text-anchor="end">{_esc(tier)}</text>')
+        for q, w in enumerate(wins):
+            if w is None:
+                continue
+            bw = w / vmax * (slot - 8)
+            body.append(f'<rect class="bar" x="{_n(x0 + slot * q)}" y="{y0 + 4}" width="{_n(bw)}" height="18">'
+                        f'<title>{_esc(tier)}, quarter {q + 1}: {_esc(w)} tok/s</title></rect>')
+        if spread:
+            body.append(f'<text class="plbl" x="{_n(x0 + slot * 4 + 4)}" y="{y0 + 18}">{_esc(spread)}x</text>')
+    if not rows:
+        body.append(f'<text class="plbl" x="{_PAD_L + 10}" y="{_PAD_T + 20}">no answered calls with usage yet</text>')
+    for q in range(4):
+        body.append(f'<text class="tick" x="{_n(x0 + slot * q)}" y="{h - 10}">quarter {q + 1}</text>')
+    return _svg(h, "Output tokens per second by tier, per quarter of the experiment", body)

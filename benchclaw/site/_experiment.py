@@ -29,7 +29,7 @@ __all__ = ["condense", "expand", "run_payload", "analysis_inputs", "analyse", "l
            "journal_facts"]
 
 _START_KEYS = ("task", "tier", "policy", "simulated")
-_CALL_KEYS = ("outcome", "cost", "usage")
+_CALL_KEYS = ("outcome", "cost", "usage", "latency_ms", "stream")  # timing: the tier's provider health
 _END_KEYS = ("status", "passed", "gate_passed", "elapsed_ms", "turns")
 
 

@@ -12,7 +12,7 @@ import hashlib
 
 from ..analysis import lured_tasks
 from ._build import Build, digest_of
-from ._charts import pass_vs_cost, time_per_policy, tokens_per_tier
+from ._charts import pass_vs_cost, throughput_by_quarter, time_per_policy, tokens_per_tier
 from ._experiment import analyse, analysis_inputs, journal_facts, load_spec
 from ._runpages import render_pages
 from ._render import cell_url, cells_list_url, exp_dir, exp_url
@@ -91,6 +91,7 @@ def experiment_view(exp: str, summary: dict, spec: dict, spec_error, facts: dict
         "cells": primary.get("cells", 0), "cell_pages": max(1, -(-int(primary.get("cells") or 0) // CELLS_PER_PAGE)),
         "chart_pass": pass_vs_cost(policies), "chart_tokens": tokens_per_tier(primary.get("tiers") or []),
         "chart_time": time_per_policy(policies),
+        "chart_speed": throughput_by_quarter(primary.get("tiers") or []),
     }
 
 

@@ -206,7 +206,8 @@ def _call_view(rec, blobs: Blobs) -> dict:
             "model_upstream": b.get("model_upstream"),
             "usage_doubts": [str(d) for d in b.get("usage_doubts") or () if isinstance(d, str)],
             "cost_note": b.get("cost_note") if isinstance(b.get("cost_note"), str) else None,
-            "truncated": [str(t) for t in b.get("truncated") or () if isinstance(t, str)]}
+            "truncated": [str(t) for t in b.get("truncated") or () if isinstance(t, str)],
+            "stream": b.get("stream") if isinstance(b.get("stream"), dict) else None}
 
 
 def _action_view(rec, blobs: Blobs) -> dict:

@@ -5,7 +5,8 @@ catalog file the run names (read from its blob, following ``extends``). Per ``ca
 the prompt estimate is recomputed from the request blob's messages; the normalised
 usage from the raw usage blob (``money.normalise_usage``); the cost, or the
 ``[0, upper bound]`` of a call whose usage is unknown, from both (``money.cost_bounds``),
-bit for bit as decimal strings. ``run.end`` totals must be the sums over the calls.
+bit for bit as decimal strings; for a streamed call without usage the lower bound is
+recounted from its request, its reply and its text chunk count (``money.stream_floor``). ``run.end`` totals must be the sums over the calls.
 
 The catalog is parsed with ``benchclaw.catalog_format``, the parser the runtime loads
 catalogs with (pure, so the verifier imports nothing from ``benchclaw.providers``);
@@ -24,7 +25,8 @@ from .. import jsonio
 from ..catalog_format import MAX_EXTENDS, Catalog, parse_catalog
 from ..errors import BenchClawError, FormatError
 from ..money import (USAGE_FIELDS, CostBounds, Prices, Usage, call_cost_of, cost_upper_bound,
-                     estimate_prompt_tokens, fmt_usd, normalise_usage, sum_usage, usage_unread)
+                     estimate_prompt_tokens, fmt_usd, message_bytes, normalise_usage, stream_floor, sum_usage,
+                     usage_unread)
 from ..records import DIGEST_RE
 from ._context import Bundle, RunData
 from ._errors import VerificationError
@@ -133,8 +135,9 @@ def _call(b: Bundle, run: RunData, line: int, body: dict, prices: Prices) -> tup
     _check_estimate(b, run, line, body, estimate, max_tokens)
     usage = _check_usage(b, run, line, body)
     unread = b.memo.get(("unread", body.get("usage_raw")), ()) if usage is not None else ()
+    floor = _stream_floor(b, run, line, body, max_tokens) if usage is None and "stream" in body else None
     try:
-        got = call_cost_of(usage, estimate, max_tokens, prices, unread=unread, error=body.get("error"))
+        got = call_cost_of(usage, estimate, max_tokens, prices, unread=unread, error=body.get("error"), floor=floor)
         want = got.cost
     except (BenchClawError, ArithmeticError, ValueError) as e:
         raise VerificationError(run.path, f"call: cannot recompute the cost ({e})", line) from None
@@ -146,6 +149,27 @@ def _call(b: Bundle, run: RunData, line: int, body: dict, prices: Prices) -> tup
                                 f"recomputed {list(got.doubts)}", line)
     run.call_costs[line] = want
     return usage, want
+
+
+def _stream_floor(b: Bundle, run: RunData, line: int, body: dict, max_tokens: int) -> Usage:
+    """The recorded lower bound of a streamed call without usage, recounted from its request
+    and reply blobs and its ``stream.text_chunks`` (FORMAT §6, ``money.stream_floor``). A
+    reply with text but no text chunk is an inconsistent record."""
+    stream = body.get("stream")
+    chunks = stream.get("text_chunks") if isinstance(stream, dict) else None
+    if type(chunks) is not int or chunks < 0:
+        raise VerificationError(run.path, "call: stream.text_chunks is not a count", line)
+    request = _json_blob(b, run, line, body.get("request"), "request")
+    messages = request.get("messages") if isinstance(request, dict) else None
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise VerificationError(run.path, "call: the request blob holds no message list", line)
+    reply = 0 if body.get("reply") is None else len(_blob(b, run, body["reply"], line, "reply"))
+    if reply > 0 and chunks == 0:
+        raise VerificationError(run.path, "call: the streamed reply has text but stream.text_chunks is 0", line)
+    try:
+        return stream_floor(message_bytes(messages), reply, chunks, max_tokens)
+    except (ValueError, RecursionError, UnicodeError) as e:
+        raise VerificationError(run.path, f"call: cannot recount the stream's lower bound ({e})", line) from None
 
 
 def upper_bound(b: Bundle, prices: Prices, estimate: int, max_tokens: int) -> str:

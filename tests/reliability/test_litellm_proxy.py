@@ -167,6 +167,11 @@ def both(tmp_path_factory):
             ready = time.monotonic() - t0
             (tmp / "via-litellm.toml").write_text(CATALOG.format(url=url, env=KEY_ENV))
             proxied = _grid(tmp, "PROXY", "via-litellm.toml")
+            # the same grid streamed through the proxy (issue 18): SSE relayed by LiteLLM
+            stream_tmp = tmp_path_factory.mktemp("litellm-stream")
+            (stream_tmp / "via-litellm.toml").write_text(
+                CATALOG.format(url=url, env=KEY_ENV).replace("prices = {", "stream = true\nprices = {"))
+            streamed = _grid(stream_tmp, "PROXY", "via-litellm.toml")
     finally:
         os.environ.pop(KEY_ENV, None)
     local_tmp = tmp_path_factory.mktemp("inprocess")
@@ -175,7 +180,7 @@ def both(tmp_path_factory):
                    runs=len(proxied.runs), calls=sum(len(bodies(r, "call")) for r in proxied.runs),
                    passed=sum(r.end["passed"] for r in proxied.runs),
                    passed_in_process=sum(r.end["passed"] for r in local.runs))
-    return SimpleNamespace(tmp=tmp, proxied=proxied, local=local)
+    return SimpleNamespace(tmp=tmp, proxied=proxied, local=local, streamed=streamed)
 
 
 def _cell(run) -> tuple:
@@ -228,3 +233,17 @@ def test_the_key_is_nowhere_in_runs_site_or_bundle(both):
 
 def test_the_bundle_verifies(both):
     assert verdict_text(both.proxied.products.verdict) == "ok"
+
+
+def test_streamed_through_the_proxy_the_same_cells_pass_and_cost_the_same(both):
+    s = both.streamed
+    assert s.result.status == "complete", s.result.stop_detail
+    got = {_cell(r): (r.end["status"], r.end["passed"], r.end["cost"], r.end["usage"]) for r in s.runs}
+    want = {_cell(r): (r.end["status"], r.end["passed"], r.end["cost"], r.end["usage"]) for r in both.local.runs}
+    assert got == want
+    for run in s.runs:
+        for c in bodies(run, "call"):
+            st = c["stream"]
+            assert st["end"] == "done" and st["usage_chunk"] is True and st["ttft_ms"] is not None, c
+            assert c["request_id"] and c["simulated"] is True and c["cost"]["known"] is True
+    assert verdict_text(s.products.verdict) == "ok"
