@@ -14,8 +14,9 @@ speak chat completions; the SDK (``AsyncOpenAI``) does the HTTP. Choices made he
   as ``extra_body``, so the JSON on the wire is exactly the recorded request blob (the
   tier's ``params`` included) whatever parameters the SDK knows.
 - Timeouts: the call's whole budget is the run's remaining time (``timeout_s``); the
-  read timeout is the tier's stall limit (``stall_s``: no byte for that long cuts the
-  call, and the runtime retries it while the run has time). A connect failure (refused,
+  read timeout of a non-streamed call is the tier's ``stall_seconds`` (carried on the
+  request as ``stall_s``): no byte for that long cuts the call, and the runtime retries
+  it while the run has time. A connect failure (refused,
   DNS, TLS, connect timeout) is recorded with ``stage: "connect"``: nothing was sent.
 - The key is handed to the SDK as an async callable that opens the vault per request, so
   the client object holds no plain key; every string that leaves this module (error
