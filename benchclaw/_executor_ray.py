@@ -38,7 +38,7 @@ from ._runner_io import Executor, RunDone, RunJob, RunParts, agent_kwargs, first
 from .errors import BudgetError, IntegrityError, UsageError
 from .ledger import Ledger, Reservation
 from .records import GENESIS, blob_refs, line_hash, parse_line, split_lines, verify_chain
-from .store import RunWriter, Store, storage_error
+from .store import RunWriter, Store, storage_error, write_atomically
 
 __all__ = ["RayExecutor", "require_ray"]
 
@@ -173,7 +173,8 @@ class RayExecutor(Executor):
         records = _verify_run(data, f"run of attempt {job.attempt}")
         if (records[0].body.get("policy") or {}).get("attempt") != job.attempt:
             raise IntegrityError(f"a worker returned a run of another attempt for {job.attempt}")
-        _write_atomically(mirror, data, store.fsync)  # a crash now leaves a complete run to seal
+        write_atomically(mirror, data, mirror.with_name(mirror.name + ".landing"), fsync=store.fsync,
+                         what="store a run a worker returned")  # a crash now leaves a complete run to seal
         run_id = store._seal_file(mirror, hashlib.sha256(data).hexdigest())
         return RunDone(run_id, records[-1].body, reserved)
 
@@ -370,15 +371,3 @@ def _verify_run(data: bytes, where: str) -> list:
     return records
 
 
-def _write_atomically(path: Path, data: bytes, fsync: bool) -> None:
-    tmp = path.with_name(path.name + ".landing")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise storage_error(path, "store a run a worker returned", e) from None

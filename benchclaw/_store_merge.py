@@ -29,14 +29,13 @@ it finishes the job.
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import IntegrityError, UsageError
 from .records import parse_line, split_lines
-from .store import VERSION_TEXT, Store, storage_error
+from .store import VERSION_TEXT, Store, storage_error, write_atomically
 
 __all__ = ["merge_store", "MergeReport"]
 
@@ -204,15 +203,9 @@ def _require_no_double_runs(dest: Store, other: Store) -> None:
 
 def _copy(src: Path, target: Path, fsync: bool) -> None:
     data = src.read_bytes()
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.merge")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, target)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise storage_error(target, "merge", e) from None
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.merge")
+    write_atomically(target, data, tmp, fsync=fsync, what="merge")

@@ -54,6 +54,23 @@ def make_durable(fd: int) -> None:
     os.fsync(fd)
 
 
+def write_atomically(path: Path, data: bytes, tmp: Path, *, fsync: bool, what: str) -> None:
+    """Write ``data`` to ``tmp``, make it durable (when ``fsync``), then rename it onto
+    ``path``, so a reader sees the whole file or none of it: blobs, a merged file, a run a
+    Ray worker returned. Raises StorageError naming ``path`` and ``what`` was being done;
+    the temporary file is removed."""
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            if fsync:
+                make_durable(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise storage_error(path, what, e) from None
+
+
 def storage_error(path: Path, what: str, err: OSError) -> StorageError:
     """The StorageError for a failed write of ``path`` (names the file and the cause)."""
     reason = err.strerror or str(err)
@@ -484,20 +501,14 @@ class Store:
         if path.exists():
             return digest
         self._ensure()
-        tmp = self.root / "objects" / "tmp" / f"{hexd}.{uuid.uuid4().hex}"
-        try:
-            if hexd[:2] not in self._blob_dirs:
+        if hexd[:2] not in self._blob_dirs:
+            try:
                 path.parent.mkdir(exist_ok=True)
-                self._blob_dirs.add(hexd[:2])
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                if self.fsync:
-                    make_durable(f.fileno())
-            os.replace(tmp, path)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            raise storage_error(path, f"store blob {digest}", e) from None
+            except OSError as e:
+                raise storage_error(path, f"store blob {digest}", e) from None
+            self._blob_dirs.add(hexd[:2])
+        tmp = self.root / "objects" / "tmp" / f"{hexd}.{uuid.uuid4().hex}"
+        write_atomically(path, data, tmp, fsync=self.fsync, what=f"store blob {digest}")
         return digest
 
     def put_json_blob(self, obj) -> str:
@@ -697,4 +708,4 @@ def default_writer() -> str:
     return _PROCESS_WRITER[0]
 
 
-__all__ += ["default_writer", "safe_name", "blob_refs", "storage_error"]
+__all__ += ["default_writer", "safe_name", "blob_refs", "storage_error", "write_atomically"]
