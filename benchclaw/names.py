@@ -77,7 +77,7 @@ def entry_name_problem(name: str) -> str | None:
     except UnicodeEncodeError:
         return "not valid UTF-8"
     if name.startswith("/") or any(p in ("", ".", "..") for p in name.split("/")):
-        return "absolute path, '..', '.' or an empty part"
+        return "absolute path, '..', '.' or an empty part (path traversal)"
     if _FORBIDDEN_IN_ENTRY.search(name):
         return "backslash, colon or control character in the name"
     return None

@@ -26,12 +26,11 @@ bounded by the limits: the archive bytes plus the inflated members.
 
 from __future__ import annotations
 
-import re
 import struct
-import unicodedata
 import zlib
 from dataclasses import dataclass
 
+from ..names import entry_name_fold, entry_name_problem
 from ._errors import UnreadableBundle, VerificationError
 
 __all__ = ["Limits", "Entry", "ZipView"]
@@ -49,7 +48,6 @@ _FLAG_ENCRYPTED, _FLAG_DESCRIPTOR, _FLAG_STRONG = 0x1, 0x8, 0x40
 _UNIX = 3
 _S_IFMT, _S_IFREG, _S_IFLNK = 0o170000, 0o100000, 0o120000
 _DOS_DIR = 0x10
-_FORBIDDEN_CHARS = re.compile(r"[\x00-\x1f\x7f\\:]")
 
 
 @dataclass(frozen=True)
@@ -200,12 +198,10 @@ class ZipView:
             raise _bad(f"entry {name!r}: non-ASCII name without the UTF-8 flag (ambiguous)")
         if name.endswith("/"):
             raise _bad(f"entry {name!r} is a directory entry (a bundle holds files only)")
-        parts = name.split("/")
-        if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise _bad(f"entry {name!r}: absolute path, '..', '.' or empty part (path traversal)")
-        if _FORBIDDEN_CHARS.search(name):
-            raise _bad(f"entry {name!r}: backslash, colon or control character in the name")
-        folded = unicodedata.normalize("NFKC", name).casefold()
+        problem = entry_name_problem(name)  # the rules the task loader applies too
+        if problem:
+            raise _bad(f"entry {name!r}: {problem}")
+        folded = entry_name_fold(name)
         if folded in seen:
             same = "duplicate" if seen[folded] == name else "differs only by case or Unicode normalisation from"
             raise _bad(f"entry {name!r}: {same} entry {seen[folded]!r}")
