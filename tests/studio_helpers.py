@@ -28,7 +28,7 @@ def write_config(path: Path, *, catalog: str = "sim", tasks=("quotes-incident",)
                  global_concurrency=64, starts_per_minute=60, global_starts_per_minute=6000,
                  max_tokens=1024, turns=12, seconds=60, latency_scale=None, secret_file=None,
                  extra: str = "") -> Path:
-    lines = [f'v = 1', f'catalog = "{catalog}"', f"tasks = {json.dumps(list(tasks))}",
+    lines = ['v = 1', f'catalog = "{catalog}"', f"tasks = {json.dumps(list(tasks))}",
              f"policies = {json.dumps(list(policies))}", f"profiles = {json.dumps(list(profiles))}", extra,
              "[run]", f"max_tokens = {max_tokens}", f"turns = {turns}", f"seconds = {seconds}",
              "[budget.session]", f'usd = "{session_usd}"', f"tokens = {session_tokens}", f"runs = {session_runs}",

@@ -59,7 +59,7 @@ def test_a_key_overlapping_an_answer_leaves_the_answer_alone():
 
 def test_env_and_file_sources(tmp_path, monkeypatch):
     monkeypatch.delenv("BENCHCLAW_TEST_KEY", raising=False)
-    with pytest.raises(ProviderConfigError, match="BENCHCLAW_TEST_KEY is not set") as e:
+    with pytest.raises(ProviderConfigError, match="BENCHCLAW_TEST_KEY is not set"):
         load_key("BENCHCLAW_TEST_KEY")
     monkeypatch.setenv("BENCHCLAW_TEST_KEY", KEY + "\n")
     assert load_key("BENCHCLAW_TEST_KEY").reveal() == KEY

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError, UsageError
+from ..errors import InputError
 from ..paths import make_output_dir, refuse_evidence_overlap, site_templates_dir
 from ..store import Store
 from ._cache import BuildCache, PageWriter, fast_dumps, write_atomic
