@@ -54,15 +54,9 @@ class PairedReservation:
     day: Reservation
 
 
-@dataclass(frozen=True)
-class Standing:
-    """What a session (or the studio today) has left, for pages and refusals."""
-
-    spent_usd: Decimal
-    limit_usd: Decimal
-    spent_tokens: int
-    limit_tokens: int
-    refused: int
+class Remaining:
+    """What is left of a USD and a token limit, for any value with ``spent_usd``,
+    ``limit_usd``, ``spent_tokens`` and ``limit_tokens`` fields."""
 
     @property
     def remaining_usd(self) -> Decimal:
@@ -71,6 +65,17 @@ class Standing:
     @property
     def remaining_tokens(self) -> int:
         return max(self.limit_tokens - self.spent_tokens, 0)
+
+
+@dataclass(frozen=True)
+class Standing(Remaining):
+    """What a session (or the studio today) has left, for pages and refusals."""
+
+    spent_usd: Decimal
+    limit_usd: Decimal
+    spent_tokens: int
+    limit_tokens: int
+    refused: int
 
     @property
     def exhausted(self) -> bool:

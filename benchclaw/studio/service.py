@@ -40,7 +40,7 @@ from ..money import fmt_usd
 from ..policies import Attempt, next_batch, outcome, policy_names
 from ..records import Record
 from ..store import Store
-from .budgets import CallBudget, StudioBudgets
+from .budgets import CallBudget, Remaining, StudioBudgets
 from .config import StudioConfig
 from .jobs import Job, record_event
 from .sessions import RateLimiter
@@ -70,7 +70,7 @@ class Choice:
 
 
 @dataclass(frozen=True)
-class SessionView:
+class SessionView(Remaining):
     spent_usd: Decimal
     limit_usd: Decimal
     spent_tokens: int
@@ -80,14 +80,6 @@ class SessionView:
     exhausted: bool
     day_exhausted: bool
     runs: tuple[dict, ...]      # newest first: studio.run bodies of this session
-
-    @property
-    def remaining_usd(self) -> Decimal:
-        return max(self.limit_usd - self.spent_usd, Decimal(0))
-
-    @property
-    def remaining_tokens(self) -> int:
-        return max(self.limit_tokens - self.spent_tokens, 0)
 
     @property
     def runs_left(self) -> int:
