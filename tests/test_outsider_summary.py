@@ -25,7 +25,7 @@ import pytest
 from benchclaw import jsonio
 from benchclaw.bundle import export_bundle
 from tests.outsider import summary_from_format as outsider
-from tests.test_bundle_support import EXP, Forger, eventful_runs, rewrite_lines
+from tests.test_bundle_support import EXP, GRID_SPEC, Forger, eventful_runs, rewrite_lines
 
 READER = Path(outsider.__file__)
 
@@ -92,6 +92,32 @@ def test_the_eventful_bundle_summary_follows_from_format_md(eventful_bundle, tmp
     summary = json.loads((tmp_path / "summary.json").read_bytes())
     assert summary["secondary"] is not None and summary["stops"] and summary["deviations"]
     _assert_reproduced(tmp_path)
+
+
+def test_live_routers_without_all_tiers_follow_from_format_md(tmp_path):
+    """Live speculative (batches of two), memory and always:<tier> trials; tier rows whose
+    cells are only those their runs touched; every replayed row missing."""
+    import asyncio
+
+    from benchclaw.experiments import prereg
+    from benchclaw.runner import run_experiment
+    from benchclaw.store import Store
+
+    spec = tmp_path / "E01.toml"
+    spec.write_text(GRID_SPEC.replace("all_tiers = true", "all_tiers = false")
+                    .replace('live = ["ladder"]', 'live = ["speculative", "memory", "always:super"]')
+                    .replace("seeds = [1, 2]", "seeds = [1, 2, 3]"))
+    runs = tmp_path / "runs"
+    prereg(Store(runs, fsync=False), spec)
+    asyncio.run(run_experiment(Store(runs, fsync=False), EXP, spec_path=spec, handle_signals=False,
+                               sim_options={"latency_scale": 0}))
+    export_bundle(runs, EXP, tmp_path / "b.zip")
+    with zipfile.ZipFile(tmp_path / "b.zip") as zf:
+        zf.extractall(tmp_path / "b")
+    rows = json.loads((tmp_path / "b" / "summary.json").read_bytes())["primary"]["policies"]
+    assert {(r["policy"], r["mode"]) for r in rows if r["samples"]} == {
+        ("speculative", "live"), ("memory", "live"), ("always:super", "live")}
+    _assert_reproduced(tmp_path / "b")
 
 
 # -- consistent variants, re-claimed by the package ------------------------------------------
@@ -238,6 +264,15 @@ def _duplicates(f: Forger) -> None:
         f.edit_run(rid, move)
 
 
+def _live_cut_short(f: Forger) -> None:
+    """A live ladder trial's last run dropped (with its record): the trial is incomplete."""
+    last = _runs_where(f, lambda s, _: s["policy"]["policy"] == "ladder" and s["policy"]["step"] == 2
+                       and not s["policy"]["rerun"])[0]
+    f.drop_run(last)
+    f.edit_journal(lambda objs: [o for o in objs if o["body"].get("run_id") != last
+                                 and not (o["kind"] == "trial" and last in o["body"]["runs"])])
+
+
 def _not_all_tiers(f: Forger) -> None:
     old = _registered(f)[-1]["body"]["spec_digest"]
     new = f.put_blob(f.blob(old).replace(b"all_tiers = true", b"all_tiers = false")
@@ -253,7 +288,7 @@ def _not_all_tiers(f: Forger) -> None:
 
 VARIANTS = {"rules": _rules, "lures_unknown": _lures_unknown, "missing_grid": _missing_grid,
             "real_provider_calls": _real_provider_calls, "cut_off": _cut_off, "duplicates": _duplicates,
-            "not_all_tiers": _not_all_tiers}
+            "live_cut_short": _live_cut_short, "not_all_tiers": _not_all_tiers}
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
