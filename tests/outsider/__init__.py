@@ -1,0 +1,1 @@
+"""Second implementations written from the docs alone (see each module)."""
