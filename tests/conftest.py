@@ -20,3 +20,13 @@ def pytest_runtest_makereport(item, call):
             and os.environ.get("BENCHCLAW_REQUIRE_BROWSER") == "1"):
         report.outcome = "failed"
         report.longrepr = f"browser test skipped although BENCHCLAW_REQUIRE_BROWSER=1: {report.longrepr}"
+
+
+@pytest.fixture(scope="session")
+def demo_result(tmp_path_factory):
+    """One zero-latency demo for the tests that only read what it produced (the bundle, the
+    runs directory): the demo is the suite's slowest fixture, so it runs once."""
+    from benchclaw.demo import run_demo
+
+    return run_demo(tmp_path_factory.mktemp("demo"), say=lambda s: None, note=lambda s: None,
+                    latency_scale=0)

@@ -58,10 +58,8 @@ def test_the_eventful_bundle_summary_equals_the_report_byte_for_byte(eventful):
     assert verify_bundle(bundle).exit_code == 0
 
 
-def test_the_demo_bundle_summary_equals_the_report_byte_for_byte(tmp_path):
-    from benchclaw.demo import run_demo
-
-    res = run_demo(tmp_path, say=lambda s: None, note=lambda s: None, latency_scale=0)
+def test_the_demo_bundle_summary_equals_the_report_byte_for_byte(demo_result):
+    res = demo_result
     claimed = zipfile.ZipFile(res.bundle).read("summary.json")
     exp = json.loads(zipfile.ZipFile(res.bundle).read("manifest.json"))["experiments"][0]
     assert json.loads(claimed)["lures_known"] is True

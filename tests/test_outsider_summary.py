@@ -77,11 +77,8 @@ def test_the_reader_shares_no_code_with_the_package():
                         "decimal", "fractions"}
 
 
-def test_the_demo_bundle_summary_follows_from_format_md(tmp_path):
-    from benchclaw.demo import run_demo
-
-    res = run_demo(tmp_path / "demo", say=lambda s: None, note=lambda s: None, latency_scale=0)
-    with zipfile.ZipFile(res.bundle) as zf:
+def test_the_demo_bundle_summary_follows_from_format_md(demo_result, tmp_path):
+    with zipfile.ZipFile(demo_result.bundle) as zf:
         zf.extractall(tmp_path / "b")
     _assert_reproduced(tmp_path / "b")
 
