@@ -423,3 +423,19 @@ def test_policy_trials_expose_each_cell_and_spec_tiers_takes_the_spec_dict():
     assert tiers == ["lightning", "super", "ultra"] and spec_tiers(e.spec(), []) == tiers
     assert [a.tier for a in trials[("ladder", "replayed")][f"{A}/3"].outcome.attempts] == list(tiers)
     assert set(trials[("ladder", "live")]) == {f"{A}/1"} and len(sel.cells) == 3
+
+
+def test_lures_do_not_depend_on_which_run_of_a_task_key_comes_first():
+    """Two runs naming the same task key with different versions: the report reads runs in
+    store order, the verifier in zip order; the lure split must not depend on it."""
+    from benchclaw.analysis import lured_tasks
+    from benchclaw.checks.digest import blob_digest, task_listing
+
+    lured, clean = b'lures = [{id = "L1", kind = "read", target = "x"}]\n', b'title = "t"\n'
+    blobs, starts = {}, []
+    for toml in (clean, lured):
+        listing = task_listing({"task.toml": toml})
+        blobs[blob_digest(listing)], blobs[blob_digest(toml)] = listing, toml
+        starts.append({"task": {"id": "a", "version": 1, "digest": blob_digest(listing)}})
+    assert lured_tasks(starts, blobs.__getitem__) == frozenset({"a@1"})
+    assert lured_tasks(starts[::-1], blobs.__getitem__) == frozenset({"a@1"})

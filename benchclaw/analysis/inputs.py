@@ -490,15 +490,17 @@ def lured_tasks(starts: list[Mapping], get_blob: Callable[[str], bytes]) -> froz
     that cannot see the task files must not report every task as clean. Never raises.
     """
     out: set[str] = set()
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for start in starts:
         task = start.get("task") if isinstance(start, Mapping) else None
         if not isinstance(task, Mapping) or not isinstance(task.get("digest"), str):
             return None
         key = task_key(task)
-        if key in seen:
+        # Every distinct version a key's runs name is read, so the answer never depends on
+        # which run comes first (the report and the verifier see runs in different orders).
+        if (key, task["digest"]) in seen:
             continue
-        seen.add(key)
+        seen.add((key, task["digest"]))
         lured = _declares_lures(task["digest"], get_blob)
         if lured is None:
             return None

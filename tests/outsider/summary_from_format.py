@@ -405,9 +405,9 @@ def lured_tasks(bundle: Bundle, runs: list[Run]):
     for r in runs:
         if not isinstance(r.task_digest, str):
             return None
-        if r.task in seen:
+        if (r.task, r.task_digest) in seen:
             continue
-        seen.add(r.task)
+        seen.add((r.task, r.task_digest))
         found = None
         listing = bundle.blob(r.task_digest)
         try:
