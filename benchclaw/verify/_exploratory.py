@@ -1,0 +1,498 @@
+"""Steps 5-8 of an exploratory bundle: a studio journal, its runs and its two kinds of ledger.
+
+A bundle whose manifest says ``exploratory: true`` (docs/FORMAT.md "Bundles", exploratory
+form) claims no hypothesis, no decision and no registration, so it has no summary and no
+pre-registration to recompute. Steps 1-4 (container, runs, checks by replay, costs against
+the packed catalog) are every bundle's; ``adopt`` swaps steps 5-8 for these:
+
+5. ledgers: every ledger replayed by the shared fold (no reservation could have passed its
+   session's or its day's limit), each one of the journal's own ledgers, opened with the
+   budgets of the ``studio.open`` in force; every session reservation paired with its day
+   reservation (same ``run``, ``key``, ``attempt``; the n-th with the n-th) at the same
+   bound and settled alike, or, unpaired (the day refused it, or the studio died before
+   reserving it), released at zero for a call the run never made; every call of every run
+   reserved and settled in its session's ledger and in a day ledger at its bound and its
+   recorded cost; every reservation belongs to a run in the bundle.
+6. label: the one journal is exploratory throughout (studio kinds only, each record says
+   so, it opens with ``studio.open``); nothing of a pre-registered experiment is in the
+   bundle (no summary, spec or other journal; no run names an experiment); there is no
+   registration, so ``--registered`` cannot be satisfied.
+7. order: times well formed and never backwards in a file; the journal's first
+   ``studio.open`` precedes every ledger record and every run; each run's job and
+   ``studio.run.start`` precede its ``run.start``.
+8. complete: the journal names every run and the bundle holds every run it names, with the
+   same facts; every started run ended; each run ran its job's task, profile, seed and
+   policy; no session started more runs than its budget allowed.
+
+Kept apart from the experiment steps so that the verifier's pipeline knows one hook
+(``adopt``), and pure like them: it reads the ledgers with ``benchclaw.ledger_replay``
+through step 5's own replay, never the studio's code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import BenchClawError
+from ..money import parse_usd
+from ._context import Bundle, RunData
+from ._costs import catalog_prices
+from ._errors import VerificationError
+from ._journal import _run_times, _times, journal_of
+from ._ledgers import PREFIX, LedgerReplay, _check_call, _named_ledgers_present, _replay_into
+from ._report import Section
+from ._shape import BOOL, DICT, INT, LIST, STR, _t, check_body
+from .exploratory import STUDIO_KINDS, label_of, studio_ledger
+
+__all__ = ["adopt", "SECTIONS", "after"]
+
+SECTIONS: tuple[tuple[str, str], ...] = (
+    ("ledgers", "session and day ledgers replayed and paired; no limit passed; every call in both"),
+    ("label", "one journal, exploratory throughout; nothing of a pre-registered experiment"),
+    ("order", "the journal opened before every ledger record and run; times never go backwards"),
+    ("complete", "every sealed run journaled and every journaled run present; run budgets held"),
+)
+
+_OPEN_FIELDS = {"exploratory": _t(BOOL), "session": _t(STR), "job": _t(STR)}
+SHAPES: dict[str, dict] = {
+    "studio.open": {"exploratory": _t(BOOL), "label": _t(STR), "catalog": _t(DICT),
+                    "tiers": _t(LIST, items=STR), "tasks": _t(LIST, items=STR),
+                    "policies": _t(LIST, items=STR), "profiles": _t(LIST, items=STR), "budgets": _t(DICT)},
+    "studio.job": {**_OPEN_FIELDS, "task": _t(STR), "policy": _t(STR), "profile": _t(STR), "seed": _t(INT)},
+    "studio.run.start": {**_OPEN_FIELDS, "step": _t(INT), "tier": _t(STR), "attempt": _t(STR)},
+    "studio.run": {**_OPEN_FIELDS, "step": _t(INT), "tier": _t(STR), "attempt": _t(STR),
+                   "run_id": _t(STR, optional=True), "status": _t(STR), "passed": _t(BOOL),
+                   "gate_passed": _t(BOOL), "cost": _t(DICT)},
+    "studio.job.end": {**_OPEN_FIELDS, "status": _t(STR), "tier": _t(STR, optional=True)},
+}
+
+
+def adopt(report, steps: tuple) -> tuple:
+    """Steps 1-4 as given, then this module's 5-8; the report's sections 5-8 become theirs."""
+    report.sections[4:] = [Section(i, n, t) for i, (n, t) in enumerate(SECTIONS, 5)]
+    mine = {"ledgers": verify_ledgers, "label": verify_label, "order": verify_order,
+            "complete": verify_complete}
+    return tuple(steps[:4]) + tuple((name, mine[name]) for name, _ in SECTIONS)
+
+
+def after(b: Bundle, report) -> None:
+    """What the report states beside the steps: the label, for the auditor to read."""
+    for exp in b.manifest.experiments:
+        report.notes.append(f"{exp} is EXPLORATORY: runs from a studio, never pre-registered; this "
+                            "bundle proves its runs, costs and budgets, and claims no hypothesis or decision")
+
+
+# ------------------------------------------------------------------------------ shared reading
+
+def _journal_id(b: Bundle) -> str:
+    return b.manifest.experiments[0]
+
+
+def _journal(b: Bundle) -> list:
+    """The journal (entry, line, record) in reader order, every body's shape checked."""
+    key = "studio journal"
+    if key not in b.memo:
+        try:
+            journal = journal_of(b, _journal_id(b))
+            for name, line, rec in journal:
+                check_body(rec.kind, rec.body, SHAPES, name, line)
+            b.memo[key] = journal
+        except VerificationError as e:
+            b.memo[key] = e
+    if isinstance(b.memo[key], VerificationError):
+        raise b.memo[key]
+    return b.memo[key]
+
+
+def _opens(b: Bundle) -> list:
+    return [rec for _, _, rec in _journal(b) if rec.kind == "studio.open"]
+
+
+def _in_force(opens: list, at: str):
+    """The last ``studio.open`` at or before ``at`` (None when the studio had not opened)."""
+    found = None
+    for rec in opens:
+        if rec.at <= at:
+            found = rec
+    return found
+
+
+@dataclass(frozen=True)
+class _Budgets:
+    session: dict   # ledger limits {usd, tokens, per_call_usd}
+    day: dict
+    runs: int
+
+
+def _budgets(rec, where: str, line: int) -> _Budgets:
+    """The ``budgets`` of a ``studio.open`` as ledger limits. Raises VerificationError."""
+    bud = rec.body.get("budgets")
+    try:
+        s, d, per = bud["session"], bud["day"], bud["per_call_usd"]
+        for part in (s, d):
+            parse_usd(part["usd"], "budgets usd")
+            if type(part["tokens"]) is not int:
+                raise TypeError("tokens is not an integer")
+        parse_usd(per, "budgets per_call_usd")
+        if type(s["runs"]) is not int:
+            raise TypeError("session runs is not an integer")
+    except (BenchClawError, KeyError, TypeError) as e:
+        raise VerificationError(where, f"studio.open budgets are not {{session {{usd, tokens, runs}}, "
+                                f"day {{usd, tokens}}, per_call_usd}} ({e})", line) from None
+    return _Budgets({"usd": s["usd"], "tokens": s["tokens"], "per_call_usd": per},
+                    {"usd": d["usd"], "tokens": d["tokens"], "per_call_usd": per}, s["runs"])
+
+
+# ------------------------------------------------------------------------------ 5. ledgers
+
+@dataclass
+class _Res:
+    """One reservation as written, and its settlement."""
+
+    lid: str
+    line: int
+    body: dict
+    settle: dict | None = None
+
+    @property
+    def triple(self) -> tuple:
+        return (self.body.get("run"), self.body.get("key"), self.body.get("attempt"))
+
+    def where(self) -> str:
+        return f"{PREFIX}{self.lid}.jsonl"
+
+
+def verify_ledgers(b: Bundle, sec: Section) -> None:
+    exp = _journal_id(b)
+    replays: dict[str, LedgerReplay] = {}
+    for name in sorted(n for n in b.view.names if n.startswith(PREFIX)):
+        lid = name[len(PREFIX):].removesuffix(".jsonl")
+        if sec.attempt(_studio_ledger_name, exp, name, lid) and sec.attempt(_replay_into, b, name, lid, replays):
+            sec.count("ledgers")
+    for lid in replays:
+        sec.attempt(_opened_as_configured, b, exp, lid)
+    sec.attempt(_named_ledgers_present, b, replays)
+    sessions, days, refused = _books(b, exp, replays)
+    released = set()
+    for triple, mine in sessions.items():
+        partners = days.get(triple, [])
+        for i, res in enumerate(mine):
+            if i < len(partners):
+                sec.attempt(_paired, res, partners[i])
+            elif sec.attempt(_released, b, res, triple in refused):
+                released.add((res.lid, res.line))
+    for triple, theirs in days.items():
+        for res in theirs[len(sessions.get(triple, [])):]:
+            sec.fail(VerificationError(res.where(), f"reservation of call {res.body.get('key')} (attempt "
+                                       f"{res.body.get('attempt')}) has no session reservation: the studio "
+                                       "reserves in the session's ledger first", res.line))
+    day_reps = [replays[lid] for lid in sorted(replays) if studio_ledger(exp, lid)[0] == "day"]
+    for run in b.runs.values():
+        if sec.attempt(_tie_run, b, exp, run, replays, day_reps):
+            sec.count("calls tied", len(run.of_kind("call")))
+    _orphans(b, sessions, days, released, sec)
+    b.ledgers = replays
+
+
+def _studio_ledger_name(exp: str, name: str, lid: str) -> None:
+    if studio_ledger(exp, lid) is None:
+        raise VerificationError(name, f"not a ledger of {exp}: an exploratory bundle holds only its "
+                                f"session ({exp}-s-<16 hex>) and day ({exp}-day-<yyyymmdd>) ledgers")
+
+
+def _opened_as_configured(b: Bundle, exp: str, lid: str) -> None:
+    """The ledger names the journal, carries nothing, and has the limits of the studio's
+    budgets in force when it was opened (a raised limit would hide an overspend)."""
+    name = f"{PREFIX}{lid}.jsonl"
+    records = b.memo.get(("chain", name)) or []
+    if not records or records[0].kind != "ledger.open":
+        raise VerificationError(name, "does not open with ledger.open", 1)
+    first = records[0]
+    body = first.body
+    if (body.get("experiment"), body.get("invocation")) != (exp, lid):
+        raise VerificationError(name, f"ledger.open names {body.get('experiment')!r} / {body.get('invocation')!r}, "
+                                f"not {exp!r} / {lid!r}", 1)
+    if body.get("carried") != {"usd": "0", "tokens": 0, "ledgers": []}:
+        raise VerificationError(name, f"ledger.open carries {body.get('carried')}: a studio ledger carries nothing", 1)
+    try:
+        opened = _in_force(_opens(b), first.at)
+    except VerificationError:
+        return  # the journal is unreadable: step 6 reports it
+    if opened is None:
+        return  # step 7 reports a ledger older than the journal
+    budgets = _budgets(opened, f"journals/{exp}/", 0)
+    want = budgets.session if studio_ledger(exp, lid)[0] == "session" else budgets.day
+    if body.get("limits") != want:
+        raise VerificationError(name, f"ledger.open limits {body.get('limits')}, the studio's budgets in force "
+                                f"(studio.open at {opened.at}) say {want}", 1)
+
+
+def _books(b: Bundle, exp: str, replays: dict) -> tuple[dict, dict, set]:
+    """Reservations of the session ledgers and of the day ledgers by (run, key, attempt), in
+    ledger order, and the triples a day ledger refused."""
+    sessions: dict[tuple, list] = {}
+    days: dict[tuple, list] = {}
+    refused: set[tuple] = set()
+    for lid in sorted(replays):
+        is_day = studio_ledger(exp, lid)[0] == "day"
+        mine: dict[str, _Res] = {}
+        for i, rec in enumerate(b.memo[("chain", f"{PREFIX}{lid}.jsonl")], 1):
+            if rec.kind == "reserve":
+                res = mine[rec.body["id"]] = _Res(lid, i, rec.body)
+                (days if is_day else sessions).setdefault(res.triple, []).append(res)
+            elif rec.kind == "settle" and rec.body.get("id") in mine:
+                mine[rec.body["id"]].settle = rec.body
+            elif rec.kind == "refuse" and is_day:
+                refused.add((rec.body.get("run"), rec.body.get("key"), rec.body.get("attempt")))
+    return sessions, days, refused
+
+
+def _settled(res: _Res):
+    s = res.settle
+    return None if s is None else (s.get("known"), s.get("tokens"), s.get("usd"))
+
+
+def _paired(session: _Res, day: _Res) -> None:
+    key = session.body.get("key")
+    if (session.body.get("tokens"), session.body.get("usd")) != (day.body.get("tokens"), day.body.get("usd")):
+        raise VerificationError(session.where(), f"reservation of call {key} ({session.body.get('tokens')} tokens, "
+                                f"${session.body.get('usd')}) differs from its day reservation in {day.where()}:"
+                                f"{day.line} ({day.body.get('tokens')} tokens, ${day.body.get('usd')})", session.line)
+    if _settled(session) != _settled(day):
+        raise VerificationError(session.where(), f"call {key} is settled {_settled(session) or 'not at all'} here "
+                                f"and {_settled(day) or 'not at all'} in {day.where()}:{day.line}: the two "
+                                "ledgers of one call must agree", session.line)
+
+
+def _released(b: Bundle, res: _Res, refused: bool) -> None:
+    """A session reservation without a day partner was never made: released at zero."""
+    why = "the day ledger refused it" if refused else "no day ledger reserved it"
+    if _settled(res) != (True, 0, "0"):
+        raise VerificationError(res.where(), f"call {res.body.get('key')}: {why}, so the call was never made, "
+                                f"but this reservation is settled {_settled(res) or 'not at all'}, not "
+                                "released at zero", res.line)
+    attempt, key = res.body.get("attempt"), res.body.get("key")
+    for run in b.runs.values():
+        if run.policy.get("attempt") == attempt and any(
+                f"{r.body.get('turn')}.{r.body.get('attempt')}" == key for _, r in run.of_kind("call")):
+            raise VerificationError(run.path, f"records call {key}, which {why} (so it was never made)")
+
+
+def _tie_run(b: Bundle, exp: str, run: RunData, replays: dict, day_reps: list) -> None:
+    """Every call of the run is reserved and settled in its session's ledger and in a day
+    ledger, at its bound and its recorded cost; a budget stop has its refusal."""
+    attempt = run.policy.get("attempt")
+    want = f"{exp}-s-{run.policy.get('session')}"
+    if run.start.get("ledger") != want:
+        raise VerificationError(run.path, f"run.start.ledger {run.start.get('ledger')!r}, its session's "
+                                f"ledger is {want!r}", 1)
+    session = replays.get(want)
+    if session is None:
+        return  # missing (reported by _named_ledgers_present) or broken (reported by its replay)
+    prices = catalog_prices(b, run)
+    for line, rec in run.of_kind("call"):
+        key = f"{rec.body.get('turn')}.{rec.body.get('attempt')}"
+        day = next((r for r in day_reps if (attempt, key) in r.reserves), None)
+        if day is None:
+            raise VerificationError(run.path, f"call {key} has no reservation in any day ledger of {exp}", line)
+        for rep in (session, day):
+            try:
+                _check_call(b, run, line, rec.body, rep, attempt, prices)
+            except VerificationError:
+                raise
+            except (BenchClawError, ArithmeticError, TypeError, ValueError) as e:
+                raise VerificationError(run.path, f"call: cannot tie it to the ledger ({e})", line) from None
+    if run.end.get("status") == "budget_stop" and not any(
+            r.get("attempt") == attempt for rep in (session, *day_reps) for r in rep.refusals):
+        raise VerificationError(run.path, f"ended budget_stop but neither {want} nor a day ledger records a "
+                                "refusal for it", len(run.records))
+
+
+def _orphans(b: Bundle, sessions: dict, days: dict, released: set, sec: Section) -> None:
+    """Every reservation belongs to a run in the bundle, and a call settled as known is one
+    the run records (or a session reservation released at zero)."""
+    calls = {run.policy.get("attempt"): {f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in run.of_kind("call")}
+             for run in b.runs.values()}
+    for book in (sessions, days):
+        for reservations in book.values():
+            for res in reservations:
+                attempt, key = res.body.get("attempt"), res.body.get("key")
+                if attempt not in calls:
+                    sec.fail(VerificationError(res.where(), f"reservation for attempt {attempt} (call {key}) but no "
+                                               "run in the bundle carries that attempt", res.line))
+                elif (res.settle or {}).get("known") is True and key not in calls[attempt] \
+                        and (res.lid, res.line) not in released:
+                    sec.fail(VerificationError(res.where(), f"settled a known call {key} that the run of attempt "
+                                               f"{attempt} does not record", res.line))
+
+
+# ------------------------------------------------------------------------------ 6. label
+
+def verify_label(b: Bundle, sec: Section) -> None:
+    exps = b.manifest.experiments
+    if len(exps) != 1:
+        raise VerificationError("manifest.json", f"an exploratory bundle holds one journal, the manifest lists {list(exps)}")
+    exp = exps[0]
+    journal = _journal(b)
+    for name, line, rec in journal:
+        if sec.attempt(_labelled, name, line, rec):
+            sec.count("records labelled")
+    if journal and journal[0][2].kind != "studio.open":
+        sec.fail(VerificationError(journal[0][0], f"the journal opens with {journal[0][2].kind}, not studio.open",
+                                   journal[0][1]))
+    if not journal:
+        sec.fail(VerificationError(f"journals/{exp}/", "the exploratory journal is missing or empty"))
+    for rec in _opens(b):
+        if rec.body.get("label") != label_of(exp):
+            sec.fail(VerificationError(f"journals/{exp}/", f"studio.open at {rec.at} has label "
+                                       f"{rec.body.get('label')!r}, the journal is {exp}"))
+    for name in b.view.names:
+        sec.attempt(_not_an_experiment_entry, exp, name)
+    for run in b.runs.values():
+        if sec.attempt(_run_labelled, exp, run):
+            sec.count("runs labelled")
+    if b.registered is not None:
+        sec.fail(VerificationError(f"journals/{exp}/", "you hold a registration digest, but this bundle is "
+                                   "exploratory: it was never pre-registered, so it cannot be the experiment "
+                                   "you registered"))
+
+
+def _labelled(name: str, line: int, rec) -> None:
+    if rec.kind not in STUDIO_KINDS:
+        raise VerificationError(name, f"a {rec.kind} record in an exploratory journal (only studio records: "
+                                "an exploratory journal registers nothing and decides nothing)", line)
+    if rec.body.get("exploratory") is not True:
+        raise VerificationError(name, f"{rec.kind} is not labelled exploratory", line)
+
+
+def _not_an_experiment_entry(exp: str, name: str) -> None:
+    if name == "summary.json" or name.startswith("experiments/"):
+        raise VerificationError(name, "an exploratory bundle claims no summary, spec or decision")
+    if name.startswith("journals/") and not name.startswith(f"journals/{exp}/"):
+        raise VerificationError(name, f"another journal in the exploratory bundle of {exp}: exploratory runs "
+                                "are never mixed with a pre-registered experiment")
+
+
+def _run_labelled(exp: str, run: RunData) -> None:
+    pol = run.policy
+    if pol.get("studio") != exp or pol.get("exploratory") is not True:
+        raise VerificationError(run.path, f"run.start.policy says studio {pol.get('studio')!r}, exploratory "
+                                f"{pol.get('exploratory')!r}: not a run of {exp}", 1)
+    if "experiment" in pol or "spec_digest" in pol:
+        raise VerificationError(run.path, "an exploratory run names an experiment or a spec in its policy", 1)
+
+
+# ------------------------------------------------------------------------------ 7. order
+
+def verify_order(b: Bundle, sec: Section) -> None:
+    journal = _journal(b)
+    sec.attempt(_times, journal)
+    for run in b.runs.values():
+        sec.attempt(_run_times, run)
+    opens = _opens(b)
+    if not opens:
+        raise VerificationError(f"journals/{_journal_id(b)}/", "the journal has no studio.open: nothing opened it")
+    first = opens[0].at
+    for key, records in sorted((k, v) for k, v in b.memo.items() if k[0] == "chain" and k[1].startswith(PREFIX)):
+        for i, rec in enumerate(records, 1):
+            if rec.at <= first:
+                sec.fail(VerificationError(key[1], f"{rec.kind} at {rec.at} precedes the studio journal's "
+                                           f"opening at {first}", i))
+                break
+        else:
+            sec.count("ledger records after opening", len(records))
+    started = {rec.body.get("attempt"): rec for _, _, rec in journal if rec.kind == "studio.run.start"}
+    jobs = {rec.body.get("job"): rec for _, _, rec in journal if rec.kind == "studio.job"}
+    for run in b.runs.values():
+        if sec.attempt(_run_after_its_start, run, first, started, jobs):
+            sec.count("runs after opening")
+
+
+def _run_after_its_start(run: RunData, first: str, started: dict, jobs: dict) -> None:
+    at = run.records[0].at
+    if at <= first:
+        raise VerificationError(run.path, f"run started at {at}, before the studio journal opened at {first}", 1)
+    start = started.get(run.policy.get("attempt"))
+    job = jobs.get(run.policy.get("job"))
+    for what, rec in (("studio.run.start", start), ("studio.job", job)):
+        if rec is not None and rec.at > at:
+            raise VerificationError(run.path, f"run started at {at}, before its {what} at {rec.at}", 1)
+
+
+# ------------------------------------------------------------------------------ 8. complete
+
+_SAME = (("session", lambda r: r.policy.get("session")), ("job", lambda r: r.policy.get("job")),
+         ("step", lambda r: r.policy.get("step")), ("attempt", lambda r: r.policy.get("attempt")),
+         ("tier", lambda r: r.start.get("tier")), ("status", lambda r: r.end.get("status")),
+         ("passed", lambda r: bool(r.end.get("passed"))), ("gate_passed", lambda r: bool(r.end.get("gate_passed"))),
+         ("cost", lambda r: {"known": bool((r.end.get("cost") or {}).get("known", False)),
+                             "low": (r.end.get("cost") or {}).get("low", "0"),
+                             "high": (r.end.get("cost") or {}).get("high", "0")}))
+
+
+def verify_complete(b: Bundle, sec: Section) -> None:
+    journal = _journal(b)
+    exp = _journal_id(b)
+    named: set[str] = set()
+    ended = {rec.body.get("attempt") for _, _, rec in journal if rec.kind == "studio.run"}
+    for name, line, rec in journal:
+        if rec.kind == "studio.run":
+            sec.attempt(_named_run, b, name, line, rec.body, named)
+        elif rec.kind == "studio.run.start" and rec.body.get("attempt") not in ended:
+            sec.fail(VerificationError(name, f"run of attempt {rec.body.get('attempt')} started and never "
+                                       "ended (no studio.run)", line))
+    for run in b.runs.values():
+        if run.run_id not in named:
+            sec.fail(VerificationError(run.path, f"a sealed run of {exp} that the journal does not name"))
+    jobs = {rec.body.get("job"): rec.body for _, _, rec in journal if rec.kind == "studio.job"}
+    for run in b.runs.values():
+        sec.attempt(_ran_its_job, run, jobs)
+    sec.attempt(_run_budgets, b, journal)
+    sec.count("runs named", len(named))
+
+
+def _named_run(b: Bundle, name: str, line: int, body: dict, named: set) -> None:
+    run_id = body.get("run_id")
+    if run_id is None:
+        return  # nothing was written for it (FORMAT.md "Studio journal")
+    if run_id not in b.runs and run_id not in b.bad_runs:
+        raise VerificationError(name, f"names run {run_id}, which the bundle lacks", line)
+    named.add(run_id)
+    run = b.runs.get(run_id)
+    if run is None:
+        return  # present but broken: step 2 reported it
+    for key, get in _SAME:
+        if body.get(key) != get(run):
+            raise VerificationError(name, f"run {run_id[:12]}: the journal says {key}={body.get(key)!r}, "
+                                    f"the run says {get(run)!r}", line)
+
+
+def _ran_its_job(run: RunData, jobs: dict) -> None:
+    job = jobs.get(run.policy.get("job"))
+    if job is None:
+        raise VerificationError(run.path, f"its job {run.policy.get('job')!r} is not in the journal", 1)
+    task, profile = run.start.get("task") or {}, (run.start.get("profile") or {}).get("name")
+    got = {"session": run.policy.get("session"), "task": f"{task.get('id')}@{task.get('version')}",
+           "policy": run.policy.get("policy"), "profile": profile, "seed": run.start.get("seed")}
+    for key, value in got.items():
+        if job.get(key) != value:
+            raise VerificationError(run.path, f"ran {key} {value!r}, its job {job.get('job')} was for "
+                                    f"{job.get(key)!r}", 1)
+
+
+def _run_budgets(b: Bundle, journal: list) -> None:
+    """No session started more runs than the session run budget in force allowed."""
+    opens = _opens(b)
+    used: dict[str, int] = {}
+    for name, line, rec in journal:
+        if rec.kind != "studio.run.start":
+            continue
+        sid = rec.body.get("session")
+        used[sid] = used.get(sid, 0) + 1
+        opened = _in_force(opens, rec.at)
+        if opened is None:
+            raise VerificationError(name, "a run started before the studio opened", line)
+        limit = _budgets(opened, name, line).runs
+        if used[sid] > limit:
+            raise VerificationError(name, f"session {sid} started its run number {used[sid]}, past its budget "
+                                    f"of {limit} runs", line)
