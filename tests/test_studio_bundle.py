@@ -284,3 +284,20 @@ def test_a_pre_registered_experiments_run_slipped_into_the_studio_bundle(studio_
     new = f.edit_run(rid, claim)
     refused(f.pack(tmp_path), "label", run_path(new), "names an experiment")
 
+
+
+# ------------------------------------------------------------------------------ the site
+
+def test_the_site_lists_the_studio_journal_as_exploratory_never_as_an_experiment(studio_bundle, tmp_path):
+    from benchclaw.site import build_site
+    from benchclaw.site._render import exp_url, run_url
+
+    root, data = studio_bundle
+    build_site(root / "runs", tmp_path / "site")
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "Exploratory runs" in index and "EXPLORATORY" in index and "studio-public" in index
+    assert "No experiment yet" in index                      # the studio journal is not one
+    assert not (tmp_path / "site" / exp_url("studio-public")).exists()
+    assert not (tmp_path / "site" / "compare.html").exists()
+    studio_runs = [n.split("/")[2][:-6] for n in entries(data) if n.startswith("runs/")]
+    assert studio_runs and all(run_url(r) in index for r in studio_runs)  # each links its replay
