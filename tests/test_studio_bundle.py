@@ -3,8 +3,9 @@ studio-public``) into an exploratory bundle that ``benchclaw-verify`` checks off
 consistent forgeries of it refused with exit 1 naming what does not follow.
 
 The session is a real ``benchclaw studio`` process driven over HTTP (``studio_helpers``):
-two visitors run ladder jobs until their session budget refuses, a third until the day's
-budget (less than three sessions' worth) refuses (so a session reservation is released at zero when the day refuses it).
+two visitors run jobs until their session budget refuses, a third runs ladder jobs until
+the day's budget refuses (so a session reservation is released at zero when the day
+refuses it).
 """
 
 from __future__ import annotations
@@ -39,11 +40,11 @@ def _verify_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
 
 
-def _run_jobs(v: Visitor, limit: int = 8) -> list[int]:
-    """Start ladder jobs, each followed to its end, until the studio refuses one."""
+def _run_jobs(v: Visitor, policy: str, limit: int = 40) -> list[int]:
+    """Start jobs, each followed to its end, until the studio refuses one."""
     statuses = []
     for _ in range(limit):
-        r = v.start("quotes-incident", "ladder")
+        r = v.start("quotes-incident", policy)
         statuses.append(r.status)
         if r.status != 303:
             break
@@ -55,11 +56,14 @@ def _run_jobs(v: Visitor, limit: int = 8) -> list[int]:
 @pytest.fixture(scope="module")
 def studio_bundle(tmp_path_factory):
     root = tmp_path_factory.mktemp("studio-bundle")
-    config = write_config(root / "studio.toml", policies=("ladder",), session_usd="0.012", day_usd="0.03",
-                          latency_scale=0)
+    config = write_config(root / "studio.toml", policies=("ladder", "always:lightning"), session_usd="0.012",
+                          day_usd="0.03", latency_scale=0)
     with StudioProcess(config, root / "runs") as studio:
-        refusals = [_run_jobs(Visitor(studio.url))[-1] for _ in range(3)]
-    assert refusals == [402] * 3  # every visitor ran until a budget said no (the third: the day's)
+        # two visitors spend their session budget in small lightning calls (over 0.011 each),
+        # so the third's ladder meets the day's limit (under 0.008 left) before its session's
+        refusals = [_run_jobs(Visitor(studio.url), policy)[-1]
+                    for policy in ("always:lightning", "always:lightning", "ladder")]
+    assert refusals == [402] * 3  # every visitor ran until a budget said no
     out = _cli("export", "studio-public", "--runs", str(root / "runs"), "-o", str(root / "studio.zip"))
     assert out.returncode == 0, out.stderr
     return root, (root / "studio.zip").read_bytes()
@@ -91,6 +95,17 @@ def test_the_day_budget_refusal_is_in_the_bundle_and_released_at_zero(studio_bun
     released = [jsonio.loads(ln)["body"] for n in files if "-s-" in n for ln in split_lines(files[n])[0]
                 if b"refused by the studio's day budget" in ln]
     assert released and all(b["known"] and b["usd"] == "0" and b["tokens"] == 0 for b in released)
+
+
+def test_verifying_an_exploratory_bundle_imports_nothing_impure(studio_bundle):
+    from .test_boundaries import IMPURE, NETWORK, _bad, _probe
+
+    got = _probe("from benchclaw.verify import verify_bundle\n"
+                 f"rep = verify_bundle({str(studio_bundle[0] / 'studio.zip')!r})\n"
+                 "assert rep.exit_code == 0 and rep.section('label').ran and rep.section('ledgers').ran\n"
+                 "from benchclaw.verify.cli import render_text; render_text(rep)")
+    assert "benchclaw.verify._exploratory" in got["modules"]
+    assert _bad(got["modules"], IMPURE + ("benchclaw.studio",)) == [] and _bad(got["modules"], NETWORK) == []
 
 
 def test_exporting_twice_gives_the_same_bytes(studio_bundle, tmp_path):
@@ -232,6 +247,22 @@ def test_a_session_ledger_record_dropped(studio_bundle, tmp_path):
     f.edit_chain(name, lambda objs: [o for o in objs if o["body"].get("id") != reserve["id"]])
     refused(f.pack(tmp_path), "ledgers", f"call {reserve['key']} has no reservation in ledger", name[8:-6])
     refused(f.pack(tmp_path), "ledgers", "has no session reservation")
+
+
+def test_a_jobs_outcome_restated(studio_bundle, tmp_path):
+    """A job that failed journaled as passed (or the other way round): its runs say otherwise."""
+    f = StudioForgery(studio_bundle[1])
+    end = next(o["body"] for o in f.records(JOURNAL) if o["kind"] == "studio.job.end"
+               and o["body"]["status"] in ("passed", "failed"))
+    flipped = {"passed": "failed", "failed": "passed"}[end["status"]]
+
+    def restate(objs):
+        for o in objs:
+            if o["kind"] == "studio.job.end" and o["body"]["job"] == end["job"]:
+                o["body"]["status"] = flipped
+        return objs
+    f.edit_chain(JOURNAL, restate)
+    refused(f.pack(tmp_path), "complete", f"job {end['job']} ended {flipped}", f"its runs give {end['status']}")
 
 
 def test_a_day_limit_exceeded(studio_bundle, tmp_path):

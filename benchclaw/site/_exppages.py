@@ -51,3 +51,111 @@ def exploratory_ids(b: Build) -> list[str]:
         if heads and is_exploratory([min(heads)[2:]]):
             out.append(exp)
     return out
+
+
+def stage_experiments(b: Build) -> None:
+    for exp in experiment_ids(b):
+        _experiment(b, exp)
+
+
+def _experiment(b: Build, exp: str) -> None:
+    runs = [s for s in b.summaries if s["policy"].get("experiment") == exp]
+    journal = [hashlib.sha256(p.read_bytes()).hexdigest() for p in b.store.journal_paths(exp)]
+    key = digest_of({"runs": [s["id"] for s in runs], "journal": journal})
+    cached = b.cache.experiments.get(exp)
+    if cached and cached.get("key") == key:
+        summary, facts = cached["summary"], cached["facts"]
+        spec, spec_error = load_spec(b.store, facts["spec_digest"])
+        for rel in sorted(r for r in b.cache.pages if r.startswith(exp_dir(exp))):
+            b.pages.keep(rel)
+    else:
+        full = journal_facts(b.store, exp)
+        facts = {k: v for k, v in full.items() if k != "records"}
+        spec, spec_error = load_spec(b.store, facts["spec_digest"])
+        views, records, healed = analysis_inputs({s["id"]: b.payload(s["id"]) for s in runs}, b.store.read_run)
+        b.new_records.update(healed)
+        lures = lured_tasks([{"task": s["task"]} for s in runs], b.store.get_blob)  # run.start's task
+        from ..report import ledger_records
+
+        ledgers = ledger_records(b.store, full["records"], records)
+        result = analyse(exp, spec, facts["spec_digest"], full["records"], records, lures, views=views,
+                         ledgers=ledgers)
+        summary = result["summary"]
+        _cell_pages(b, exp, result, runs, summary)
+        from ..analysis import experiment_facts
+
+        facts["compare"] = experiment_facts(spec, full["records"], ())  # run times: added by the page
+    b.experiments[exp] = {"key": key, "summary": summary, "facts": facts}
+    for digest in (facts["spec_digest"], (facts["prereg"] or {}).get("digest")):
+        if isinstance(digest, str) and b.store.has_blob(digest):
+            b.objects.add(digest)
+    several = len(experiment_ids(b)) > 1  # then stage 4b writes the comparison page
+    page_key = digest_of({"experiment": key, "summary": summary, "facts": facts, "spec_error": spec_error,
+                          "compare": several})
+    if b.pages.unchanged(exp_url(exp), page_key):  # its charts need not be drawn again
+        return
+    view = experiment_view(exp, summary, spec, spec_error, facts, runs)
+    view["compare"] = several
+    b.pages.render(exp_url(exp), "experiment.html", key=page_key, title=view["title"],
+                   simulated=view["simulated"], exp=view)
+
+
+def experiment_view(exp: str, summary: dict, spec: dict, spec_error, facts: dict, runs: list[dict]) -> dict:
+    """The experiment page's data: the summary as the analysis wrote it, plus the charts."""
+    primary = summary.get("primary") or {}
+    policies = primary.get("policies") or []
+    title = summary.get("title") or (spec.get("title") if isinstance(spec.get("title"), str) else exp)
+    return {
+        "id": exp, "title": title, "notes": spec.get("notes") if isinstance(spec.get("notes"), str) else "",
+        "simulated": bool(summary.get("simulated")) or any(s["simulated"] for s in runs),
+        "prereg": facts["prereg"], "spec_digest": facts["spec_digest"], "spec_error": spec_error,
+        "invocations": facts["invocations"], "summary": summary, "primary": primary,
+        "corrections": (facts.get("compare") or {}).get("corrections") or [],
+        "secondary": summary.get("secondary"), "policies": policies, "tiers": primary.get("tiers") or [],
+        "families": primary.get("families") or [],
+        "decisions": primary.get("decisions") or [], "runs": len(runs),
+        "cells": primary.get("cells", 0), "cell_pages": max(1, -(-int(primary.get("cells") or 0) // CELLS_PER_PAGE)),
+        "chart_pass": pass_vs_cost(policies), "chart_tokens": tokens_per_tier(primary.get("tiers") or []),
+        "chart_time": time_per_policy(policies),
+        "chart_speed": throughput_by_quarter(primary.get("tiers") or []),
+    }
+
+
+def headline(summary: dict) -> list[dict]:
+    """The index page's short policy table: every policy row of the primary analysis."""
+    return (summary.get("primary") or {}).get("policies") or []
+
+
+# ---------------------------------------------------------------------------- cells
+
+def _cell_pages(b: Build, exp: str, result: dict, runs: list[dict], summary: dict) -> None:
+    by_id = {s["id"]: s for s in runs}
+    tiers = summary.get("tiers") or []
+    live_runs: dict[str, list[dict]] = {}
+    for s in runs:
+        if s["policy"].get("policy") != "grid":
+            live_runs.setdefault(str(s["policy"].get("cell")), []).append(s)
+    order = {f"{p}/{m}": i for i, (p, m) in enumerate(
+        (r["policy"], r["mode"]) for r in ((summary.get("primary") or {}).get("policies") or []))}
+    rows, jobs = [], []
+    for cell in result["cell_order"]:
+        grid = {t: by_id.get(rid) for t, rid in (result["grid"].get(cell) or {}).items()}
+        trials = sorted(result["cells"].get(cell, []),
+                        key=lambda t: (order.get(f"{t['policy']}/{t['mode']}", 999), t["policy"], t["mode"]))
+        ctx = {"exp": exp, "cell": cell, "tiers": tiers, "grid": grid, "trials": trials,
+               "live": live_runs.get(cell, []), "simulated": any(s and s["simulated"] for s in grid.values())}
+        rel, key = cell_url(exp, cell), digest_of(ctx)
+        if not b.pages.unchanged(rel, key):
+            jobs.append((rel, "cell.html", {"title": f"Cell {cell}", **ctx}))
+            b.pages.record(rel, key, written=True)
+        rows.append({"cell": cell, "grid": {t: (g["status"] if g else None) for t, g in grid.items()},
+                     "ladder": next((t for t in trials if t["policy"] == "ladder" and t["mode"] == "replayed"), None)})
+    render_pages(jobs, runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
+                 scrub=b.scrub, workers=b.workers, renderer=b.cache.renderer)
+    pages = max(1, -(-len(rows) // CELLS_PER_PAGE))
+    for i in range(pages):
+        chunk = rows[i * CELLS_PER_PAGE:(i + 1) * CELLS_PER_PAGE]
+        rel = cells_list_url(exp, i + 1)
+        b.pages.render(rel, "cells.html", key=digest_of({"rows": chunk, "pages": pages, "tiers": tiers}),
+                       title=f"{exp}: cells", exp_id=exp, rows=chunk, page=i + 1, pages=pages, tiers=tiers,
+                       simulated=False)

@@ -22,7 +22,9 @@ the packed catalog) are every bundle's; ``adopt`` swaps steps 5-8 for these:
    ``studio.run.start`` precede its ``run.start``.
 8. complete: the journal names every run and the bundle holds every run it names, with the
    same facts; every started run ended; each run ran its job's task, profile, seed and
-   policy; no session started more runs than its budget allowed.
+   policy; a job's runs are its steps in order, and a job that ended passed or failed ran
+   what its policy asked and ended as the policy's outcome says; no session started more
+   runs than its budget allowed.
 
 Kept apart from the experiment steps so that the verifier's pipeline knows one hook
 (``adopt``), and pure like them: it reads the ledgers with ``benchclaw.ledger_replay``
@@ -35,10 +37,11 @@ from dataclasses import dataclass
 
 from ..errors import BenchClawError
 from ..money import parse_usd
+from ..policies import Attempt, PolicyError, outcome
 from ._context import Bundle, RunData
 from ._costs import catalog_prices
 from ._errors import VerificationError
-from ._journal import _run_times, _times, journal_of
+from ._journal import _policy_sequence, _run_times, _times, journal_of
 from ._ledgers import PREFIX, LedgerReplay, _check_call, _named_ledgers_present, _replay_into
 from ._report import Section
 from ._shape import BOOL, DICT, INT, LIST, STR, _t, check_body
@@ -214,6 +217,10 @@ def _opened_as_configured(b: Bundle, exp: str, lid: str) -> None:
                                 f"not {exp!r} / {lid!r}", 1)
     if body.get("carried") != {"usd": "0", "tokens": 0, "ledgers": []}:
         raise VerificationError(name, f"ledger.open carries {body.get('carried')}: a studio ledger carries nothing", 1)
+    kind, which = studio_ledger(exp, lid)
+    if kind == "day" and first.at[:10].replace("-", "") != which:
+        raise VerificationError(name, f"the day ledger of {which} was opened at {first.at}: a day's budget "
+                                "opens on its own UTC day", 1)
     try:
         opened = _in_force(_opens(b), first.at)
     except VerificationError:
@@ -221,7 +228,7 @@ def _opened_as_configured(b: Bundle, exp: str, lid: str) -> None:
     if opened is None:
         return  # step 7 reports a ledger older than the journal
     budgets = _budgets(opened, f"journals/{exp}/", 0)
-    want = budgets.session if studio_ledger(exp, lid)[0] == "session" else budgets.day
+    want = budgets.session if kind == "session" else budgets.day
     if body.get("limits") != want:
         raise VerificationError(name, f"ledger.open limits {body.get('limits')}, the studio's budgets in force "
                                 f"(studio.open at {opened.at}) say {want}", 1)
@@ -447,6 +454,9 @@ def verify_complete(b: Bundle, sec: Section) -> None:
     jobs = {rec.body.get("job"): rec.body for _, _, rec in journal if rec.kind == "studio.job"}
     for run in b.runs.values():
         sec.attempt(_ran_its_job, run, jobs)
+    for name, line, rec in journal:
+        if rec.kind == "studio.job.end" and sec.attempt(_job_follows, b, journal, name, line, rec, jobs):
+            sec.count("jobs recomputed")
     sec.attempt(_run_budgets, b, journal)
     sec.count("runs named", len(named))
 
@@ -478,6 +488,47 @@ def _ran_its_job(run: RunData, jobs: dict) -> None:
         if job.get(key) != value:
             raise VerificationError(run.path, f"ran {key} {value!r}, its job {job.get('job')} was for "
                                     f"{job.get(key)!r}", 1)
+
+
+def _job_follows(b: Bundle, journal: list, name: str, line: int, rec, jobs: dict) -> None:
+    """A job's runs are its steps 0, 1, ... in order; a job that ended ``passed`` or
+    ``failed`` ran the tiers its policy asked for, and its status and tier are the policy's
+    outcome over those runs (``benchclaw.policies``, as a grid's live trials). A ``memory``
+    job is not recomputed: its first tier came from the session's memory, which the journal
+    does not record."""
+    jid = rec.body.get("job")
+    job = jobs.get(jid)
+    if job is None:
+        raise VerificationError(name, f"studio.job.end of job {jid}, which the journal never started", line)
+    mine = [r.body for _, _, r in journal if r.kind == "studio.run" and r.body.get("job") == jid]
+    steps = [r.get("step") for r in mine]
+    if steps != list(range(len(mine))):
+        raise VerificationError(name, f"job {jid}'s runs are steps {steps}, not 0 to {len(mine) - 1} in order", line)
+    status = rec.body.get("status")
+    runs = [b.runs.get(r.get("run_id")) for r in mine]
+    if status not in ("passed", "failed") or job.get("policy") == "memory" or None in runs:
+        return  # refused or aborted mid-way; or a run missing (reported above)
+    opened = _in_force(_opens(b), rec.at)
+    tiers = list(opened.body.get("tiers") or []) if opened is not None else []
+    try:
+        attempts = _attempts(runs)
+        _policy_sequence({"policy": job.get("policy"), "memory_start": None}, tiers, attempts)
+        out = outcome(str(job.get("policy")), tiers, attempts)
+    except (PolicyError, BenchClawError) as e:
+        raise VerificationError(name, f"job {jid}: {e}", line) from None
+    want = ("passed" if out.passed else "failed", out.taken.tier if out.taken else None)
+    if (status, rec.body.get("tier")) != want:
+        raise VerificationError(name, f"job {jid} ended {status} with tier {rec.body.get('tier')!r}; its runs "
+                                f"give {want[0]} with tier {want[1]!r}", line)
+
+
+def _attempts(runs: list[RunData]) -> list[Attempt]:
+    """The runs as a policy sees them. Raises BenchClawError for a cost that does not read."""
+    return [Attempt(r.start.get("tier"), bool(r.end.get("gate_passed")), bool(r.end.get("passed")),
+                    parse_usd((r.end.get("cost") or {}).get("low", "0"), "cost.low"),
+                    parse_usd((r.end.get("cost") or {}).get("high", "0"), "cost.high"),
+                    int(r.end.get("elapsed_ms") or 0), r.run_id, int(r.policy.get("batch") or 0))
+            for r in runs]
 
 
 def _run_budgets(b: Bundle, journal: list) -> None:
