@@ -84,7 +84,7 @@ def test_a_real_studio_session_exports_and_verifies_offline(studio_bundle):
     assert any("-day-" in n for n in ledgers) and sum("-s-" in n for n in ledgers) == 3
     rep = verify_bundle(data)
     assert rep.section("ledgers").counts["calls tied"] == rep.section("costs").counts["calls"] > 0
-    assert rep.to_dict()["registrations"] == {}
+    assert rep.to_dict()["registrations"] == {} and rep.to_dict()["exploratory"] is True
 
 
 def test_the_day_budget_refusal_is_in_the_bundle_and_released_at_zero(studio_bundle):

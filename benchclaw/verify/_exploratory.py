@@ -80,6 +80,7 @@ def adopt(report, steps: tuple) -> tuple:
 
 def after(b: Bundle, report) -> None:
     """What the report states beside the steps: the label, for the auditor to read."""
+    report.exploratory = True
     for exp in b.manifest.experiments:
         report.notes.append(f"{exp} is EXPLORATORY: runs from a studio, never pre-registered; this "
                             "bundle proves its runs, costs and budgets, and claims no hypothesis or decision")
