@@ -33,6 +33,7 @@ through step 5's own replay, never the studio's code.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 from ..errors import BenchClawError
@@ -219,7 +220,7 @@ def _opened_as_configured(b: Bundle, exp: str, lid: str) -> None:
     if body.get("carried") != {"usd": "0", "tokens": 0, "ledgers": []}:
         raise VerificationError(name, f"ledger.open carries {body.get('carried')}: a studio ledger carries nothing", 1)
     kind, which = studio_ledger(exp, lid)
-    if kind == "day" and first.at[:10].replace("-", "") != which:
+    if kind == "day" and not _on_its_day(which, first.at):
         raise VerificationError(name, f"the day ledger of {which} was opened at {first.at}: a day's budget "
                                 "opens on its own UTC day", 1)
     try:
@@ -233,6 +234,17 @@ def _opened_as_configured(b: Bundle, exp: str, lid: str) -> None:
     if body.get("limits") != want:
         raise VerificationError(name, f"ledger.open limits {body.get('limits')}, the studio's budgets in force "
                                 f"(studio.open at {opened.at}) say {want}", 1)
+
+
+def _on_its_day(day: str, at: str) -> bool:
+    """``at`` is on the UTC day ``yyyymmdd``, or in the first minute after it (the studio
+    names the day's ledger a moment before it writes its first record)."""
+    try:
+        start = dt.datetime.strptime(day, "%Y%m%d")
+        when = dt.datetime.strptime(at, "%Y-%m-%dT%H:%M:%S.%fZ")
+    except ValueError:
+        return False
+    return start <= when < start + dt.timedelta(days=1, minutes=1)
 
 
 def _books(b: Bundle, exp: str, replays: dict) -> tuple[dict, dict, set]:
