@@ -330,5 +330,7 @@ def test_the_site_lists_the_studio_journal_as_exploratory_never_as_an_experiment
     assert "No experiment yet" in index                      # the studio journal is not one
     assert not (tmp_path / "site" / exp_url("studio-public")).exists()
     assert not (tmp_path / "site" / "compare.html").exists()
-    studio_runs = [n.split("/")[2][:-6] for n in entries(data) if n.startswith("runs/")]
-    assert studio_runs and all(run_url(r) in index for r in studio_runs)  # each links its replay
+    journal = [jsonio.loads(ln)["body"] for ln in split_lines(entries(data)[JOURNAL])[0] if b'"studio.run"' in ln]
+    ran = [b["run_id"] for b in journal if b["run_id"]]
+    assert f"{len(ran)} runs in" in index
+    assert ran and all(run_url(r) in index for r in ran[-20:])  # the latest link their replay pages
