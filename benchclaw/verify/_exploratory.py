@@ -27,26 +27,24 @@ the packed catalog) are every bundle's; ``adopt`` swaps steps 5-8 for these:
    runs than its budget allowed.
 
 Kept apart from the experiment steps so that the verifier's pipeline knows one hook
-(``adopt``), and pure like them: it reads the ledgers with ``benchclaw.ledger_replay``
-through step 5's own replay, never the studio's code.
+(``adopt``), and pure like them: step 5 (``_exploratory_ledgers``) reads the ledgers with
+``benchclaw.ledger_replay`` through the experiment step 5's own replay, never the studio's code.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 
 from ..errors import BenchClawError
 from ..money import parse_usd
 from ..policies import Attempt, PolicyError, outcome
 from ._context import Bundle, RunData
-from ._costs import catalog_prices
 from ._errors import VerificationError
 from ._journal import _policy_sequence, _run_times, _times, journal_of
-from ._ledgers import PREFIX, LedgerReplay, _check_call, _named_ledgers_present, _replay_into
+from ._ledgers import PREFIX
 from ._report import Section
 from ._shape import BOOL, DICT, INT, LIST, STR, _t, check_body
-from .exploratory import STUDIO_KINDS, label_of, studio_ledger
+from .exploratory import STUDIO_KINDS, label_of
 
 __all__ = ["adopt", "SECTIONS", "after"]
 
@@ -74,6 +72,8 @@ SHAPES: dict[str, dict] = {
 def adopt(report, steps: tuple) -> tuple:
     """Steps 1-4 as given, then this module's 5-8; the report's sections 5-8 become theirs."""
     report.sections[4:] = [Section(i, n, t) for i, (n, t) in enumerate(SECTIONS, 5)]
+    from ._exploratory_ledgers import verify_ledgers
+
     mine = {"ledgers": verify_ledgers, "label": verify_label, "order": verify_order,
             "complete": verify_complete}
     return tuple(steps[:4]) + tuple((name, mine[name]) for name, _ in SECTIONS)
@@ -146,204 +146,6 @@ def _budgets(rec, where: str, line: int) -> _Budgets:
                                 f"day {{usd, tokens}}, per_call_usd}} ({e})", line) from None
     return _Budgets({"usd": s["usd"], "tokens": s["tokens"], "per_call_usd": per},
                     {"usd": d["usd"], "tokens": d["tokens"], "per_call_usd": per}, s["runs"])
-
-
-# ------------------------------------------------------------------------------ 5. ledgers
-
-@dataclass
-class _Res:
-    """One reservation as written, and its settlement."""
-
-    lid: str
-    line: int
-    body: dict
-    settle: dict | None = None
-
-    @property
-    def triple(self) -> tuple:
-        return (self.body.get("run"), self.body.get("key"), self.body.get("attempt"))
-
-    def where(self) -> str:
-        return f"{PREFIX}{self.lid}.jsonl"
-
-
-def verify_ledgers(b: Bundle, sec: Section) -> None:
-    exp = _journal_id(b)
-    replays: dict[str, LedgerReplay] = {}
-    for name in sorted(n for n in b.view.names if n.startswith(PREFIX)):
-        lid = name[len(PREFIX):].removesuffix(".jsonl")
-        if sec.attempt(_studio_ledger_name, exp, name, lid) and sec.attempt(_replay_into, b, name, lid, replays):
-            sec.count("ledgers")
-    for lid in replays:
-        sec.attempt(_opened_as_configured, b, exp, lid)
-    sec.attempt(_named_ledgers_present, b, replays)
-    sessions, days, refused = _books(b, exp, replays)
-    released = set()
-    for triple, mine in sessions.items():
-        partners = days.get(triple, [])
-        for i, res in enumerate(mine):
-            if i < len(partners):
-                sec.attempt(_paired, res, partners[i])
-            elif sec.attempt(_released, b, res, triple in refused):
-                released.add((res.lid, res.line))
-    for triple, theirs in days.items():
-        for res in theirs[len(sessions.get(triple, [])):]:
-            sec.fail(VerificationError(res.where(), f"reservation of call {res.body.get('key')} (attempt "
-                                       f"{res.body.get('attempt')}) has no session reservation: the studio "
-                                       "reserves in the session's ledger first", res.line))
-    day_reps = [replays[lid] for lid in sorted(replays) if studio_ledger(exp, lid)[0] == "day"]
-    for run in b.runs.values():
-        if sec.attempt(_tie_run, b, exp, run, replays, day_reps):
-            sec.count("calls tied", len(run.of_kind("call")))
-    _orphans(b, sessions, days, released, sec)
-    b.ledgers = replays
-
-
-def _studio_ledger_name(exp: str, name: str, lid: str) -> None:
-    if studio_ledger(exp, lid) is None:
-        raise VerificationError(name, f"not a ledger of {exp}: an exploratory bundle holds only its "
-                                f"session ({exp}-s-<16 hex>) and day ({exp}-day-<yyyymmdd>) ledgers")
-
-
-def _opened_as_configured(b: Bundle, exp: str, lid: str) -> None:
-    """The ledger names the journal, carries nothing, and has the limits of the studio's
-    budgets in force when it was opened (a raised limit would hide an overspend)."""
-    name = f"{PREFIX}{lid}.jsonl"
-    records = b.memo.get(("chain", name)) or []
-    if not records or records[0].kind != "ledger.open":
-        raise VerificationError(name, "does not open with ledger.open", 1)
-    first = records[0]
-    body = first.body
-    if (body.get("experiment"), body.get("invocation")) != (exp, lid):
-        raise VerificationError(name, f"ledger.open names {body.get('experiment')!r} / {body.get('invocation')!r}, "
-                                f"not {exp!r} / {lid!r}", 1)
-    if body.get("carried") != {"usd": "0", "tokens": 0, "ledgers": []}:
-        raise VerificationError(name, f"ledger.open carries {body.get('carried')}: a studio ledger carries nothing", 1)
-    kind, which = studio_ledger(exp, lid)
-    if kind == "day" and not _on_its_day(which, first.at):
-        raise VerificationError(name, f"the day ledger of {which} was opened at {first.at}: a day's budget "
-                                "opens on its own UTC day", 1)
-    try:
-        opened = _in_force(_opens(b), first.at)
-    except VerificationError:
-        return  # the journal is unreadable: step 6 reports it
-    if opened is None:
-        return  # step 7 reports a ledger older than the journal
-    budgets = _budgets(opened, f"journals/{exp}/", 0)
-    want = budgets.session if kind == "session" else budgets.day
-    if body.get("limits") != want:
-        raise VerificationError(name, f"ledger.open limits {body.get('limits')}, the studio's budgets in force "
-                                f"(studio.open at {opened.at}) say {want}", 1)
-
-
-def _on_its_day(day: str, at: str) -> bool:
-    """``at`` is on the UTC day ``yyyymmdd``, or in the first minute after it (the studio
-    names the day's ledger a moment before it writes its first record)."""
-    try:
-        start = dt.datetime.strptime(day, "%Y%m%d")
-        when = dt.datetime.strptime(at, "%Y-%m-%dT%H:%M:%S.%fZ")
-    except ValueError:
-        return False
-    return start <= when < start + dt.timedelta(days=1, minutes=1)
-
-
-def _books(b: Bundle, exp: str, replays: dict) -> tuple[dict, dict, set]:
-    """Reservations of the session ledgers and of the day ledgers by (run, key, attempt), in
-    ledger order, and the triples a day ledger refused."""
-    sessions: dict[tuple, list] = {}
-    days: dict[tuple, list] = {}
-    refused: set[tuple] = set()
-    for lid in sorted(replays):
-        is_day = studio_ledger(exp, lid)[0] == "day"
-        mine: dict[str, _Res] = {}
-        for i, rec in enumerate(b.memo[("chain", f"{PREFIX}{lid}.jsonl")], 1):
-            if rec.kind == "reserve":
-                res = mine[rec.body["id"]] = _Res(lid, i, rec.body)
-                (days if is_day else sessions).setdefault(res.triple, []).append(res)
-            elif rec.kind == "settle" and rec.body.get("id") in mine:
-                mine[rec.body["id"]].settle = rec.body
-            elif rec.kind == "refuse" and is_day:
-                refused.add((rec.body.get("run"), rec.body.get("key"), rec.body.get("attempt")))
-    return sessions, days, refused
-
-
-def _settled(res: _Res):
-    s = res.settle
-    return None if s is None else (s.get("known"), s.get("tokens"), s.get("usd"))
-
-
-def _paired(session: _Res, day: _Res) -> None:
-    key = session.body.get("key")
-    if (session.body.get("tokens"), session.body.get("usd")) != (day.body.get("tokens"), day.body.get("usd")):
-        raise VerificationError(session.where(), f"reservation of call {key} ({session.body.get('tokens')} tokens, "
-                                f"${session.body.get('usd')}) differs from its day reservation in {day.where()}:"
-                                f"{day.line} ({day.body.get('tokens')} tokens, ${day.body.get('usd')})", session.line)
-    if _settled(session) != _settled(day):
-        raise VerificationError(session.where(), f"call {key} is settled {_settled(session) or 'not at all'} here "
-                                f"and {_settled(day) or 'not at all'} in {day.where()}:{day.line}: the two "
-                                "ledgers of one call must agree", session.line)
-
-
-def _released(b: Bundle, res: _Res, refused: bool) -> None:
-    """A session reservation without a day partner was never made: released at zero."""
-    why = "the day ledger refused it" if refused else "no day ledger reserved it"
-    if _settled(res) != (True, 0, "0"):
-        raise VerificationError(res.where(), f"call {res.body.get('key')}: {why}, so the call was never made, "
-                                f"but this reservation is settled {_settled(res) or 'not at all'}, not "
-                                "released at zero", res.line)
-    attempt, key = res.body.get("attempt"), res.body.get("key")
-    for run in b.runs.values():
-        if run.policy.get("attempt") == attempt and any(
-                f"{r.body.get('turn')}.{r.body.get('attempt')}" == key for _, r in run.of_kind("call")):
-            raise VerificationError(run.path, f"records call {key}, which {why} (so it was never made)")
-
-
-def _tie_run(b: Bundle, exp: str, run: RunData, replays: dict, day_reps: list) -> None:
-    """Every call of the run is reserved and settled in its session's ledger and in a day
-    ledger, at its bound and its recorded cost; a budget stop has its refusal."""
-    attempt = run.policy.get("attempt")
-    want = f"{exp}-s-{run.policy.get('session')}"
-    if run.start.get("ledger") != want:
-        raise VerificationError(run.path, f"run.start.ledger {run.start.get('ledger')!r}, its session's "
-                                f"ledger is {want!r}", 1)
-    session = replays.get(want)
-    if session is None:
-        return  # missing (reported by _named_ledgers_present) or broken (reported by its replay)
-    prices = catalog_prices(b, run)
-    for line, rec in run.of_kind("call"):
-        key = f"{rec.body.get('turn')}.{rec.body.get('attempt')}"
-        day = next((r for r in day_reps if (attempt, key) in r.reserves), None)
-        if day is None:
-            raise VerificationError(run.path, f"call {key} has no reservation in any day ledger of {exp}", line)
-        for rep in (session, day):
-            try:
-                _check_call(b, run, line, rec.body, rep, attempt, prices)
-            except VerificationError:
-                raise
-            except (BenchClawError, ArithmeticError, TypeError, ValueError) as e:
-                raise VerificationError(run.path, f"call: cannot tie it to the ledger ({e})", line) from None
-    if run.end.get("status") == "budget_stop" and not any(
-            r.get("attempt") == attempt for rep in (session, *day_reps) for r in rep.refusals):
-        raise VerificationError(run.path, f"ended budget_stop but neither {want} nor a day ledger records a "
-                                "refusal for it", len(run.records))
-
-
-def _orphans(b: Bundle, sessions: dict, days: dict, released: set, sec: Section) -> None:
-    """Every reservation belongs to a run in the bundle, and a call settled as known is one
-    the run records (or a session reservation released at zero)."""
-    calls = {run.policy.get("attempt"): {f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in run.of_kind("call")}
-             for run in b.runs.values()}
-    for book in (sessions, days):
-        for reservations in book.values():
-            for res in reservations:
-                attempt, key = res.body.get("attempt"), res.body.get("key")
-                if attempt not in calls:
-                    sec.fail(VerificationError(res.where(), f"reservation for attempt {attempt} (call {key}) but no "
-                                               "run in the bundle carries that attempt", res.line))
-                elif (res.settle or {}).get("known") is True and key not in calls[attempt] \
-                        and (res.lid, res.line) not in released:
-                    sec.fail(VerificationError(res.where(), f"settled a known call {key} that the run of attempt "
-                                               f"{attempt} does not record", res.line))
 
 
 # ------------------------------------------------------------------------------ 6. label
@@ -464,9 +266,15 @@ def verify_complete(b: Bundle, sec: Section) -> None:
     for run in b.runs.values():
         if run.run_id not in named:
             sec.fail(VerificationError(run.path, f"a sealed run of {exp} that the journal does not name"))
+    runs_journaled = {rec.body.get("attempt"): rec.body for _, _, rec in journal if rec.kind == "studio.run"}
+    for name, line, rec in journal:
+        if rec.kind == "studio.run.start":
+            sec.attempt(_start_as_ended, name, line, rec.body, runs_journaled)
     jobs = {rec.body.get("job"): rec.body for _, _, rec in journal if rec.kind == "studio.job"}
+    opens = _opens(b)
     for run in b.runs.values():
         sec.attempt(_ran_its_job, run, jobs)
+        sec.attempt(_as_configured, run, jobs, opens)
     for name, line, rec in journal:
         if rec.kind == "studio.job.end" and sec.attempt(_job_follows, b, journal, name, line, rec, jobs):
             sec.count("jobs recomputed")
@@ -488,6 +296,36 @@ def _named_run(b: Bundle, name: str, line: int, body: dict, named: set) -> None:
         if body.get(key) != get(run):
             raise VerificationError(name, f"run {run_id[:12]}: the journal says {key}={body.get(key)!r}, "
                                     f"the run says {get(run)!r}", line)
+
+
+def _start_as_ended(name: str, line: int, start: dict, ended: dict) -> None:
+    """A ``studio.run.start`` says what its ``studio.run`` (same attempt) says."""
+    end = ended.get(start.get("attempt"))
+    if end is None:
+        return  # never ended: reported by the caller's loop
+    for key in ("session", "job", "step", "tier", "task", "profile"):
+        if start.get(key) != end.get(key):
+            raise VerificationError(name, f"studio.run.start of attempt {start.get('attempt')} says {key}="
+                                    f"{start.get(key)!r}, its studio.run says {end.get(key)!r}", line)
+
+
+def _as_configured(run: RunData, jobs: dict, opens: list) -> None:
+    """The run used what the studio offered when its job started (``studio.open`` in force):
+    its catalog, one of its tiers, tasks and profiles, and a policy it allowed."""
+    job = jobs.get(run.policy.get("job"))
+    opened = _in_force(opens, run.records[0].at)
+    if job is None or opened is None:
+        return  # reported by _ran_its_job and step 7
+    o, st = opened.body, run.start
+    task = st.get("task") or {}
+    got = (("catalog", st.get("catalog"), [o.get("catalog")]), ("tier", st.get("tier"), o.get("tiers")),
+           ("task", f"{task.get('id')}@{task.get('version')}", o.get("tasks")),
+           ("profile", (st.get("profile") or {}).get("name"), o.get("profiles")),
+           ("policy", job.get("policy"), o.get("policies")))
+    for what, value, offered in got:
+        if value not in offered:
+            raise VerificationError(run.path, f"ran {what} {value!r}, which the studio did not offer "
+                                    f"(studio.open at {opened.at})", 1)
 
 
 def _ran_its_job(run: RunData, jobs: dict) -> None:
@@ -513,11 +351,19 @@ def _job_follows(b: Bundle, journal: list, name: str, line: int, rec, jobs: dict
     job = jobs.get(jid)
     if job is None:
         raise VerificationError(name, f"studio.job.end of job {jid}, which the journal never started", line)
+    if rec.body.get("session") != job.get("session"):
+        raise VerificationError(name, f"studio.job.end of job {jid} names session {rec.body.get('session')!r}, "
+                                f"the job's is {job.get('session')!r}", line)
     mine = [r.body for _, _, r in journal if r.kind == "studio.run" and r.body.get("job") == jid]
     steps = [r.get("step") for r in mine]
     if steps != list(range(len(mine))):
         raise VerificationError(name, f"job {jid}'s runs are steps {steps}, not 0 to {len(mine) - 1} in order", line)
     status = rec.body.get("status")
+    if status not in ("passed", "failed", "refused", "aborted"):
+        raise VerificationError(name, f"job {jid} ended {status!r}, not passed, failed, refused or aborted", line)
+    if status in ("refused", "aborted") and rec.body.get("tier") is not None:
+        raise VerificationError(name, f"job {jid} ended {status} but names tier {rec.body.get('tier')!r} as "
+                                "taken", line)
     runs = [b.runs.get(r.get("run_id")) for r in mine]
     if status not in ("passed", "failed") or job.get("policy") == "memory" or None in runs:
         return  # refused or aborted mid-way; or a run missing (reported above)
