@@ -317,6 +317,22 @@ def test_a_pre_registered_experiments_run_slipped_into_the_studio_bundle(studio_
 
 
 
+@pytest.mark.parametrize("what,edit", [
+    ("a session reservation's run", lambda f: f.edit_chain(f.ledgers("-s-")[0], lambda objs: [
+        {**o, "body": {**o["body"], "run": {"a": 1}}} if o["kind"] == "reserve" else o for o in objs])),
+    ("a journaled run's step", lambda f: f.edit_chain(JOURNAL, lambda objs: [
+        {**o, "body": {**o["body"], "step": "x"}} if o["kind"] == "studio.run" else o for o in objs])),
+    ("the studio's budgets", lambda f: f.edit_chain(JOURNAL, lambda objs: [
+        {**o, "body": {**o["body"], "budgets": {"session": []}}} if o["kind"] == "studio.open" else o for o in objs])),
+])
+def test_malformed_studio_records_are_failures_never_a_crash(studio_bundle, tmp_path, what, edit):
+    f = StudioForgery(studio_bundle[1])
+    edit(f)
+    rep = verify_bundle(f.pack(tmp_path))
+    assert rep.exit_code == 1, (what, render_text(rep))
+    assert not any("recomputation failed" in str(e) for _, e in rep.failures()), (what, render_text(rep, 20))
+
+
 # ------------------------------------------------------------------------------ the site
 
 def test_the_site_lists_the_studio_journal_as_exploratory_never_as_an_experiment(studio_bundle, tmp_path):
