@@ -121,6 +121,14 @@ def test_an_exploratory_bundle_is_not_the_experiment_you_registered(studio_bundl
     assert any("never pre-registered" in str(f) for f in rep.section("label").failures)
 
 
+def test_export_refuses_while_the_studio_serves(tmp_path):
+    config = write_config(tmp_path / "studio.toml", latency_scale=0)
+    with StudioProcess(config, tmp_path / "runs"):
+        out = _cli("export", "studio-public", "--runs", str(tmp_path / "runs"), "-o", str(tmp_path / "b.zip"))
+    assert out.returncode == 2 and "is serving" in out.stderr and "Stop it (SIGTERM)" in out.stderr, out.stderr
+    assert not (tmp_path / "b.zip").exists()
+
+
 def test_export_refuses_a_studio_killed_and_not_restarted(tmp_path):
     config = write_config(tmp_path / "studio.toml", policies=("ladder",), latency_scale=0.5)
     studio = StudioProcess(config, tmp_path / "runs").start()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import jsonio
-from ..errors import InputError
+from ..errors import InputError, UsageError
 from ..paths import make_output_dir, refuse_evidence_overlap
 from ..store import Store
 from ..verify.manifest import build_manifest
@@ -47,8 +47,8 @@ def export_bundle(runs_dir: Path | str, experiment_id: str, out_path: Path | str
     """Write the bundle of ``experiment_id`` from ``runs_dir`` to ``out_path``.
 
     ``experiment_id`` may name an exploratory journal (``studio-<label>``): then the bundle
-    is its exploratory form. Waits while another process runs the experiment's grid (or
-    serves the studio; ``note`` is told so).
+    is its exploratory form. Waits while another process runs the experiment's grid
+    (``note`` is told so); raises UsageError while the studio of that journal serves.
     Raises InputError (missing runs directory, journal, run or blob; unwritable output),
     IntegrityError (damaged evidence in the runs directory), and whatever the analysis
     raises for experiment data it cannot summarise.
@@ -59,6 +59,7 @@ def export_bundle(runs_dir: Path | str, experiment_id: str, out_path: Path | str
     # While a grid of this experiment runs, its journal, ledger and runs are mid-story (a
     # bundle of them would not verify): wait for it, and hold it off while reading.
     site = Path(include_site) if include_site else None
+    _refuse_serving_studio(store, experiment_id)
     with store.experiment_quiet(experiment_id, note):
         exploratory = journal_is_exploratory(store, experiment_id)
         files = (collect_exploratory if exploratory else collect)(store, experiment_id, site)
@@ -70,6 +71,14 @@ def export_bundle(runs_dir: Path | str, experiment_id: str, out_path: Path | str
     except OSError as e:
         raise InputError(f"{out_path}: cannot write the bundle ({e.strerror or e})") from None
     return ExportReport(Path(out_path), manifest.digest, len(files) + 1, size)
+
+
+def _refuse_serving_studio(store: Store, journal_id: str) -> None:
+    """A studio serves until it is stopped, so waiting for its lock (as for a grid) would wait
+    for ever: say so at once. Raises UsageError."""
+    if journal_is_exploratory(store, journal_id) and store.experiment_live(journal_id):
+        raise UsageError(f"{store.experiment_lock_path(journal_id)}: the studio of {journal_id} is serving; its "
+                         "runs in flight would not verify. Stop it (SIGTERM), export, then start it again")
 
 
 def claimed_summary(files: dict[str, bytes], experiment_id: str) -> bytes:

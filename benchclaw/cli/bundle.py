@@ -29,7 +29,8 @@ def export(experiment: str, runs_dir: Path, out_path: Path | None, include_site:
     for it to end (and says so), because a grid half-way through does not verify.
 
     EXPERIMENT may also name a studio's exploratory journal (studio-<label>): its runs,
-    session and day ledgers are packed, labelled exploratory, with no spec and no summary.
+    session and day ledgers are packed, labelled exploratory, with no spec and no summary
+    (refused while that studio serves: stop it, export, start it again).
 
     Example: benchclaw export E01 --runs runs/ -o E01.zip && benchclaw-verify E01.zip
     """
