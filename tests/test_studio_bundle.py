@@ -273,6 +273,65 @@ def test_a_jobs_outcome_restated(studio_bundle, tmp_path):
     refused(f.pack(tmp_path), "complete", f"job {end['job']} ended {flipped}", f"its runs give {end['status']}")
 
 
+def _settle_a_known_call_unknown(f: StudioForgery, reason: str) -> None:
+    """Both settlements of one call the run recorded with its usage, rewritten as unknown at
+    the reservation's bound: what a restart leaves after a kill between the call's record
+    and its settlement."""
+    rid = next(r for r in f.run_ids() if any(o["kind"] == "call" and o["body"]["cost"]["known"]
+                                              for o in f.records(run_path(r))))
+    recs = f.records(run_path(rid))
+    call = next(o["body"] for o in recs if o["kind"] == "call" and o["body"]["cost"]["known"])
+    attempt, key = recs[0]["body"]["policy"]["attempt"], f"{call['turn']}.{call['attempt']}"
+
+    def unknown(objs):
+        res = {o["body"]["id"]: o["body"] for o in objs if o["kind"] == "reserve"
+               and (o["body"]["attempt"], o["body"]["key"]) == (attempt, key)}
+        for o in objs:
+            if o["kind"] == "settle" and o["body"]["id"] in res:
+                r = res[o["body"]["id"]]
+                o["body"].update(known=False, tokens=r["tokens"], usd=r["usd"], reason=reason)
+        return objs
+    for name in f.ledgers("-s-") + f.ledgers("-day-"):
+        f.edit_chain(name, unknown)
+
+
+@pytest.fixture(scope="module")
+def roomy_bundle(tmp_path_factory) -> bytes:
+    """One ladder job in an in-process studio whose budgets are far from every limit, so a
+    settlement raised to its bound leaves every later reservation within them."""
+    import asyncio
+
+    from benchclaw.bundle import export_bundle
+    from benchclaw.studio import Studio, load_config
+
+    root = tmp_path_factory.mktemp("roomy")
+    cfg = load_config(write_config(root / "s.toml", policies=("ladder",), session_usd="5", day_usd="5"))
+    studio = Studio(cfg, root / "runs", sim_options={"latency_scale": 0}, fsync=False)
+    studio.open()
+
+    async def go():
+        job = studio.start("a" * 16, "quotes-incident", "ladder", "direct")
+        while job.running:
+            await asyncio.sleep(0.01)
+        await studio.close()
+    asyncio.run(go())
+    export_bundle(root / "runs", "studio-public", root / "b.zip")
+    return (root / "b.zip").read_bytes()
+
+
+def test_a_call_a_restart_settled_at_its_bound_still_verifies(roomy_bundle, tmp_path):
+    f = StudioForgery(roomy_bundle)
+    _settle_a_known_call_unknown(f, "studio restarted: the call was cut off")
+    rep = verify_bundle(f.pack(tmp_path))
+    assert rep.exit_code == 0, render_text(rep, 20)
+
+
+def test_a_known_call_settled_as_unknown_without_a_restart(roomy_bundle, tmp_path):
+    f = StudioForgery(roomy_bundle)
+    _settle_a_known_call_unknown(f, None)
+    refused(f.pack(tmp_path), "ledgers", "settled", "the call's usage gives")
+
+
 def test_a_day_limit_exceeded(studio_bundle, tmp_path):
     """The day's limit lowered below what was reserved, in the ledger and in the studio's
     budgets alike (so the two agree): the replay shows a reservation past the limit."""

@@ -14,6 +14,7 @@ and its recorded cost (``_ledgers._check_call``); every reservation belongs to a
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 
@@ -203,7 +204,7 @@ def _tie_run(b: Bundle, exp: str, run: RunData, replays: dict, day_reps: list) -
             raise VerificationError(run.path, f"call {key} has no reservation in any day ledger of {exp}", line)
         for rep in (session, day):
             try:
-                _check_call(b, run, line, rec.body, rep, attempt, prices)
+                _check_call(b, run, line, rec.body, _as_if_open(rep, attempt, key), attempt, prices)
             except VerificationError:
                 raise
             except (BenchClawError, ArithmeticError, TypeError, ValueError) as e:
@@ -212,6 +213,23 @@ def _tie_run(b: Bundle, exp: str, run: RunData, replays: dict, day_reps: list) -
             r.get("attempt") == attempt for rep in (session, *day_reps) for r in rep.refusals):
         raise VerificationError(run.path, f"ended budget_stop but neither {want} nor a day ledger records a "
                                 "refusal for it", len(run.records))
+
+
+RESTARTED = "studio restarted: the call was cut off"
+
+
+def _as_if_open(rep: LedgerReplay, attempt, key: str) -> LedgerReplay:
+    """``rep``, or, when a restart settled this call as cut off, ``rep`` without that
+    settlement: a kill after the call was recorded but before it was settled leaves its
+    reservations open, and the restart settles them at their upper bound (FORMAT.md "Studio
+    journal"), which counts the call at no less than it cost. It is then tied as an open
+    reservation is: at its bound (the replay checked that the settlement repeats it)."""
+    found = rep.reserves.get((attempt, key))
+    settled = rep.settles.get(found[1]["id"]) if found else None
+    if settled is None or settled[1].get("known") is not False or settled[1].get("reason") != RESTARTED:
+        return rep
+    rid = found[1]["id"]
+    return dataclasses.replace(rep, settles={k: v for k, v in rep.settles.items() if k != rid})
 
 
 def _orphans(b: Bundle, sessions: dict, days: dict, released: set, sec: Section) -> None:
