@@ -8,12 +8,17 @@ from disk and prints, last, one line:
 
     studio sessions=N runs=M first_event_p50_ms=X first_event_p95_ms=Y overspend_usd=Z
 
+With ``--verify`` it then exports the studio's journal (``benchclaw export studio-public``)
+and verifies the bundle offline, and prints before that line (on stderr):
+
+    studio_bundle files=F runs=M export_s=X verify_s=Y exit=E
+
 ``first_event`` is from the start POST to the first model call or action arriving on the
 event stream (the redirect, the page's stream opening, and the simulated latency of the
 first call, scaled); ``overspend_usd`` is what any ledger spent beyond its limit (0 when
 the budgets held). SIMULATED: the endpoint is the simulator.
 
-    python bench/studio.py --sessions 60 --jobs 2
+    python bench/studio.py --sessions 60 --jobs 2 [--verify]
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ def main() -> None:
     ap.add_argument("--latency-scale", type=float, default=0.05, help="the simulator's latency scale")
     ap.add_argument("--session-usd", default="0.003")
     ap.add_argument("--day-usd", default="0.08")
+    ap.add_argument("--verify", action="store_true", help="then export the studio journal and verify the bundle")
     args = ap.parse_args()
     session_usd, day_usd = Decimal(args.session_usd), Decimal(args.day_usd)
     with tempfile.TemporaryDirectory(prefix="bench-studio-") as tmp:
@@ -70,6 +76,8 @@ def main() -> None:
         firsts = sorted(ms for r in results for ms in r["firsts"])
         outcomes = [s for r in results for s in r["statuses"]]
         overspend, runs = _overspend(tmp / "runs", session_usd, day_usd)
+        if args.verify:
+            _export_and_verify(tmp)
     p50 = statistics.median(firsts) if firsts else 0
     p95 = firsts[min(len(firsts) - 1, int(len(firsts) * 0.95))] if firsts else 0
     print(f"jobs: {len(outcomes)}  outcomes: " +
@@ -77,6 +85,22 @@ def main() -> None:
           file=sys.stderr)
     print(f"studio sessions={args.sessions} runs={runs} first_event_p50_ms={p50:.0f} "
           f"first_event_p95_ms={p95:.0f} overspend_usd={overspend}")
+
+
+def _export_and_verify(tmp: Path) -> None:
+    """The studio's journal as an exploratory bundle, exported and verified offline."""
+    from benchclaw.bundle import export_bundle
+    from benchclaw.verify import verify_bundle
+
+    t0 = time.perf_counter()
+    rep = export_bundle(tmp / "runs", "studio-public", tmp / "studio.zip")
+    t1 = time.perf_counter()
+    report = verify_bundle(tmp / "studio.zip")
+    t2 = time.perf_counter()
+    for _, failure in report.failures()[:5]:
+        print(f"  {failure}", file=sys.stderr)
+    print(f"studio_bundle files={rep.files} runs={report.section('runs').counts.get('runs', 0)} "
+          f"export_s={t1 - t0:.2f} verify_s={t2 - t1:.2f} exit={report.exit_code}", file=sys.stderr)
 
 
 def _visitor(url: str, jobs: int) -> dict:

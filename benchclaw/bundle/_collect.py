@@ -5,6 +5,11 @@ re-checked, blobs re-hashed), so an export never packs evidence that is already 
 it stops with an error naming the damaged file instead. Task versions, catalogs and
 experiment specs are rebuilt from the blobs the runs reference (FORMAT.md §3), not from
 whatever the working tree holds today, so the bundle shows exactly what the runs used.
+
+An exploratory journal (the studio's) is collected by ``collect_exploratory``: its runs are
+the ones its ``studio.run`` records name or whose ``run.start.policy.studio`` is it, and its
+ledgers are every session and day ledger opened under its name (the day ledgers are named
+by no run, so they are found by name and by their ``ledger.open``). It has no spec.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ from ..records import blob_refs
 from ..store import VERSION_TEXT, SealedRun, Store, safe_name
 from ..verify.layout import (catalog_entry, ledger_ids, parse_listing, spec_entry,
                              task_entry)
+from ..verify.exploratory import is_exploratory, studio_ledger
 from ..verify.manifest import object_path, run_path
 
-__all__ = ["collect"]
+__all__ = ["collect", "collect_exploratory", "journal_is_exploratory"]
 
 
 def collect(store: Store, experiment: str, include_site: Path | None = None) -> dict[str, bytes]:
@@ -145,3 +151,79 @@ def _site(site: Path, files: dict[str, bytes]) -> None:
             raise InputError(f"{p}: a site file is a symbolic link; a bundle holds regular files only")
         if p.is_file():
             files["site/" + p.relative_to(site).as_posix()] = p.read_bytes()
+
+
+# ---------------------------------------------------------------------------- exploratory form
+
+def journal_is_exploratory(store: Store, journal_id: str) -> bool:
+    """True when ``journals/<journal_id>/`` is an exploratory (studio) journal. Raises
+    IntegrityError for a damaged journal; False when there is none (``collect`` says so)."""
+    safe_name(journal_id, "experiment id")
+    if not store.journal_paths(journal_id):
+        return False
+    return is_exploratory((e.kind, e.body) for e in store.read_journal(journal_id))
+
+
+def collect_exploratory(store: Store, journal_id: str, include_site: Path | None = None) -> dict[str, bytes]:
+    """Every file of an exploratory journal's bundle (no spec, no summary): path -> bytes.
+
+    Raises InputError when the studio left runs unfinished (killed and not restarted: its
+    restart recovers and journals them) or a named run or blob is missing, IntegrityError
+    when a run, journal, ledger or blob is damaged.
+    """
+    files: dict[str, bytes] = {"VERSION": VERSION_TEXT}
+    journal = _journals(store, journal_id, files)
+    _refuse_unfinished(store, journal_id, journal)
+    runs = _studio_runs(store, journal_id, journal)
+    bodies: list[dict] = []
+    for run in runs:
+        files[run_path(run.run_id)] = run.path.read_bytes()
+        bodies.extend(r.body for r in run.records)
+    bodies.extend(_studio_ledgers(store, journal_id, files))
+    _objects(store, bodies, files)
+    _tasks(store, runs, files)
+    _catalogs(store, runs, files)
+    if include_site is not None:
+        _site(Path(include_site), files)
+    return files
+
+
+def _refuse_unfinished(store: Store, journal_id: str, journal: list[tuple[str, dict]]) -> None:
+    started = {b.get("attempt") for k, b in journal if k == "studio.run.start"}
+    started -= {b.get("attempt") for k, b in journal if k == "studio.run"}
+    if started:
+        raise InputError(f"{store.root}/journals/{journal_id}: the studio stopped with {len(started)} run(s) "
+                         "unfinished (killed?); start it once more, so that it seals and journals them "
+                         "and settles their reservations, then export")
+
+
+def _studio_runs(store: Store, journal_id: str, journal: list[tuple[str, dict]]) -> list[SealedRun]:
+    named = {b.get("run_id") for k, b in journal if k == "studio.run"}
+    named.discard(None)
+    have = set(store.run_ids())
+    missing = sorted(r for r in named if r not in have)
+    if missing:
+        raise InputError(f"{store.root}: the journal of {journal_id} names run {missing[0]} "
+                         f"which is not in runs/ ({len(missing)} missing)")
+    runs = []
+    for run_id in sorted(have):
+        run = store.read_run(run_id)
+        policy = run.start.get("policy") or {}
+        if run_id in named or (isinstance(policy, dict) and policy.get("studio") == journal_id):
+            runs.append(run)
+    return runs
+
+
+def _studio_ledgers(store: Store, journal_id: str, files: dict[str, bytes]) -> list[dict]:
+    from ..store import ChainFile
+
+    bodies = []
+    for path in sorted((store.root / "ledgers").glob(f"{journal_id}-*.jsonl")):
+        if studio_ledger(journal_id, path.stem) is None:
+            continue
+        records = ChainFile(path).read()
+        if not records or records[0].body.get("experiment") != journal_id:
+            continue  # another studio's ledger whose label extends this one's
+        bodies.extend(r.body for r in records)
+        files[f"ledgers/{path.name}"] = path.read_bytes()
+    return bodies

@@ -1,4 +1,4 @@
-"""``benchclaw export``: pack one experiment's evidence into a reproducible bundle zip."""
+"""``benchclaw export``: pack one experiment's (or a studio journal's) evidence into a reproducible bundle zip."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def export(experiment: str, runs_dir: Path, out_path: Path | None, include_site:
     manifest digest printed here is the bundle's identity. Check it with
     `benchclaw-verify`. While another process runs the experiment's grid, export waits
     for it to end (and says so), because a grid half-way through does not verify.
+
+    EXPERIMENT may also name a studio's exploratory journal (studio-<label>): its runs,
+    session and day ledgers are packed, labelled exploratory, with no spec and no summary
+    (refused while that studio serves: stop it, export, start it again).
 
     Example: benchclaw export E01 --runs runs/ -o E01.zip && benchclaw-verify E01.zip
     """

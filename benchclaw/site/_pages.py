@@ -12,7 +12,7 @@ import shutil
 import tomllib
 
 from ._build import Build, digest_of
-from ._exppages import experiment_ids, headline
+from ._exppages import experiment_ids, exploratory_ids, headline
 from ._gallery import gallery
 from ._render import task_url
 from ._runview import TEXT_LIMIT
@@ -127,9 +127,26 @@ def stage_lists(b: Build) -> None:
                      "decisions": (summary.get("primary") or {}).get("decisions") or []})
     other = [s for s in b.summaries if not s["policy"].get("experiment")]
     b.pages.render("index.html", "index.html", title="Experiments", experiments=exps, comparison=b.comparison,
+                   exploratory=[_exploratory(b, j) for j in exploratory_ids(b)],
                    simulated=any(e["simulated"] for e in exps) or any(s["simulated"] for s in other),
                    total_runs=len(b.summaries), other_runs=len(other),
                    last_page=max(1, -(-len(b.summaries) // RUNS_PER_PAGE)))
+
+
+def _exploratory(b: Build, journal_id: str, latest: int = 20) -> dict:
+    """An exploratory journal (the studio's) as the index lists it: counts and its latest runs,
+    labelled, never a table or a decision."""
+    runs, jobs, sessions = [], set(), set()
+    for e in b.store.read_journal(journal_id):
+        if e.kind == "studio.run" and isinstance(e.body.get("run_id"), str) and e.body["run_id"] in b.runs:
+            runs.append({k: e.body.get(k) for k in ("run_id", "task", "tier", "status", "passed")})
+        if e.kind == "studio.job":
+            jobs.add(e.body.get("job"))
+            sessions.add(e.body.get("session"))
+    ids = {r["run_id"] for r in runs}
+    return {"id": journal_id, "runs": len(runs), "jobs": len(jobs), "sessions": len(sessions),
+            "simulated": any(s["simulated"] for s in b.summaries if s["id"] in ids),
+            "latest": list(reversed(runs[-latest:]))}
 
 
 def _runs_pages(b: Build) -> None:

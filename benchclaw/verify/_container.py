@@ -11,13 +11,14 @@ size or SHA-256 differs is a failure of this section (exit 1).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 from ._context import Bundle
 from ._errors import UnreadableBundle, VerificationError
 from ._report import Section
 from ._workers import start
-from .manifest import MANIFEST, FileEntry, Manifest, parse_manifest
+from .manifest import MANIFEST, FileEntry, parse_manifest
 
 __all__ = ["verify_container", "start_object_hashing", "cancel_object_hashing", "hash_entry"]
 
@@ -98,8 +99,8 @@ def verify_container(b: Bundle, sec: Section) -> None:
         if name != MANIFEST:
             sec.attempt(_check_listed, name, seen)
     sec.count("entries", len(b.view.names))
-    # the rows are checked; later steps read only the experiments and the digest
-    b.manifest = Manifest(b.manifest.experiments, (), b.manifest.digest)
+    # the rows are checked; later steps read only the experiments, the digest and the label
+    b.manifest = dataclasses.replace(b.manifest, files=())
     sec.count("bytes", sum(e.usize for e in b.view.entries.values()))
 
 

@@ -85,6 +85,7 @@ class VerifyReport:
     registrations: dict = field(default_factory=dict)  # experiment -> registration digest (or None)
     unproven: list = field(default_factory=list)       # [(entry prefix, files, why)] not verified
     notes: list = field(default_factory=list)          # what the auditor must read (a deviation re-pinning prices)
+    exploratory: bool = False                          # a studio journal's bundle: no registration, no decisions
 
     @classmethod
     def empty(cls, source: str) -> "VerifyReport":
@@ -118,7 +119,7 @@ class VerifyReport:
         verdict = {EXIT_OK: "verified", EXIT_FAILED: "mismatch", EXIT_USAGE: "unreadable"}
         return {"v": 1, "source": self.source, "verdict": verdict[self.exit_code],
                 "exit_code": self.exit_code, "manifest_digest": self.manifest_digest,
-                "experiments": list(self.experiments),
+                "experiments": list(self.experiments), "exploratory": self.exploratory,
                 "registrations": dict(self.registrations),
                 "unproven": [{"prefix": p, "files": n, "why": w} for p, n, w in self.unproven],
                 "notes": list(self.notes),

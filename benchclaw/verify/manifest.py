@@ -4,7 +4,9 @@ It lives under ``verify`` because the verifier is what defines an acceptable bun
 ``benchclaw.bundle`` imports it to write one. Pure: standard library and ``jsonio``.
 
 The manifest is canonical JSON, so its SHA-256 (the bundle's identity) depends only on
-the files it lists, never on the zip compressor that packed them.
+the files it lists, never on the zip compressor that packed them. ``exploratory: true``
+labels the bundle of an exploratory journal (the studio's): it is written only then, so an
+experiment's manifest is byte for byte what it was before the label existed.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ RUN_PATH = re.compile(r"^runs/([0-9a-f]{2})/([0-9a-f]{64})\.jsonl$")
 OBJECT_PATH = re.compile(r"^objects/([0-9a-f]{2})/([0-9a-f]{64})$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _EXPERIMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_KEYS = {"v", "format", "experiments", "files"}
+_KEYS = {"v", "format", "experiments", "files", "exploratory"}
 _FILE_KEYS = {"path", "digest", "size"}
 
 
@@ -61,19 +63,22 @@ class Manifest:
     experiments: tuple[str, ...]
     files: tuple[FileEntry, ...]
     digest: str = ""
+    exploratory: bool = False
 
     def to_bytes(self) -> bytes:
-        return jsonio.dumps({"v": BUNDLE_VERSION, "format": BUNDLE_FORMAT,
-                             "experiments": list(self.experiments),
-                             "files": [f.to_dict() for f in self.files]})
+        obj = {"v": BUNDLE_VERSION, "format": BUNDLE_FORMAT, "experiments": list(self.experiments),
+               "files": [f.to_dict() for f in self.files]}
+        if self.exploratory:
+            obj["exploratory"] = True
+        return jsonio.dumps(obj)
 
 
-def build_manifest(experiments: list[str], files: dict[str, bytes]) -> Manifest:
+def build_manifest(experiments: list[str], files: dict[str, bytes], *, exploratory: bool = False) -> Manifest:
     """The manifest of ``files`` (path -> bytes), rows sorted by path; ``digest`` set."""
     rows = tuple(FileEntry(p, "sha256:" + hashlib.sha256(files[p]).hexdigest(), len(files[p]))
                  for p in sorted(files, key=path_order))
-    m = Manifest(tuple(experiments), rows)
-    return Manifest(m.experiments, m.files, "sha256:" + hashlib.sha256(m.to_bytes()).hexdigest())
+    m = Manifest(tuple(experiments), rows, exploratory=exploratory)
+    return Manifest(m.experiments, m.files, "sha256:" + hashlib.sha256(m.to_bytes()).hexdigest(), exploratory)
 
 
 def _bad(message: str) -> UnreadableBundle:
@@ -105,8 +110,10 @@ def parse_manifest(data: bytes, depth_limit: int = 8) -> Manifest:
     rows = obj.get("files")
     if not isinstance(rows, list):
         raise _bad("field 'files': a list of {path, digest, size}")
+    if "exploratory" in obj and obj["exploratory"] is not True:
+        raise _bad("field 'exploratory': true when present (an exploratory journal's bundle)")
     files = tuple(_parse_row(r, i) for i, r in enumerate(rows))
-    return Manifest(tuple(exps), files, "sha256:" + hashlib.sha256(data).hexdigest())
+    return Manifest(tuple(exps), files, "sha256:" + hashlib.sha256(data).hexdigest(), "exploratory" in obj)
 
 
 def _parse_row(row, i: int) -> FileEntry:

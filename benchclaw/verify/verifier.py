@@ -12,6 +12,10 @@ No network, no disk writes: the bundle is read into memory once (bounded by
 ``Limits.archive_bytes``) and every member is inflated in memory with a size cap. Step 1's
 objects are hashed in a forked worker while the run logs are parsed here, and steps 3 and
 6-8 run in another while steps 4-5 run here (``_workers``): two cores, one report.
+
+An exploratory bundle (the studio's journal: no registration, no decisions; its manifest
+says ``exploratory``) has the same steps 1-4 and its own 5-8 (``_exploratory``), attached by
+the one hook ``_form`` once step 2 is done.
 """
 
 from __future__ import annotations
@@ -89,9 +93,14 @@ def _after(b: Bundle, report: VerifyReport) -> None:
 
     if b.manifest is None:
         return
-    for exp in b.manifest.experiments:
-        report.registrations[exp] = registration_of(b, exp)
-        report.notes.extend(repinned(b, exp))
+    if b.manifest.exploratory:  # no registration to show: a note says what it is instead
+        from ._exploratory import after
+
+        after(b, report)
+    else:
+        for exp in b.manifest.experiments:
+            report.registrations[exp] = registration_of(b, exp)
+            report.notes.extend(repinned(b, exp))
     site = [n for n in b.view.names if n.startswith("site/")]
     if site:
         report.unproven.append(("site/", len(site), "the pages are not recomputed: their tables and "
@@ -131,6 +140,7 @@ def _run_steps(b: Bundle, report: VerifyReport) -> None:
             _run_step(b, report, name, step)
     finally:
         cancel_object_hashing(b)
+    steps = _form(b, report, steps)
     later = [(name, step) for name, step in steps[_SERIAL:] if name in _IN_CHILD]
     pending = start(_run_in_child, b, later, timeout=b.limits.worker_seconds)
     try:
@@ -142,6 +152,15 @@ def _run_steps(b: Bundle, report: VerifyReport) -> None:
         _merge(report, pending.result())
     finally:
         pending.cancel()
+
+
+def _form(b: Bundle, report: VerifyReport, steps: tuple) -> tuple:
+    """The steps for this bundle's form: an exploratory bundle's 5-8 are ``_exploratory``'s."""
+    if b.manifest is None or not b.manifest.exploratory:
+        return steps
+    from ._exploratory import adopt
+
+    return adopt(report, steps)
 
 
 def _forget_digests(b: Bundle) -> None:
