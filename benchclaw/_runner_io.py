@@ -11,8 +11,9 @@ Why it is built this way:
 - ``Backends`` names the five things a grid needs from the parts below it (tasks,
   catalog, agent profiles, providers, the agent loop). The defaults import them lazily;
   tests and benchmarks pass fakes, so the runner can be exercised without a model.
-- ``TrackingStore`` and ``RunLedger`` let the runner know, for the run it started, which
-  open run file the agent created and whether the agent reserved a call. That is what an
+- ``run_agent(on_open=...)`` and ``RunLedger`` let the runner know, for the run it started,
+  which open run file the agent created and whether the agent reserved a call (both
+  passed to the agent explicitly, kept in the run's ``RunSlot``). That is what an
   interruption needs: seal exactly those files as ``aborted`` (never another process's),
   settle exactly those reservations as unknown, and tell a run that may have reached the
   model (a reservation was made) from one that never did.
@@ -21,7 +22,6 @@ Why it is built this way:
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Awaitable, Callable
@@ -32,7 +32,7 @@ from .money import fmt_usd
 from .records import parse_line
 from .store import RunWriter, Store
 
-__all__ = ["Backends", "default_backends", "TrackingStore", "RunLedger", "RunSlot", "CURRENT_SLOT",
+__all__ = ["Backends", "default_backends", "RunLedger", "RunSlot",
            "seal_cut_off", "RunParts", "RunJob", "RunDone", "Executor", "LocalExecutor", "agent_kwargs",
            "first_last"]
 
@@ -63,24 +63,14 @@ def default_backends(sim_options: Any = None) -> Backends:
 
 @dataclass
 class RunSlot:
-    """What the runner learns about one run while the agent runs it."""
+    """What the runner learns about one run while the agent runs it: the writer (handed
+    over through ``run_agent(on_open=slot.opened)``) and the run's ledger."""
 
     writer: RunWriter | None = None
     ledger: "RunLedger | None" = None
 
-
-CURRENT_SLOT: contextvars.ContextVar[RunSlot | None] = contextvars.ContextVar("benchclaw_run_slot", default=None)
-
-
-class TrackingStore(Store):
-    """A Store that hands the runner the writer of each run it opens (per asyncio task)."""
-
-    def open_run(self) -> RunWriter:
-        writer = super().open_run()
-        slot = CURRENT_SLOT.get()
-        if slot is not None:
-            slot.writer = writer
-        return writer
+    def opened(self, writer: RunWriter) -> None:
+        self.writer = writer
 
 
 @dataclass
@@ -225,9 +215,9 @@ class LocalExecutor(Executor):
 
     async def run(self, job: RunJob) -> RunDone:
         slot = self.slots[job.attempt] = RunSlot(ledger=RunLedger(self.ledger, job.attempt, halt=self.halt))
-        CURRENT_SLOT.set(slot)
         result = await self.parts.backends.run_agent(store=self.parts.store, provider=self.providers[job.tier],
-                                                     ledger=slot.ledger, **agent_kwargs(self.parts, job))
+                                                     ledger=slot.ledger, on_open=slot.opened,
+                                                     **agent_kwargs(self.parts, job))
         del self.slots[job.attempt]
         end = _written_end(slot) or _result_end(result)
         return RunDone(result.run_id, end, slot.ledger.reserved)

@@ -38,7 +38,7 @@ from typing import Any, TextIO
 from ._grid import (History, Shard, Unit, attempt_from_run, longest_first, make_cells, make_units,
                     resolve_tasks, run_length_prior, trial_id)
 from ._progress import Progress
-from ._runner_io import (Backends, LocalExecutor, RunDone, RunJob, RunParts, TrackingStore, default_backends,
+from ._runner_io import (Backends, LocalExecutor, RunDone, RunJob, RunParts, default_backends,
                          first_last)
 from .errors import BenchClawError
 from .experiments import Spec, require_registered
@@ -122,7 +122,7 @@ class _Grid:
     def __init__(self, store: Store, spec: Spec, backends: Backends, *, concurrency: int | None,
                  rerun: bool, stream: TextIO | None, progress_every: int | None, shard: Shard | None,
                  executor: Any):
-        self.store = TrackingStore(store.root, fsync=store.fsync)
+        self.store = store
         self.shard, self.executor = shard, executor
         self.spec, self.backends, self.rerun, self.stream = spec, backends, rerun, stream
         self.concurrency = concurrency or spec.settings.concurrency

@@ -71,8 +71,10 @@ class FakeAgent:
         self.tier_max, self.tier_now = {}, {}
 
     async def __call__(self, *, store, task, tier, catalog, profile, seed, provider, limits, policy_context,
-                       ledger, max_tokens, temperature, retries):
+                       ledger, max_tokens, temperature, retries, on_open=None):
         w = store.open_run()
+        if on_open is not None:
+            on_open(w)
         w.append("run.start", {"task": {"id": task.id, "version": task.version}, "tier": tier.name,
                                "profile": {"name": profile.name}, "seed": seed, "policy": policy_context,
                                "ledger": ledger.id})
