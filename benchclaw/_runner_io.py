@@ -30,6 +30,7 @@ from .errors import IntegrityError
 from .ledger import Ledger, Reservation
 from .money import fmt_usd
 from .records import parse_line
+from ._store_check import recover_one, run_totals
 from .store import RunWriter, Store
 
 __all__ = ["Backends", "default_backends", "RunLedger", "RunSlot",
@@ -123,8 +124,6 @@ def seal_cut_off(store: Store, writer: RunWriter | None, reason: str) -> str | N
         writer.close_unsealed()
         writer.path.unlink(missing_ok=True)
         return None
-    from ._store_check import run_totals
-
     try:
         writer.append("run.end", {"status": "aborted", "reason": reason, "interrupted": True,
                                   "turns": sum(1 for r in writer.records if r.kind == "action"),
@@ -132,9 +131,7 @@ def seal_cut_off(store: Store, writer: RunWriter | None, reason: str) -> str | N
                                   "injection_attempts": 0, "denials": 0, **run_totals(writer.records)})
         return writer.seal()
     except IntegrityError:  # closed unsealed: seal it the way crash recovery does
-        from ._store_check import _recover_one
-
-        done = _recover_one(store, writer.path)
+        done = recover_one(store, writer.path)
         return done.run_id if done is not None else None
 
 

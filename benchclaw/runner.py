@@ -40,6 +40,7 @@ from ._grid import (History, Shard, Unit, attempt_from_run, longest_first, make_
 from ._progress import Progress
 from ._runner_io import (Backends, LocalExecutor, RunDone, RunJob, RunParts, default_backends,
                          first_last)
+from ._store_check import recover_store
 from .errors import BenchClawError
 from .experiments import Spec, require_registered
 from .ledger import Ledger, Limits, new_ledger_id, read_ledger
@@ -142,7 +143,7 @@ class _Grid:
             return await self._run(handle_signals)
 
     async def _run(self, handle_signals: bool) -> GridResult:
-        self.store.recover()                                  # 1. seal runs cut off by a crash
+        recover_store(self.store)                             # 1. seal runs cut off by a crash
         self.history = History.load(self.store, self.spec.id)  # 2. what is done
         adopted = self._adopt_orphans()
         self._load_parts()                                    # 3. tasks, catalog, profiles, executor

@@ -10,6 +10,7 @@ import pytest
 
 from benchclaw._grid import attempt_from_run
 from benchclaw._runner_io import Backends
+from benchclaw._store_check import check_store
 from benchclaw.errors import BudgetError
 from benchclaw.experiments import deviate, prereg
 from benchclaw.ledger import read_ledger
@@ -168,7 +169,7 @@ def test_complete_grid_writes_every_journal_record_and_a_consistent_ledger(tmp_p
     st = read_ledger(store, res.ledger)
     assert st.closed and not st.open and st.unknown_calls == 0
     assert st.settled_usd == sum(COST[r["tier"]] for r in journal(store, "run"))
-    assert store.check().ok
+    assert check_store(store).ok
 
 
 def test_second_invocation_skips_finished_cells(tmp_path):
