@@ -443,3 +443,10 @@ def test_progress_line_shows_recent_tokens_per_second_per_tier():
     assert p.line().endswith("tok/s lightning 100 ultra 50")
     assert _run_speed({"usage": {"completion": 7}, "elapsed_ms": 70}) == [(7, 70)]
     assert _run_speed({"usage": None, "elapsed_ms": 9}) == [] == _run_speed({})
+
+
+def test_every_stopping_rule_a_spec_accepts_is_one_the_runner_checks():
+    from benchclaw.runner import STOP_CHECKS
+    from benchclaw.spec_format import STOP_RULES
+
+    assert set(STOP_CHECKS) == set(STOP_RULES)
