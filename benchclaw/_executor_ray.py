@@ -33,8 +33,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ._grid import _reserved_attempts
+from ._grid import reserved_attempts
 from ._runner_io import Executor, RunDone, RunJob, RunParts, agent_kwargs, first_last
+from ._store_check import recover_one
 from .errors import BudgetError, IntegrityError, UsageError
 from .ledger import Ledger, Reservation
 from .records import GENESIS, blob_refs, line_hash, parse_line, split_lines, verify_chain
@@ -128,13 +129,11 @@ class RayExecutor(Executor):
         mirror = _mirror_path(store, job.attempt)
         if not mirror.exists():
             return None
-        from ._store_check import _recover_one
-
-        run_id = _recover_one(store, mirror).run_id
+        run_id = recover_one(store, mirror).run_id
         if run_id is None:
             return None
         if reserved is None:
-            reserved = int(job.attempt in _reserved_attempts(store, [self.ledger_id]))
+            reserved = int(job.attempt in reserved_attempts(store, [self.ledger_id]))
         # Sealed by crash recovery, journaled as a crash's run is: at its run.end cost. The
         # call cut off in flight counts at its ledger bound (FORMAT.md "Calls cut off in flight").
         return RunDone(run_id, first_last(store, run_id)[1], reserved)
@@ -175,7 +174,7 @@ class RayExecutor(Executor):
             raise IntegrityError(f"a worker returned a run of another attempt for {job.attempt}")
         write_atomically(mirror, data, mirror.with_name(mirror.name + ".landing"), fsync=store.fsync,
                          what="store a run a worker returned")  # a crash now leaves a complete run to seal
-        run_id = store._seal_file(mirror, hashlib.sha256(data).hexdigest())
+        run_id = store.seal_file(mirror, hashlib.sha256(data).hexdigest())
         return RunDone(run_id, records[-1].body, reserved)
 
 
@@ -190,7 +189,7 @@ class _ScratchStore(Store):
         self.writer: RunWriter | None = None
 
     def open_run(self) -> RunWriter:
-        self._ensure()
+        self.ensure()
         self.writer = RunWriter(self, self.root / "open" / f"{self.attempt}.jsonl")
         return self.writer
 
@@ -335,7 +334,7 @@ class _Authority:
             if rec.seq != seq + i or rec.prev != prev:
                 raise IntegrityError(f"{path}:{seq + i + 1}: a worker sent records out of chain")
             prev = line_hash(line)
-        self.store._ensure()
+        self.store.ensure()
         try:
             with open(path, "ab") as f:
                 f.write(b"".join(ln + b"\n" for ln in lines))

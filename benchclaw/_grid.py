@@ -233,7 +233,7 @@ class History:
             elif e.kind == "grid.start" and b.get("ledger"):
                 h.ledgers.append(b["ledger"])
                 h.ledger_shards[b["ledger"]] = b.get("shard")
-        h.reserved_attempts = _reserved_attempts(store, h.ledgers)
+        h.reserved_attempts = reserved_attempts(store, h.ledgers)
         return h
 
     def add(self, body: dict) -> None:
@@ -299,7 +299,7 @@ def attempt_from_run(r: dict) -> Attempt:
                    elapsed_ms=int(r.get("elapsed_ms") or 0), run_id=r.get("run_id"), batch=int(r.get("batch") or 0))
 
 
-def _reserved_attempts(store: Store, ledgers: list[str]) -> set[str]:
+def reserved_attempts(store: Store, ledgers: list[str]) -> set[str]:
     out: set[str] = set()
     for lid in ledgers:
         path = store.root / "ledgers" / f"{lid}.jsonl"

@@ -11,8 +11,9 @@ Why it is built this way:
 - ``Backends`` names the five things a grid needs from the parts below it (tasks,
   catalog, agent profiles, providers, the agent loop). The defaults import them lazily;
   tests and benchmarks pass fakes, so the runner can be exercised without a model.
-- ``TrackingStore`` and ``RunLedger`` let the runner know, for the run it started, which
-  open run file the agent created and whether the agent reserved a call. That is what an
+- ``run_agent(on_open=...)`` and ``RunLedger`` let the runner know, for the run it started,
+  which open run file the agent created and whether the agent reserved a call (both
+  passed to the agent explicitly, kept in the run's ``RunSlot``). That is what an
   interruption needs: seal exactly those files as ``aborted`` (never another process's),
   settle exactly those reservations as unknown, and tell a run that may have reached the
   model (a reservation was made) from one that never did.
@@ -21,7 +22,6 @@ Why it is built this way:
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Awaitable, Callable
@@ -30,9 +30,10 @@ from .errors import IntegrityError
 from .ledger import Ledger, Reservation
 from .money import fmt_usd
 from .records import parse_line
+from ._store_check import recover_one, run_totals
 from .store import RunWriter, Store
 
-__all__ = ["Backends", "default_backends", "TrackingStore", "RunLedger", "RunSlot", "CURRENT_SLOT",
+__all__ = ["Backends", "default_backends", "RunLedger", "RunSlot",
            "seal_cut_off", "RunParts", "RunJob", "RunDone", "Executor", "LocalExecutor", "agent_kwargs",
            "first_last"]
 
@@ -63,24 +64,14 @@ def default_backends(sim_options: Any = None) -> Backends:
 
 @dataclass
 class RunSlot:
-    """What the runner learns about one run while the agent runs it."""
+    """What the runner learns about one run while the agent runs it: the writer (handed
+    over through ``run_agent(on_open=slot.opened)``) and the run's ledger."""
 
     writer: RunWriter | None = None
     ledger: "RunLedger | None" = None
 
-
-CURRENT_SLOT: contextvars.ContextVar[RunSlot | None] = contextvars.ContextVar("benchclaw_run_slot", default=None)
-
-
-class TrackingStore(Store):
-    """A Store that hands the runner the writer of each run it opens (per asyncio task)."""
-
-    def open_run(self) -> RunWriter:
-        writer = super().open_run()
-        slot = CURRENT_SLOT.get()
-        if slot is not None:
-            slot.writer = writer
-        return writer
+    def opened(self, writer: RunWriter) -> None:
+        self.writer = writer
 
 
 @dataclass
@@ -133,8 +124,6 @@ def seal_cut_off(store: Store, writer: RunWriter | None, reason: str) -> str | N
         writer.close_unsealed()
         writer.path.unlink(missing_ok=True)
         return None
-    from ._store_check import run_totals
-
     try:
         writer.append("run.end", {"status": "aborted", "reason": reason, "interrupted": True,
                                   "turns": sum(1 for r in writer.records if r.kind == "action"),
@@ -142,9 +131,7 @@ def seal_cut_off(store: Store, writer: RunWriter | None, reason: str) -> str | N
                                   "injection_attempts": 0, "denials": 0, **run_totals(writer.records)})
         return writer.seal()
     except IntegrityError:  # closed unsealed: seal it the way crash recovery does
-        from ._store_check import _recover_one
-
-        done = _recover_one(store, writer.path)
+        done = recover_one(store, writer.path)
         return done.run_id if done is not None else None
 
 
@@ -225,9 +212,9 @@ class LocalExecutor(Executor):
 
     async def run(self, job: RunJob) -> RunDone:
         slot = self.slots[job.attempt] = RunSlot(ledger=RunLedger(self.ledger, job.attempt, halt=self.halt))
-        CURRENT_SLOT.set(slot)
         result = await self.parts.backends.run_agent(store=self.parts.store, provider=self.providers[job.tier],
-                                                     ledger=slot.ledger, **agent_kwargs(self.parts, job))
+                                                     ledger=slot.ledger, on_open=slot.opened,
+                                                     **agent_kwargs(self.parts, job))
         del self.slots[job.attempt]
         end = _written_end(slot) or _result_end(result)
         return RunDone(result.run_id, end, slot.ledger.reserved)

@@ -13,13 +13,56 @@ import contextlib
 import fcntl
 import hashlib
 import os
+from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 from .errors import FormatError, IntegrityError
-from .records import RUN_KINDS, Record, blob_refs, split_lines, verify_chain
-from .store import CheckReport, ChainFile, Damage, Recovered, Store, make_durable, storage_error
+from .money import fmt_usd
+from .records import RUN_KINDS, Record, blob_refs, encode, line_hash, split_lines, utc_now, verify_chain
+from .store import ChainFile, Store, make_durable, storage_error
 
-__all__ = ["check_store", "recover_store", "run_totals"]
+__all__ = ["check_store", "recover_store", "recover_one", "run_totals", "Damage", "CheckReport", "Recovered"]
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One defect found by ``check_store``: the file, the 1-based line (0 = whole file)."""
+
+    path: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}" if self.line else f"{self.path}: {self.message}"
+
+
+@dataclass
+class CheckReport:
+    runs: int = 0
+    blobs: int = 0
+    journals: int = 0
+    ledgers: int = 0
+    open_runs: int = 0
+    unknown_kinds: dict = field(default_factory=dict)
+    damages: list[Damage] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.damages
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """What recovery did with one open run."""
+
+    open_path: str
+    run_id: str | None
+    kept_records: int
+    torn_bytes: int
+    quarantined: str | None
+    note: str
+    live: bool = False     # left alone: a live process holds the run's lock
 
 
 def check_store(store: Store) -> CheckReport:
@@ -112,7 +155,6 @@ def _check_chain_file(path: Path, report: CheckReport) -> None:
 
 def run_totals(records: list[Record]) -> dict:
     """Sums over a run's ``call`` records, as ``run.end`` carries them (FORMAT.md §3)."""
-    from decimal import Decimal
 
     usage = {"prompt": 0, "cached_read": 0, "cache_write": 0, "completion": 0, "reasoning": 0}
     low = high = Decimal(0)
@@ -129,8 +171,6 @@ def run_totals(records: list[Record]) -> dict:
         low += Decimal(str(cost.get("low", "0")))
         high += Decimal(str(cost.get("high", "0")))
         known = known and bool(cost.get("known", False))
-    from .money import fmt_usd
-
     return {"calls": calls, "usage": usage,
             "cost": {"known": known, "low": fmt_usd(low), "high": fmt_usd(high)}}
 
@@ -141,7 +181,7 @@ def recover_store(store: Store) -> list[Recovered]:
     of journals and ledgers, under their lock."""
     results = []
     for path in store.open_run_paths():
-        done = _recover_one(store, path)
+        done = recover_one(store, path)
         if done is not None:
             results.append(done)
     _drop_unborn(store)
@@ -215,15 +255,16 @@ def _cut_torn_tail(store: Store, path: Path) -> Recovered | None:
         quarantine.mkdir(exist_ok=True)
         kept = quarantine / f"{path.parent.name}--{path.stem}.{hashlib.sha256(torn).hexdigest()[:12]}.torn"
         kept.write_bytes(torn)
-        os.ftruncate(chain._fd, len(data) - len(torn))  # type: ignore[arg-type]
-        if store.fsync:
-            make_durable(chain._fd)  # type: ignore[arg-type]
+        with open(path, "r+b") as f:  # under the chain's lock; the cut is durable before it is released
+            f.truncate(len(data) - len(torn))
+            if store.fsync:
+                make_durable(f.fileno())
     chain.release()
     return Recovered(str(path), None, len(lines), len(torn), str(kept),
                      f"torn last line set aside at {kept}; {len(lines)} complete records kept")
 
 
-def _recover_one(store: Store, path: Path) -> Recovered | None:
+def recover_one(store: Store, path: Path) -> Recovered | None:
     """Seal one open run as aborted, if its writer is dead. None when it was sealed meanwhile."""
     with _dead_writer(path) as dead:
         if dead is None:
@@ -263,8 +304,6 @@ def _seal_dead(store: Store, path: Path) -> Recovered:
 
 def _seal_recovered(store: Store, path: Path, lines: list[bytes], records: list[Record],
                     torn_note: str | None) -> str:
-    from .records import Record as R, encode, line_hash, utc_now
-
     if records[-1].kind == "run.end":
         body = None  # finished but not renamed: just seal it
     else:
@@ -280,7 +319,7 @@ def _seal_recovered(store: Store, path: Path, lines: list[bytes], records: list[
     with open(path, "r+b") as f:
         f.truncate(len(content))  # the torn tail is already kept in quarantine/
         if body is not None:
-            rec = R(len(records), line_hash(lines[-1]), utc_now(), "run.end", body)
+            rec = Record(len(records), line_hash(lines[-1]), utc_now(), "run.end", body)
             end_line = encode(rec) + b"\n"
             f.seek(len(content))
             f.write(end_line)
@@ -288,4 +327,4 @@ def _seal_recovered(store: Store, path: Path, lines: list[bytes], records: list[
         f.flush()
         if store.fsync:
             make_durable(f.fileno())
-    return store._seal_file(path, hashlib.sha256(content).hexdigest())
+    return store.seal_file(path, hashlib.sha256(content).hexdigest())

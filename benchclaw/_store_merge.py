@@ -33,6 +33,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._store_check import check_store
 from .errors import IntegrityError, UsageError
 from .records import parse_line, split_lines
 from .store import VERSION_TEXT, Store, storage_error, write_atomically
@@ -70,7 +71,7 @@ def merge_store(dest: Store, other: Store) -> MergeReport:
     if dest.root.resolve() == other.root.resolve():
         raise UsageError(f"{other.root}: cannot merge a runs directory into itself")
     _require_verified(other)
-    dest._ensure()
+    dest.ensure()
     report = MergeReport()
     with _experiments_locked(dest, other):  # no grid or deviation of theirs writes meanwhile
         _require_one_history(dest, other)
@@ -106,7 +107,7 @@ def _require_verified(other: Store) -> None:
         raise UsageError(f"{other.root}: not a runs directory (no VERSION file)")
     if version.read_bytes() != VERSION_TEXT:
         raise UsageError(f"{version}: unknown runs directory version {version.read_bytes()[:40]!r}")
-    report = other.check()
+    report = check_store(other)
     if not report.ok:
         raise IntegrityError(f"{other.root} does not verify, nothing merged: {report.damages[0]} "
                              f"({len(report.damages)} damaged in all; see `benchclaw runs check --runs {other.root}`)")

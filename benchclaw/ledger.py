@@ -98,7 +98,7 @@ class Ledger(ChainFile):
         path = ledger_path(store, ledger_id)
         if path.exists():
             raise InputError(f"{path}: ledger {ledger_id} already exists")
-        store._ensure()
+        store.ensure()
         led = cls(path, fsync=store.fsync)
         led._append_locked("ledger.open", lambda st: {
             "ledger": ledger_id, "experiment": experiment, "invocation": invocation,

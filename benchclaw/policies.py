@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Callable, Mapping, Sequence
 
-__all__ = ["Attempt", "TrialOutcome", "POLICIES", "parse_policy", "next_batch", "taken",
-           "replay", "outcome", "policy_names", "PolicyError"]
+__all__ = ["Attempt", "TrialOutcome", "POLICIES", "PolicyKind", "known_policy", "parse_policy", "next_batch",
+           "taken", "replay", "outcome", "policy_names", "PolicyError"]
 
 
 class PolicyError(ValueError):
@@ -87,28 +87,48 @@ def _taken_first_gate(attempts: Sequence[Attempt], tiers: Sequence[str]) -> Atte
     return max(attempts, key=lambda a: order.get(a.tier, 0)) if attempts else None
 
 
+@dataclass(frozen=True)
+class PolicyKind:
+    """One entry of the registry: whether the name takes a tier (``always:<tier>``) and
+    ``make(tier_arg, tiers, memory_start) -> step``."""
+
+    takes_tier: bool
+    make: Callable[[str, Sequence[str], str | None], Callable]
+
+
+def _memory(_arg: str, tiers: Sequence[str], memory_start: str | None) -> Callable:
+    if memory_start is not None and memory_start not in tiers:
+        raise PolicyError(f"policy memory: tier {memory_start!r} is not in the grid")
+    return _ladder_from(list(tiers).index(memory_start) if memory_start else 0)
+
+
+# name -> kind; adding a policy is one entry (routers after ``always`` keep their order)
+POLICIES: dict[str, PolicyKind] = {
+    "always": PolicyKind(True, lambda tier, tiers, memory_start: _always(tier)),
+    "ladder": PolicyKind(False, lambda _arg, tiers, memory_start: _ladder_from(0)),
+    "speculative": PolicyKind(False, lambda _arg, tiers, memory_start: _speculative),
+    "memory": PolicyKind(False, _memory),
+}
+
+
+def known_policy(name: str) -> bool:
+    """Whether ``name`` is a policy of the registry (``always:<tier>`` or a router)."""
+    kind, sep, _ = name.partition(":")
+    return kind in POLICIES and POLICIES[kind].takes_tier == bool(sep)
+
+
 def parse_policy(name: str, tiers: Sequence[str], memory_start: str | None = None) -> Callable:
     """The step function of a policy name. ``memory_start`` is the tier where this task and
     profile last passed (``memory`` falls back to the ladder when it is None)."""
-    if name.startswith("always:"):
-        return _always(name.split(":", 1)[1])
-    if name == "ladder":
-        return _ladder_from(0)
-    if name == "speculative":
-        return _speculative
-    if name == "memory":
-        if memory_start is not None and memory_start not in tiers:
-            raise PolicyError(f"policy memory: tier {memory_start!r} is not in the grid")
-        return _ladder_from(list(tiers).index(memory_start) if memory_start else 0)
-    raise PolicyError(f"unknown policy {name!r} (known: always:<tier>, ladder, speculative, memory)")
-
-
-POLICIES = ("ladder", "speculative", "memory")
+    if not known_policy(name):
+        raise PolicyError(f"unknown policy {name!r} (known: always:<tier>, ladder, speculative, memory)")
+    kind, _, arg = name.partition(":")
+    return POLICIES[kind].make(arg, tiers, memory_start)
 
 
 def policy_names(tiers: Sequence[str]) -> list[str]:
     """Every live-able policy for a grid: always:<tier> for each tier, then the routers."""
-    return [f"always:{t}" for t in tiers] + list(POLICIES)
+    return [f"always:{t}" for t in tiers] + [n for n, k in POLICIES.items() if not k.takes_tier]
 
 
 def next_batch(name: str, tiers: Sequence[str], attempts: Sequence[Attempt],

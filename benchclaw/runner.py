@@ -33,13 +33,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from ._grid import (History, Shard, Unit, attempt_from_run, longest_first, make_cells, make_units,
                     resolve_tasks, run_length_prior, trial_id)
 from ._progress import Progress
-from ._runner_io import (Backends, LocalExecutor, RunDone, RunJob, RunParts, TrackingStore, default_backends,
+from ._runner_io import (Backends, LocalExecutor, RunDone, RunJob, RunParts, default_backends,
                          first_last)
+from ._store_check import recover_store
 from .errors import BenchClawError
 from .experiments import Spec, require_registered
 from .ledger import Ledger, Limits, new_ledger_id, read_ledger
@@ -122,7 +123,7 @@ class _Grid:
     def __init__(self, store: Store, spec: Spec, backends: Backends, *, concurrency: int | None,
                  rerun: bool, stream: TextIO | None, progress_every: int | None, shard: Shard | None,
                  executor: Any):
-        self.store = TrackingStore(store.root, fsync=store.fsync)
+        self.store = store
         self.shard, self.executor = shard, executor
         self.spec, self.backends, self.rerun, self.stream = spec, backends, rerun, stream
         self.concurrency = concurrency or spec.settings.concurrency
@@ -142,7 +143,7 @@ class _Grid:
             return await self._run(handle_signals)
 
     async def _run(self, handle_signals: bool) -> GridResult:
-        self.store.recover()                                  # 1. seal runs cut off by a crash
+        recover_store(self.store)                             # 1. seal runs cut off by a crash
         self.history = History.load(self.store, self.spec.id)  # 2. what is done
         adopted = self._adopt_orphans()
         self._load_parts()                                    # 3. tasks, catalog, profiles, executor
@@ -396,14 +397,9 @@ class _Grid:
         self.provider_error_streak = self.provider_error_streak + 1 if body["status"] == "provider_error" else 0
         st = self.ledger.state()  # every writer's records (a remote executor reserves too)
         for rule in self.spec.stopping:
-            p = rule.params
-            if rule.rule == "spend" and st.spent_usd >= self._share_usd(p["usd"]):
-                self._stop("spend", f"worst-case spend ${fmt_usd(st.spent_usd)} reached "
-                                    f"${fmt_usd(self._share_usd(p['usd']))}")
-            elif rule.rule == "tokens" and st.spent_tokens >= self._share_tokens(p["tokens"]):
-                self._stop("tokens", f"worst-case tokens {st.spent_tokens} reached {self._share_tokens(p['tokens'])}")
-            elif rule.rule == "provider_errors" and self.provider_error_streak >= p["consecutive"]:
-                self._stop("provider_errors", f"{self.provider_error_streak} consecutive provider_error runs")
+            detail = STOP_CHECKS[rule.rule](self, st, rule.params)
+            if detail is not None:
+                self._stop(rule.rule, detail)
 
     # -- 8. the end --------------------------------------------------------------------
     def _finish(self, todo: list[Unit]) -> GridResult:
@@ -432,6 +428,29 @@ class _Grid:
                           len(self.units) - len(todo) if not self.rerun else 0, self.result_runs,
                           self.result_trials, stop[0] if stop else None, stop[1] if stop else None,
                           cells_left, spent)
+
+
+# ------------------------------------------------------------------------ stopping rules
+# One entry per rule of spec_format.STOP_RULES: ``(grid, ledger state, params) -> why the
+# grid stops now, or None``.
+
+def _spend_reached(g: _Grid, st, p: dict) -> str | None:
+    limit = g._share_usd(p["usd"])
+    return f"worst-case spend ${fmt_usd(st.spent_usd)} reached ${fmt_usd(limit)}" if st.spent_usd >= limit else None
+
+
+def _tokens_reached(g: _Grid, st, p: dict) -> str | None:
+    limit = g._share_tokens(p["tokens"])
+    return f"worst-case tokens {st.spent_tokens} reached {limit}" if st.spent_tokens >= limit else None
+
+
+def _provider_errors(g: _Grid, st, p: dict) -> str | None:
+    n = g.provider_error_streak
+    return f"{n} consecutive provider_error runs" if n >= p["consecutive"] else None
+
+
+STOP_CHECKS: dict[str, Callable[[_Grid, Any, dict], str | None]] = {
+    "spend": _spend_reached, "tokens": _tokens_reached, "provider_errors": _provider_errors}
 
 
 # ------------------------------------------------------------------------------ helpers

@@ -7,11 +7,11 @@ Validation happens here, at the boundary, with one error naming the file and the
 (``E01.toml: budget.usd: ...``); once a ``Spec`` exists it is valid. Unknown keys are
 errors, because a mistyped key silently ignored would change what was pre-registered.
 
-It is a top-level pure module (standard library, ``money``, ``policies``, ``names``) rather
-than part of ``benchclaw.experiments``, whose package also holds pre-registration (which
+It is a pure module (standard library, ``money``, ``policies``, ``names``) rather than
+part of ``benchclaw.experiments``, whose package also holds pre-registration (which
 writes journals through the store): the verifier and the analysis parse specs from
-bundle bytes with this very parser and must not import the store.
-``benchclaw.experiments.spec`` re-exports it and adds ``load_spec`` (reading a file).
+bundle bytes with this very parser and must not import the store. ``load_spec`` reads a
+spec file for everyone else.
 
 Task globs and the catalog are kept as written and resolved by the runner, so a spec can
 be validated (and registered) without loading tasks or providers.
@@ -31,7 +31,7 @@ from .money import parse_usd
 from .names import safe_name
 from .policies import PolicyError, parse_policy
 
-__all__ = ["Spec", "Grid", "Settings", "Budget", "Hypothesis", "StopRule", "parse_spec",
+__all__ = ["Spec", "Grid", "Settings", "Budget", "Hypothesis", "StopRule", "parse_spec", "load_spec",
            "STOP_RULES", "spec_digest", "SPEC_VERSION"]
 
 SPEC_VERSION = 1
@@ -327,3 +327,14 @@ def parse_spec(data: bytes, path: Path) -> Spec:
     if not grid.all_tiers and not spec.live:
         raise FormatError(f"{where}: nothing to run: set grid.all_tiers = true or list policies.live")
     return spec
+
+
+def load_spec(path: Path | str) -> Spec:
+    """Read and validate a spec file. Raises InputError when unreadable, FormatError
+    naming the file and key when invalid."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the experiment spec ({e.strerror or e})") from None
+    return parse_spec(data, path)

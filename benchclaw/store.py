@@ -22,17 +22,18 @@ import hashlib
 import os
 import threading
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 from . import jsonio
 from .errors import FormatError, InputError, IntegrityError, StorageError, UsageError
-from .records import (GENESIS, Record, blob_refs, encode, line_hash, parse_line, split_lines,
+from .names import safe_name
+from .records import (GENESIS, Record, encode, line_hash, parse_line, split_lines,
                       utc_now, verify_chain)
 
-__all__ = ["Store", "RunWriter", "SealedRun", "Damage", "CheckReport", "Recovered",
-           "ChainFile", "Journal", "JournalEntry", "VERSION_TEXT", "make_durable", "shared_lock"]
+__all__ = ["Store", "RunWriter", "SealedRun", "ChainFile", "Journal", "JournalEntry", "VERSION_TEXT",
+           "make_durable", "shared_lock", "default_writer", "storage_error", "write_atomically"]
 
 VERSION_TEXT = b"benchclaw-runs 1\n"
 
@@ -97,49 +98,6 @@ def _append_line(fd: int, path: Path, good_size: int, line: bytes, durable: bool
         except OSError:
             pass  # recovery sets a torn tail aside
         raise storage_error(path, what, e) from None
-
-
-from .names import safe_name  # noqa: E402,F401  (moved to the pure benchclaw.names; re-exported)
-
-
-@dataclass(frozen=True)
-class Damage:
-    """One defect found by ``Store.check``: the file, the 1-based line (0 = whole file)."""
-
-    path: str
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.message}" if self.line else f"{self.path}: {self.message}"
-
-
-@dataclass
-class CheckReport:
-    runs: int = 0
-    blobs: int = 0
-    journals: int = 0
-    ledgers: int = 0
-    open_runs: int = 0
-    unknown_kinds: dict = field(default_factory=dict)
-    damages: list[Damage] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.damages
-
-
-@dataclass(frozen=True)
-class Recovered:
-    """What recovery did with one open run."""
-
-    open_path: str
-    run_id: str | None
-    kept_records: int
-    torn_bytes: int
-    quarantined: str | None
-    note: str
-    live: bool = False     # left alone: a live process holds the run's lock
 
 
 @dataclass
@@ -437,7 +395,7 @@ class RunWriter(ChainFile):
                 return self.run_id  # type: ignore[return-value]
             if not self.records or self.records[-1].kind != "run.end":
                 raise IntegrityError(f"{self.path}: a run is sealed only after its run.end record")
-            self.run_id = self.store._seal_file(self.path, self._hash.hexdigest())
+            self.run_id = self.store.seal_file(self.path, self._hash.hexdigest())
             self.release()
         return self.run_id
 
@@ -475,7 +433,9 @@ class Store:
                               f"(expected {VERSION_TEXT!r})")
         return cls(root, **kw)
 
-    def _ensure(self) -> None:
+    def ensure(self) -> None:
+        """Create the runs directory's folders and VERSION file, once (InputError-free; a
+        failure is a StorageError)."""
         if self._ensured:
             return
         try:
@@ -500,7 +460,7 @@ class Store:
         path = self.blob_path(digest)
         if path.exists():
             return digest
-        self._ensure()
+        self.ensure()
         if hexd[:2] not in self._blob_dirs:
             try:
                 path.parent.mkdir(exist_ok=True)
@@ -533,10 +493,12 @@ class Store:
                  clock: Callable[[], str] = utc_now) -> RunWriter:
         """A new open run, locked by this writer until sealed; ``on_append`` observes each
         record as it lands (``RunWriter``), ``clock`` stamps ``at``."""
-        self._ensure()
+        self.ensure()
         return RunWriter(self, self.root / "open" / f"{uuid.uuid4().hex}.jsonl", on_append, clock=clock)
 
-    def _seal_file(self, open_path: Path, hexd: str) -> str:
+    def seal_file(self, open_path: Path, hexd: str) -> str:
+        """Seal a complete run file (``hexd`` = the SHA-256 of its bytes): rename it to
+        ``runs/<aa>/<hexd>.jsonl`` (or drop it when those bytes are already sealed)."""
         target = self.root / "runs" / hexd[:2] / f"{hexd}.jsonl"
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():
@@ -589,7 +551,7 @@ class Store:
         writer = safe_name(writer or default_writer(), "journal writer")
         key = (experiment, writer)
         if key not in self._journals:
-            self._ensure()
+            self.ensure()
             path = self.root / "journals" / experiment / f"{writer}.jsonl"
             self._journals[key] = Journal(path, experiment, writer, fsync=self.fsync)
         return self._journals[key]
@@ -620,7 +582,7 @@ class Store:
         """Held (exclusive ``flock``) by the one process running or amending an experiment:
         ``benchclaw run``/``demo`` for the grid's whole life, ``deviate`` while it appends.
         Raises UsageError at once when another process holds it."""
-        self._ensure()
+        self.ensure()
         path = self.experiment_lock_path(experiment)
         try:
             path.parent.mkdir(exist_ok=True)
@@ -680,18 +642,6 @@ class Store:
         finally:
             os.close(fd)
 
-    # -- integrity and recovery (implemented in _store_check to keep this file short) -----
-    def check(self) -> CheckReport:
-        from ._store_check import check_store
-
-        return check_store(self)
-
-    def recover(self) -> list[Recovered]:
-        from ._store_check import recover_store
-
-        return recover_store(self)
-
-
 _PROCESS_WRITER: list[str] = []
 
 
@@ -707,5 +657,3 @@ def default_writer() -> str:
         _PROCESS_WRITER.append("w-" + uuid.uuid4().hex[:16])
     return _PROCESS_WRITER[0]
 
-
-__all__ += ["default_writer", "safe_name", "blob_refs", "storage_error", "write_atomically"]

@@ -277,7 +277,7 @@ def synth_runs(root: Path | str, n_runs: int, *, experiment: str = "E01", seed: 
     if n_runs < 3:
         raise ValueError("synth_runs needs at least 3 runs (one cell, every tier)")
     store = Store(root, fsync=False)
-    store._ensure()
+    store.ensure()
     clock = _Clock(_EPOCH)
     spec = _spec_bytes(experiment)
     spec_digest = store.put_blob(spec)

@@ -13,6 +13,7 @@ import tempfile
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from benchclaw import jsonio
+from benchclaw._store_check import check_store
 from benchclaw.agent import STATUSES, load_profile, run_agent
 from benchclaw.agent.testing import Delayed, FakeClock, ScriptedProvider, act, error, length, make_task, no_usage
 from benchclaw.providers.catalog import load_catalog
@@ -75,7 +76,7 @@ def _run(script, profile, limits):
                                     max_tokens=64, retries=RETRIES, clock=clock))
         run = store.read_run(res.run_id)
         observations = [store.get_blob(r.body["observation"]) for r in run.of_kind("action")]
-        assert store.check().ok
+        assert check_store(store).ok
         return res, run, prov, observations
 
 

@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 
 from benchclaw import jsonio
+from benchclaw._store_check import check_store
 from benchclaw.agent import Limits, load_profile, run_agent
 from benchclaw.agent.testing import (GOOD_ANSWER, Delayed, FakeClock, Hang, ScriptedProvider, act, error, length,
                                      make_task, no_usage, reasoning_only)
@@ -68,7 +69,7 @@ def test_read_write_finish_passes_and_records_everything(tmp_path):
     assert checks["long-enough"]["heldout"] is True and checks["shape"]["gate"] is True
     read_obs = observation(store, actions(run)[0])
     assert read_obs == {"ok": True, "action": "read", "path": "docs/a.md", "content": "# A\n\nThe answer is forty-two.\n"}
-    assert store.check().ok  # every chain and every blob reference holds
+    assert check_store(store).ok  # every chain and every blob reference holds
 
 
 def test_every_digest_in_the_run_names_a_stored_blob_and_the_task_is_rebuildable(tmp_path):
@@ -197,7 +198,7 @@ def test_model_chosen_strings_shaped_like_digests_cannot_pose_as_blob_references
     res, run, _, store = go(tmp_path, [act("read", path=fake), act("finish", summary=fake)])
     assert actions(run)[0]["args"]["path"] == "literal:" + fake
     assert actions(run)[1]["args"]["summary"] == "literal:" + fake
-    assert store.check().ok
+    assert check_store(store).ok
 
 
 # -- bounds -----------------------------------------------------------------------------------

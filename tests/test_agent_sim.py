@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+from benchclaw._store_check import check_store
 from benchclaw.agent import load_profile, run_agent
 from benchclaw.providers import make_provider
 from benchclaw.providers.catalog import load_catalog
@@ -29,7 +30,7 @@ def run_all(tmp_path, tier):
             res = asyncio.run(run_agent(store=store, task=task, tier=tier, catalog=CATALOG,
                                         profile=load_profile(profile), seed=1, provider=prov))
             out.append((task, profile, res, store.read_run(res.run_id)))
-    assert store.check().ok
+    assert check_store(store).ok
     return store, out
 
 

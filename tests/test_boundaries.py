@@ -84,10 +84,8 @@ def test_the_probe_would_notice_an_impure_import():
 
 def test_the_writer_modules_use_the_pure_ones_they_share_with_the_verifier():
     from benchclaw import catalog_format, ledger, ledger_replay, names, spec_format, store
-    from benchclaw.experiments import spec
     from benchclaw.providers import catalog
 
     assert ledger.LedgerState is ledger_replay.LedgerState and ledger.Limits is ledger_replay.Limits
     assert catalog.Catalog is catalog_format.Catalog and catalog.Tier is catalog_format.Tier
-    assert spec.parse_spec is spec_format.parse_spec and spec.Spec is spec_format.Spec
     assert store.safe_name is names.safe_name

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from benchclaw._store_check import check_store
 from benchclaw.bundle import export_bundle
 from benchclaw.cli import cli, run_cli
 from benchclaw.errors import RegistrationError, UsageError
@@ -53,7 +54,7 @@ def test_a_correction_is_journaled_exported_and_verified(runs, tmp_path):
     last = store.read_journal(EXP)[-1]
     assert last.kind == "correction" and last.body == body
     assert body == {"experiment": EXP, **TEXTS, "hypothesis": "H1", "runs": [run_id]}
-    assert store.check().ok
+    assert check_store(store).ok
     export_bundle(runs, EXP, tmp_path / "b.zip")
     rep = verify_bundle(tmp_path / "b.zip")
     assert rep.exit_code == 0, [str(f) for _, f in rep.failures()]

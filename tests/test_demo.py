@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from benchclaw._store_check import check_store
 from benchclaw.cli import cli
 from benchclaw.errors import InputError
 from benchclaw.demo import run_demo
@@ -42,7 +43,7 @@ def test_demo_in_an_empty_directory_ends_with_a_policy_table(tmp_path, monkeypat
     assert end["status"] == "complete" and end["runs"] > 100
     ledger = read_ledger(store, [e.body for e in journal if e.kind == "grid.start"][-1]["ledger"])
     assert ledger.closed and not ledger.open and ledger.unknown_calls == 0
-    assert store.check().ok
+    assert check_store(store).ok
     families = out.split("== Families ==")[1].split("== Tokens ==")[0]
     for fam in FAMILIES:  # every family is in the demo and in its per-family table
         assert re.search(rf"^{fam}\s+16\s", families, re.M), (fam, families)

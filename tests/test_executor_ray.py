@@ -14,6 +14,7 @@ import ray
 from benchclaw import jsonio
 from benchclaw._executor_ray import RayExecutor
 from benchclaw._runner_io import Backends, default_backends
+from benchclaw._store_check import check_store
 from benchclaw.bundle import export_bundle
 from benchclaw.experiments import prereg
 from benchclaw.ledger import read_ledger
@@ -72,7 +73,7 @@ def test_ray_makes_the_same_runs_as_the_local_executor(tmp_path):
     assert outcomes(remote) == outcomes(local)
     assert jsonio.dumps(build_summary(remote, "S1")) == jsonio.dumps(build_summary(local, "S1"))
     assert read_ledger(remote, res.ledger).spent_usd == read_ledger(local, _ledger(local)).spent_usd
-    assert not remote.open_run_paths() and remote.check().ok
+    assert not remote.open_run_paths() and check_store(remote).ok
     verifies(remote, tmp_path)
 
 
@@ -83,7 +84,7 @@ def test_a_budget_that_runs_out_mid_grid_is_never_exceeded_by_parallel_workers(t
     state = read_ledger(store, res.ledger)
     assert state.refused >= 1 and state.open == {}
     assert D(0) < state.spent_usd <= D("0.04")
-    assert not store.open_run_paths() and store.check().ok
+    assert not store.open_run_paths() and check_store(store).ok
     verifies(store, tmp_path)  # replays every reservation against the limit
 
 
@@ -161,7 +162,7 @@ def test_a_worker_killed_mid_call_is_sealed_aborted_and_the_experiment_resumes(t
     summary = build_summary(store, "S1")
     super_row = next(r for r in summary["primary"]["tiers"] if r["tier"] == "super")
     assert super_row["finish"]["cut_off"] == 1 and super_row["cost"]["unknown_calls"] == 1
-    assert not store.open_run_paths() and store.check().ok
+    assert not store.open_run_paths() and check_store(store).ok
     verifies(store, tmp_path)
 
 

@@ -158,6 +158,6 @@ def test_cli_ledger_show_prints_reserved_settled_unknown_remaining(store):
 
 
 def test_cli_ledger_show_missing_names_the_file(tmp_path):
-    Store(tmp_path / "runs")._ensure()  # an empty runs directory
+    Store(tmp_path / "runs").ensure()  # an empty runs directory
     res = CliRunner().invoke(cli, ["ledger", "show", "nope", "--runs", str(tmp_path / "runs")])
     assert res.exit_code != 0 and "no ledger nope" in str(res.exception)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from benchclaw.checks.rulelang import LIMITS, RuleError, parse_rule
+from benchclaw.checks.rulelang import PRICING_LIMITS, PricingRuleError, parse_pricing_rule
 
 
 def ev(src: str, **env) -> int:
-    return parse_rule(src, list(env)).evaluate(env)
+    return parse_pricing_rule(src, list(env)).evaluate(env)
 
 
 @pytest.mark.parametrize("src, want", [
@@ -59,8 +59,8 @@ def test_division_helpers_match_exact_arithmetic(a, b):
     ("99999999999999999999", "number too large"),
 ])
 def test_parse_errors_name_the_place(src, message):
-    with pytest.raises(RuleError, match=__import__("re").escape(message)):
-        parse_rule(src, ["seats"])
+    with pytest.raises(PricingRuleError, match=__import__("re").escape(message)):
+        parse_pricing_rule(src, ["seats"])
 
 
 @pytest.mark.parametrize("src, message", [
@@ -69,7 +69,7 @@ def test_parse_errors_name_the_place(src, message):
     ("clamp(1, 5, 2)", "lower bound 5 is above upper bound 2"),
 ])
 def test_evaluation_errors(src, message):
-    with pytest.raises(RuleError, match=message):
+    with pytest.raises(PricingRuleError, match=message):
         ev(src)
 
 
@@ -82,16 +82,16 @@ def test_evaluation_errors(src, message):
     ("if 1<2 then " * 45 + "1" + " else 2" * 45, "nested deeper than 40"),
 ])
 def test_limits(src, message):
-    with pytest.raises(RuleError, match=message):
-        parse_rule(src, [])
+    with pytest.raises(PricingRuleError, match=message):
+        parse_pricing_rule(src, [])
 
 
 def test_long_flat_chains_evaluate_without_deep_recursion():
     src = "1" + " + 1" * 2000
-    assert len(src) < LIMITS["source_bytes"]
+    assert len(src) < PRICING_LIMITS["source_bytes"]
     assert ev(src) == 2001
 
 
 def test_missing_variable_value():
-    with pytest.raises(RuleError, match="no value for variable 'seats'"):
-        parse_rule("seats", ["seats"]).evaluate({})
+    with pytest.raises(PricingRuleError, match="no value for variable 'seats'"):
+        parse_pricing_rule("seats", ["seats"]).evaluate({})

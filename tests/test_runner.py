@@ -10,6 +10,7 @@ import pytest
 
 from benchclaw._grid import attempt_from_run
 from benchclaw._runner_io import Backends
+from benchclaw._store_check import check_store
 from benchclaw.errors import BudgetError
 from benchclaw.experiments import deviate, prereg
 from benchclaw.ledger import read_ledger
@@ -71,8 +72,10 @@ class FakeAgent:
         self.tier_max, self.tier_now = {}, {}
 
     async def __call__(self, *, store, task, tier, catalog, profile, seed, provider, limits, policy_context,
-                       ledger, max_tokens, temperature, retries):
+                       ledger, max_tokens, temperature, retries, on_open=None):
         w = store.open_run()
+        if on_open is not None:
+            on_open(w)
         w.append("run.start", {"task": {"id": task.id, "version": task.version}, "tier": tier.name,
                                "profile": {"name": profile.name}, "seed": seed, "policy": policy_context,
                                "ledger": ledger.id})
@@ -166,7 +169,7 @@ def test_complete_grid_writes_every_journal_record_and_a_consistent_ledger(tmp_p
     st = read_ledger(store, res.ledger)
     assert st.closed and not st.open and st.unknown_calls == 0
     assert st.settled_usd == sum(COST[r["tier"]] for r in journal(store, "run"))
-    assert store.check().ok
+    assert check_store(store).ok
 
 
 def test_second_invocation_skips_finished_cells(tmp_path):
@@ -440,3 +443,10 @@ def test_progress_line_shows_recent_tokens_per_second_per_tier():
     assert p.line().endswith("tok/s lightning 100 ultra 50")
     assert _run_speed({"usage": {"completion": 7}, "elapsed_ms": 70}) == [(7, 70)]
     assert _run_speed({"usage": None, "elapsed_ms": 9}) == [] == _run_speed({})
+
+
+def test_every_stopping_rule_a_spec_accepts_is_one_the_runner_checks():
+    from benchclaw.runner import STOP_CHECKS
+    from benchclaw.spec_format import STOP_RULES
+
+    assert set(STOP_CHECKS) == set(STOP_RULES)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tests.test_runner import FakeAgent, journal, run, setup
 
+from benchclaw._store_check import check_store
 from benchclaw.ledger import read_ledger
 
 HERE = Path(__file__).resolve().parent
@@ -56,7 +57,7 @@ def test_resume_after_sigkill_completes_with_earlier_runs_intact(tmp_path):
     assert res.status == "complete"
     after = {p.name: p.read_bytes() for p in (store.root / "runs").glob("*/*.jsonl")}
     assert all(after[n] == b for n, b in before.items())
-    assert not store.open_run_paths() and store.check().ok
+    assert not store.open_run_paths() and check_store(store).ok
     runs = journal(store, "run")
     assert {r["run_id"] for r in runs} == {n.removesuffix(".jsonl") for n in after}  # every sealed run is journaled (adopted)
     recovered = [r for r in runs if r.get("adopted_by") and r["status"] == "aborted"]

@@ -10,6 +10,7 @@ import pytest
 
 from benchclaw import jsonio
 from benchclaw._grid import Shard, make_cells
+from benchclaw._store_check import check_store
 from benchclaw._store_merge import merge_store
 from benchclaw.bundle import export_bundle
 from benchclaw.cli import cli, run_cli
@@ -138,7 +139,7 @@ def test_three_shards_merged_in_any_order_equal_one_machine(tmp_path, spec):
 
     single = registered(tmp_path / "single", spec)
     assert run(single).status == "complete"
-    assert a.check().ok
+    assert check_store(a).ok
     assert outcomes(a) == outcomes(single)
     assert jsonio.dumps(build_summary(a, "S1")) == jsonio.dumps(build_summary(single, "S1"))
 

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchclaw._store_check import check_store, recover_store
 from benchclaw.errors import FormatError, InputError, IntegrityError
 from benchclaw.records import GENESIS, split_lines, verify_chain
 from decimal import Decimal
@@ -125,7 +126,7 @@ def test_check_names_file_and_line_of_a_flipped_byte(tmp_path):
     pos = data.index(b"turn", second_line_start)
     data[pos] ^= 0x20  # 't' -> 'T' on line 2
     path.write_bytes(bytes(data))
-    report = store.check()
+    report = check_store(store)
     assert len(report.damages) == 1
     damage = report.damages[0]
     assert damage.path == str(path)
@@ -141,7 +142,7 @@ def test_check_reports_missing_blob_and_unknown_kinds_are_kept(tmp_path):
     w.append("call", {"reply": "sha256:" + "ab" * 32})
     w.append("run.end", {"status": "failed"})
     run_id = w.seal()
-    report = store.check()
+    report = check_store(store)
     assert report.unknown_kinds == {"telemetry.v9": 1}
     assert [str(d) for d in report.damages] == [
         f"{store.run_path(run_id)}:3: blob sha256:{'ab' * 32} is missing"]
@@ -205,15 +206,15 @@ def test_sigkill_while_appending_then_recovery_keeps_every_complete_record(tmp_p
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     store = Store(root)
-    [result] = store.recover()
+    [result] = recover_store(store)
     run = store.read_run(result.run_id)
     calls = run.of_kind("call")
     assert len(calls) >= acknowledged  # every acknowledged (fsynced) record survived
     assert [c.body["turn"] for c in calls] == list(range(len(calls)))
     assert run.end["status"] == "aborted" and run.end["recovered"] is True
     assert run.end["calls"] == len(calls)
-    assert store.check().ok
-    assert store.recover() == []  # nothing left open
+    assert check_store(store).ok
+    assert recover_store(store) == []  # nothing left open
 
 
 def test_torn_last_line_is_set_aside_not_dropped(tmp_path):
@@ -224,7 +225,7 @@ def test_torn_last_line_is_set_aside_not_dropped(tmp_path):
     w.close_unsealed()
     with open(w.path, "ab") as f:
         f.write(b'{"v":1,"seq":2,"prev":"tor')
-    [result] = store.recover()
+    [result] = recover_store(store)
     assert result.torn_bytes == len(b'{"v":1,"seq":2,"prev":"tor')
     assert (tmp_path / "runs" / "quarantine").glob("*.torn")
     torn_file = next((tmp_path / "runs" / "quarantine").glob("*.torn"))
@@ -277,7 +278,7 @@ def test_torn_tail_of_a_journal_is_set_aside_and_appends_go_on(tmp_path):
     path = store.journal_paths("E01")[0]
     with open(path, "ab") as f:
         f.write(b'{"v":1,"seq":1,"pre')
-    [result] = store.recover()
+    [result] = recover_store(store)
     assert result.torn_bytes == len(b'{"v":1,"seq":1,"pre') and result.kept_records == 1
     assert open(result.quarantined, "rb").read() == b'{"v":1,"seq":1,"pre'
     Store(tmp_path / "runs").journal("E01", writer="w").append("run", {"n": 2})
@@ -303,7 +304,7 @@ def test_a_failed_append_leaves_no_torn_line_and_says_why(tmp_path, monkeypatch)
         w.append("call", {"turn": 1})
     lines, torn = split_lines(w.path.read_bytes())
     assert len(lines) == 1 and torn == b""  # the failed line was cut back off
-    [result] = store.recover()
+    [result] = recover_store(store)
     assert [r.kind for r in store.read_run(result.run_id).records] == ["run.start", "run.end"]
 
 
@@ -402,26 +403,26 @@ def test_two_processes_with_many_threads_share_one_journal_and_one_ledger(tmp_pa
     assert len({(e.body["w"], e.body["t"], e.body["i"]) for e in entries}) == 320
     st = read_ledger(store, "L")
     assert st.spent_usd == Decimal("0.320") and not st.open
-    assert store.check().ok
+    assert check_store(store).ok
 
 
 def test_recovery_leaves_a_live_run_alone_and_seals_it_once_its_writer_is_gone(tmp_path):
     store = Store(tmp_path / "runs", fsync=False)
     w = store.open_run()
     w.append("run.start", {"task": {}})
-    results = Store(store.root).recover()
+    results = recover_store(Store(store.root))
     assert [r.live for r in results] == [True] and w.path.exists()
     w.append("call", {"n": 1})  # the writer goes on, undisturbed
     w.close_unsealed()  # its writer is gone: the lock is released
-    (done,) = Store(store.root).recover()
+    (done,) = recover_store(Store(store.root))
     assert not done.live and done.run_id and done.kept_records == 2
     assert store.read_run(done.run_id).end["status"] == "aborted"
 
 
 def test_a_run_file_whose_writer_died_before_naming_it_is_dropped(tmp_path):
     store = Store(tmp_path / "runs", fsync=False)
-    store._ensure()
+    store.ensure()
     unborn = store.root / "open" / ".new-0123.jsonl"
     unborn.write_bytes(b"")  # created, never locked by a live writer, never renamed
-    assert store.open_run_paths() == [] and store.check().open_runs == 0
-    assert store.recover() == [] and not unborn.exists()
+    assert store.open_run_paths() == [] and check_store(store).open_runs == 0
+    assert recover_store(store) == [] and not unborn.exists()

@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 from click.testing import CliRunner
 
+from benchclaw._store_check import check_store
 from benchclaw.cli import cli, run_cli
 from benchclaw.errors import BudgetError, FormatError, UsageError
 from benchclaw.ledger import read_ledger
@@ -243,7 +244,7 @@ def test_jobs_run_sealed_journaled_and_replayable_by_build(tmp_path):
     if len(job.runs) > 1:  # the ladder moved up because the cheaper tier failed its gate
         assert not job.runs[0]["gate_passed"] and job.runs[1]["tier"] != job.runs[0]["tier"]
     store = Store(tmp_path / "runs")
-    assert store.check().ok
+    assert check_store(store).ok
     day = read_ledger(store, f"studio-public-day-{dt.datetime.now(dt.timezone.utc):%Y%m%d}")
     assert day.settled_calls == sum(len(store.read_run(r["run_id"]).of_kind("call")) for r in job.runs)
     for r in job.runs:

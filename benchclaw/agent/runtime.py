@@ -29,11 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import decimal
 import time
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import jsonio
 from ..checks import run_checks
@@ -42,15 +41,21 @@ from ..errors import BenchClawError, BudgetError, IntegrityError, UsageError
 from ..ledger_replay import DOUBTED_PREFIX
 from ..money import ZERO_USAGE, CostBounds, Usage, call_cost_of, cost_upper_bound, estimate_prompt_tokens, \
     fmt_usd, message_bytes, stream_floor, usage_unread
-from ..providers.base import ChatRequest, ChatResponse, error_response
+from ..providers.base import ChatRequest, ChatResponse, Provider, error_response
 from ..providers.retry import backoff_delay
 from ..providers.vault import redact
 from ..tasks import match_lure, path_allowed, render_workspace_section
 from . import evidence
 from .paths import decide
 from .protocol import Action, Invalid, parse_reply
-from .values import AgentResult, Limits, MonotonicClock, VirtualClock, tightest
+from .values import AgentResult, Clock, Limits, MonotonicClock, VirtualClock, checked_settings, tightest
 from .workspace import Workspace
+
+if TYPE_CHECKING:
+    from ..catalog_format import Catalog, Tier
+    from ..store import RunWriter, Store
+    from ..tasks import Task
+    from .profiles import Profile
 
 __all__ = ["run_agent", "Limits", "AgentResult", "MonotonicClock", "STATUSES"]
 
@@ -79,69 +84,61 @@ class _End:
     reason: str
 
 
-def _canon_temperature(t: Any) -> Decimal:
-    try:
-        d = t if isinstance(t, Decimal) else Decimal(repr(t) if isinstance(t, float) else str(t))
-    except decimal.InvalidOperation:
-        raise UsageError(f"temperature must be a number between 0 and 2, got {t!r}") from None
-    if not d.is_finite() or d < 0 or d > 2:
-        raise UsageError(f"temperature must be between 0 and 2, got {t!r}")
-    return Decimal(fmt_usd(d))
-
-
 async def run_agent(*, store, task, tier, catalog, profile, seed, provider, limits=None, policy_context=None,
                     ledger=None, max_tokens: int = 8192, temperature: Any = Decimal(0), retries: int = 2,
-                    clock=None) -> AgentResult:
+                    clock=None, on_open=None) -> AgentResult:
     """Run one agent on one task on one tier and seal the run; returns its ``AgentResult``.
 
     ``tier`` is a catalog ``Tier`` or its name in ``catalog``; ``profile`` a loaded
     ``Profile``; ``limits`` a ``Limits`` or a mapping (defaults otherwise); ``clock`` has
-    ``monotonic()`` and async ``sleep(s)`` (default: the real clock). Raises ``UsageError``
-    for bad arguments and ``ProviderConfigError`` for a tier with unknown prices, before any
+    ``monotonic()``, async ``sleep(s)`` and ``call_took(s)`` (a ``values.Clock``; default:
+    the provider's, ``_default_clock``); ``on_open(writer)``, when given, is handed the run's
+    ``RunWriter`` as soon as the run file exists (the runner seals it if the run is cut
+    off). Raises ``UsageError`` for bad arguments and ``ProviderConfigError`` for a tier with unknown prices, before any
     record is written; a cancellation or an unexpected error seals the run ``aborted`` and
     propagates.
     """
     if isinstance(tier, str):
         tier = catalog.tier(tier)
     catalog.require_prices([tier.name])
-    if type(max_tokens) is not int or max_tokens < 1:
-        raise UsageError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-    if seed is not None and type(seed) is not int:
-        raise UsageError(f"seed must be an integer, got {seed!r}")
-    if type(retries) is not int or retries < 0:
-        raise UsageError(f"retries must be a non-negative integer, got {retries!r}")
+    temperature = checked_settings(max_tokens=max_tokens, seed=seed, retries=retries, temperature=temperature)
     run = _Run(store=store, task=task, tier=tier, catalog=catalog, profile=profile, seed=seed,
                provider=provider, limits=Limits.coerce(limits), policy_context=policy_context, ledger=ledger,
-               max_tokens=max_tokens, temperature=_canon_temperature(temperature), retries=retries,
-               clock=clock or _default_clock(provider))
+               max_tokens=max_tokens, temperature=temperature, retries=retries,
+               clock=clock or _default_clock(provider), on_open=on_open)
     return await run.execute()
 
 
-def _default_clock(provider):
-    """Simulated providers that keep simulated time get a virtual clock; others real time."""
-    if getattr(provider, "virtual_time", False):
-        backend = getattr(provider, "backend", None)
-        return VirtualClock(scale=float(getattr(backend, "latency_scale", 0.0) or 0.0))
-    return MonotonicClock()
+def _default_clock(provider: Provider) -> Clock:
+    """The clock the provider asks for (``Provider.simulated_time_scale``): simulated time
+    for a provider that reports simulated latency, else real time."""
+    scale = provider.simulated_time_scale
+    return MonotonicClock() if scale is None else VirtualClock(scale=scale)
 
 
 class _Run:
     """The state of one run; ``execute`` is the whole story, top to bottom."""
 
-    def __init__(self, **kw: Any):
-        self.__dict__.update(kw)
+    def __init__(self, *, store: Store, task: Task, tier: Tier, catalog: Catalog, profile: Profile,
+                 seed: int | None, provider: Provider, limits: Limits, policy_context: Any, ledger: Any,
+                 max_tokens: int, temperature: Decimal, retries: int, clock: Clock,
+                 on_open: Callable[[RunWriter], None] | None):
+        self.store, self.task, self.tier, self.catalog, self.profile = store, task, tier, catalog, profile
+        self.seed, self.provider, self.policy_context, self.ledger = seed, provider, policy_context, ledger
+        self.temperature, self.retries, self.clock, self.on_open = temperature, retries, clock, on_open
         p = self.profile
-        self.limits = tightest(self.limits, getattr(self.task, "limits", None) or {}, p.max_turns)
+        self.limits = tightest(limits, getattr(self.task, "limits", None) or {}, p.max_turns)
         self.turn_limit = self.limits.turns
         self.ws = Workspace(self.task.inputs)
         self.messages: list[dict] = [{"role": "system", "content": p.system_prompt},
                                      {"role": "user", "content": self._first_message()}]
         self.simulated = bool(getattr(self.tier, "simulated", False) or getattr(self.provider, "simulated", False))
         self.claimed_simulated = self.simulated
-        self.max_tokens = self.tier.max_tokens or self.max_tokens
+        self.max_tokens = self.tier.max_tokens or max_tokens
         self.calls: list[dict] = []
         self.turns = self.denials = self.invalid = self.injections = 0
-        self.writer = None
+        self.writer: RunWriter | None = None
+        self.start = 0.0
         self.ended = False
 
     def _first_message(self) -> str:
@@ -153,6 +150,8 @@ class _Run:
     async def execute(self) -> AgentResult:
         self._store_inputs()
         self.writer = self.store.open_run()
+        if self.on_open is not None:
+            self.on_open(self.writer)
         self.start = self.clock.monotonic()
         try:
             self._record_start()
@@ -236,8 +235,7 @@ class _Run:
                 if reservation is not None:
                     self.ledger.settle(reservation, tokens=None, usd=None)
                 raise
-            if isinstance(self.clock, VirtualClock):
-                self.clock.advance(resp.latency_ms / 1000)
+            self.clock.call_took(resp.latency_ms / 1000)
             self._record_call(turn, attempt, req, estimate, resp, reservation)
             if self._remaining() <= 0:
                 return self._out_of_time(f"turn {turn}, attempt {attempt}")

@@ -41,6 +41,10 @@ class FakeClock:
         self.slept.append(seconds)
         self.now += max(0.0, seconds)
 
+    def call_took(self, seconds: float) -> None:
+        """A scripted provider moves this clock itself (``Delayed``); a reported latency
+        adds nothing."""
+
 
 @dataclass(frozen=True)
 class Delayed:

@@ -8,14 +8,16 @@ function next to the defaults it starts from.
 from __future__ import annotations
 
 import asyncio
+import decimal
 import time
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Mapping
+from typing import Any, Mapping, Protocol
 
 from ..errors import UsageError
+from ..money import fmt_usd
 
-__all__ = ["Limits", "AgentResult", "MonotonicClock", "tightest"]
+__all__ = ["Limits", "AgentResult", "Clock", "MonotonicClock", "VirtualClock", "checked_settings", "tightest"]
 
 
 @dataclass(frozen=True)
@@ -69,11 +71,26 @@ class AgentResult:
     simulated: bool = False
 
 
+class Clock(Protocol):
+    """What a run reads its time from: ``monotonic()``, async ``sleep(s)``, and
+    ``call_took(s)``, told the latency each model reply reports (a clock that keeps
+    simulated time moves by it; a real clock has already seen it pass)."""
+
+    def monotonic(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+    def call_took(self, seconds: float) -> None: ...
+
+
 class MonotonicClock:
     """The real clock: ``time.monotonic`` and ``asyncio.sleep``."""
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    def call_took(self, seconds: float) -> None:
+        """Real time already passed during the call."""
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -97,6 +114,10 @@ class VirtualClock:
     def advance(self, seconds: float) -> None:
         self.now += max(0.0, seconds)
 
+    def call_took(self, seconds: float) -> None:
+        """The call's simulated latency is simulated time spent."""
+        self.advance(seconds)
+
     async def sleep(self, seconds: float) -> None:
         self.advance(seconds)
         if self.scale > 0 and seconds > 0:
@@ -112,3 +133,22 @@ def tightest(limits: Limits, task_limits: Mapping, profile_turns: int) -> Limits
             values.append(task_limits[name])
         return min(values)
     return Limits(pick("turns", profile_turns), pick("seconds"), pick("output_bytes"))
+
+
+def checked_settings(*, max_tokens: Any, seed: Any, retries: Any, temperature: Any) -> Decimal:
+    """The canonical temperature (a Decimal as recorded) once ``run_agent``'s settings are
+    checked; raises ``UsageError`` naming the first bad one."""
+    if type(max_tokens) is not int or max_tokens < 1:
+        raise UsageError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    if seed is not None and type(seed) is not int:
+        raise UsageError(f"seed must be an integer, got {seed!r}")
+    if type(retries) is not int or retries < 0:
+        raise UsageError(f"retries must be a non-negative integer, got {retries!r}")
+    try:
+        t = temperature
+        d = t if isinstance(t, Decimal) else Decimal(repr(t) if isinstance(t, float) else str(t))
+    except decimal.InvalidOperation:
+        raise UsageError(f"temperature must be a number between 0 and 2, got {temperature!r}") from None
+    if not d.is_finite() or d < 0 or d > 2:
+        raise UsageError(f"temperature must be between 0 and 2, got {temperature!r}")
+    return Decimal(fmt_usd(d))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ._base import CheckType, Fail, need, need_str_list, read_text, run_validate
-from .rulelang import LIMITS, RuleError, parse_rule
+from .rulelang import PRICING_LIMITS, PricingRuleError, parse_pricing_rule
 
 __all__ = ["TYPES"]
 
@@ -45,16 +45,16 @@ def _describe(case: dict, variables: list[str]) -> str:
 def _run(params: dict, files: Mapping[str, bytes]) -> str:
     run_validate(params, _validate)
     path, variables, cases = params["artifact"], params["variables"], params["cases"]
-    source = read_text(files, path, max_bytes=LIMITS["source_bytes"])
+    source = read_text(files, path, max_bytes=PRICING_LIMITS["source_bytes"])
     try:
-        rule = parse_rule(source, variables)
-    except RuleError as e:
+        rule = parse_pricing_rule(source, variables)
+    except PricingRuleError as e:
         raise Fail(f"{path}: {e}") from None
     wrong = []
     for case in cases:
         try:
             got = str(rule.evaluate({v: case[v] for v in variables}))
-        except RuleError as e:
+        except PricingRuleError as e:
             got = f"error ({e})"
         if got != str(case["expected"]):
             wrong.append(f"{_describe(case, variables)}: expected {case['expected']}, got {got}")

@@ -1,5 +1,8 @@
 """A small, safe integer expression language for pricing rules written by an agent.
 
+Not to be confused with the analysis's decision rules (``benchclaw.analysis.rules``, a
+different language over metrics): hence the ``Pricing`` prefix on every name here.
+
 The agent's artifact is program text, so it is parsed here by a hand-written recursive
 descent parser (never ``eval``/``exec``/``ast``) and evaluated by a tree walker. Every
 resource is bounded before it can be spent: source size, token count, node count, nesting
@@ -29,9 +32,9 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-__all__ = ["RuleError", "Rule", "parse_rule", "FUNCTIONS", "LIMITS"]
+__all__ = ["PricingRuleError", "PricingRule", "parse_pricing_rule", "PRICING_FUNCTIONS", "PRICING_LIMITS"]
 
-LIMITS = {"source_bytes": 16_384, "tokens": 4_096, "nodes": 4_096, "depth": 40,
+PRICING_LIMITS = {"source_bytes": 16_384, "tokens": 4_096, "nodes": 4_096, "depth": 40,
           "steps": 100_000, "magnitude": 10 ** 18}
 KEYWORDS = {"let", "if", "then", "else", "and", "or", "not"}
 _TOKEN = re.compile(r"\s*(?:(?P<int>[0-9][0-9_]*)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
@@ -40,13 +43,13 @@ _CMP = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a 
         ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
 
 
-class RuleError(ValueError):
+class PricingRuleError(ValueError):
     """A rule that cannot be parsed or evaluated; the message names line and column."""
 
 
 def _div(a: int, b: int, mode: str) -> int:
     if b == 0:
-        raise RuleError("division by zero")
+        raise PricingRuleError("division by zero")
     q, r = divmod(a, b)  # floor division: r has the sign of b
     if mode == "floor" or r == 0:
         return q
@@ -62,12 +65,12 @@ def _div(a: int, b: int, mode: str) -> int:
 
 def _clamp(x: int, lo: int, hi: int) -> int:
     if lo > hi:
-        raise RuleError(f"clamp: lower bound {lo} is above upper bound {hi}")
+        raise PricingRuleError(f"clamp: lower bound {lo} is above upper bound {hi}")
     return max(lo, min(x, hi))
 
 
 # name -> (min args, max args, function). All take and return ints.
-FUNCTIONS = {
+PRICING_FUNCTIONS = {
     "min": (2, 16, lambda *a: min(a)),
     "max": (2, 16, lambda *a: max(a)),
     "abs": (1, 1, abs),
@@ -97,15 +100,15 @@ def _tokenize(source: str) -> list[_Tok]:
             if pos == n:
                 break
             line, col = _where(source, pos)
-            raise RuleError(f"line {line}, column {col}: unexpected character {source[pos]!r}")
+            raise PricingRuleError(f"line {line}, column {col}: unexpected character {source[pos]!r}")
         pos = m.end()
         kind = m.lastgroup
         if kind == "comment":
             continue
         line, col = _where(source, m.start(kind))
         toks.append(_Tok(kind, m.group(kind), line, col))
-        if len(toks) > LIMITS["tokens"]:
-            raise RuleError(f"rule has more than {LIMITS['tokens']} tokens")
+        if len(toks) > PRICING_LIMITS["tokens"]:
+            raise PricingRuleError(f"rule has more than {PRICING_LIMITS['tokens']} tokens")
     line, col = _where(source, len(source))
     toks.append(_Tok("end", "", line, col))
     return toks
@@ -146,18 +149,18 @@ class _Parser:
     def fail(self, msg: str, tok: _Tok | None = None):
         tok = tok or self.peek()
         got = "end of rule" if tok.kind == "end" else repr(tok.text)
-        raise RuleError(f"line {tok.line}, column {tok.col}: {msg}, got {got}")
+        raise PricingRuleError(f"line {tok.line}, column {tok.col}: {msg}, got {got}")
 
     def node(self, *parts) -> tuple:
         self.nodes += 1
-        if self.nodes > LIMITS["nodes"]:
-            raise RuleError(f"rule has more than {LIMITS['nodes']} nodes")
+        if self.nodes > PRICING_LIMITS["nodes"]:
+            raise PricingRuleError(f"rule has more than {PRICING_LIMITS['nodes']} nodes")
         return parts
 
     def want(self, node: tuple, typ: str, tok: _Tok) -> tuple:
         if node[1] != typ:
             what = "an integer" if typ == "int" else "a condition (true/false)"
-            raise RuleError(f"line {tok.line}, column {tok.col}: expected {what} here")
+            raise PricingRuleError(f"line {tok.line}, column {tok.col}: expected {what} here")
         return node
 
     # -- grammar
@@ -165,7 +168,7 @@ class _Parser:
         lets = []
         while self.accept("let"):
             tok = self.take()
-            if tok.kind != "name" or tok.text in KEYWORDS or tok.text in FUNCTIONS or tok.text in self.names:
+            if tok.kind != "name" or tok.text in KEYWORDS or tok.text in PRICING_FUNCTIONS or tok.text in self.names:
                 self.fail("expected a new name after 'let'", tok)
             self.expect("=")
             start = self.peek()
@@ -180,8 +183,8 @@ class _Parser:
 
     def expr(self) -> tuple:
         self.depth += 1
-        if self.depth > LIMITS["depth"]:
-            raise RuleError(f"line {self.peek().line}: rule nested deeper than {LIMITS['depth']} levels")
+        if self.depth > PRICING_LIMITS["depth"]:
+            raise PricingRuleError(f"line {self.peek().line}: rule nested deeper than {PRICING_LIMITS['depth']} levels")
         try:
             if self.accept("if"):
                 t = self.peek()
@@ -215,8 +218,8 @@ class _Parser:
             t = self.peek()
             self.depth += 1
             try:
-                if self.depth > LIMITS["depth"]:
-                    raise RuleError(f"line {t.line}: rule nested deeper than {LIMITS['depth']} levels")
+                if self.depth > PRICING_LIMITS["depth"]:
+                    raise PricingRuleError(f"line {t.line}: rule nested deeper than {PRICING_LIMITS['depth']} levels")
                 return self.node("not", "bool", self.want(self.not_expr(), "bool", t))
             finally:
                 self.depth -= 1
@@ -256,8 +259,8 @@ class _Parser:
             t = self.peek()
             self.depth += 1
             try:
-                if self.depth > LIMITS["depth"]:
-                    raise RuleError(f"line {t.line}: rule nested deeper than {LIMITS['depth']} levels")
+                if self.depth > PRICING_LIMITS["depth"]:
+                    raise PricingRuleError(f"line {t.line}: rule nested deeper than {PRICING_LIMITS['depth']} levels")
                 return self.node("neg", "int", self.want(self.unary(), "int", t))
             finally:
                 self.depth -= 1
@@ -267,25 +270,25 @@ class _Parser:
         tok = self.take()
         if tok.kind == "int":
             value = int(tok.text.replace("_", "")) if len(tok.text) <= 19 else None
-            if value is None or value > LIMITS["magnitude"]:
-                raise RuleError(f"line {tok.line}, column {tok.col}: number too large")
+            if value is None or value > PRICING_LIMITS["magnitude"]:
+                raise PricingRuleError(f"line {tok.line}, column {tok.col}: number too large")
             return self.node("int", "int", value)
         if tok.kind == "op" and tok.text == "(":
             inner = self.expr()
             self.expect(")")
             return inner
         if tok.kind == "name" and tok.text not in KEYWORDS:
-            if tok.text in FUNCTIONS:
+            if tok.text in PRICING_FUNCTIONS:
                 return self.call(tok)
             if tok.text not in self.names:
                 known = ", ".join(sorted(self.names)) or "none"
-                raise RuleError(f"line {tok.line}, column {tok.col}: unknown name {tok.text!r} "
+                raise PricingRuleError(f"line {tok.line}, column {tok.col}: unknown name {tok.text!r} "
                                 f"(known: {known})")
             return self.node("name", "int", tok.text)
         self.fail("expected a number, a name, a function call or '('", tok)
 
     def call(self, tok: _Tok) -> tuple:
-        lo, hi, _ = FUNCTIONS[tok.text]
+        lo, hi, _ = PRICING_FUNCTIONS[tok.text]
         self.expect("(")
         args = []
         while True:
@@ -296,7 +299,8 @@ class _Parser:
         self.expect(")")
         if not lo <= len(args) <= hi:
             n = str(lo) if lo == hi else f"{lo} to {hi}"
-            raise RuleError(f"line {tok.line}, column {tok.col}: {tok.text}() takes {n} arguments, got {len(args)}")
+            raise PricingRuleError(f"line {tok.line}, column {tok.col}: {tok.text}() takes {n} arguments, "
+                                   f"got {len(args)}")
         return self.node("call", "int", tok.text, args)
 
 
@@ -306,11 +310,11 @@ class _Eval:
 
     def run(self, node: tuple):
         self.steps += 1
-        if self.steps > LIMITS["steps"]:
-            raise RuleError(f"evaluation took more than {LIMITS['steps']} steps")
+        if self.steps > PRICING_LIMITS["steps"]:
+            raise PricingRuleError(f"evaluation took more than {PRICING_LIMITS['steps']} steps")
         value = getattr(self, "n_" + node[0])(node)
-        if not isinstance(value, bool) and abs(value) > LIMITS["magnitude"]:
-            raise RuleError(f"value {value} is out of range (|value| > 10^18)")
+        if not isinstance(value, bool) and abs(value) > PRICING_LIMITS["magnitude"]:
+            raise PricingRuleError(f"value {value} is out of range (|value| > 10^18)")
         return value
 
     def n_rule(self, n):
@@ -352,16 +356,16 @@ class _Eval:
         total = 1
         for _, term in n[2]:
             total *= self.run(term)
-            if abs(total) > LIMITS["magnitude"]:
-                raise RuleError(f"value {total} is out of range (|value| > 10^18)")
+            if abs(total) > PRICING_LIMITS["magnitude"]:
+                raise PricingRuleError(f"value {total} is out of range (|value| > 10^18)")
         return total
 
     def n_call(self, n):
-        return FUNCTIONS[n[2]][2](*[self.run(a) for a in n[3]])
+        return PRICING_FUNCTIONS[n[2]][2](*[self.run(a) for a in n[3]])
 
 
 @dataclass(frozen=True)
-class Rule:
+class PricingRule:
     """A parsed rule over named integer variables."""
 
     source: str
@@ -369,20 +373,20 @@ class Rule:
     tree: tuple
 
     def evaluate(self, env: Mapping[str, int]) -> int:
-        """The rule's integer value for ``env``; raises RuleError (missing variable,
+        """The rule's integer value for ``env``; raises PricingRuleError (missing variable,
         division by zero, value out of range, too many steps)."""
         missing = [v for v in self.variables if v not in env]
         if missing:
-            raise RuleError(f"no value for variable {missing[0]!r}")
+            raise PricingRuleError(f"no value for variable {missing[0]!r}")
         return _Eval({v: int(env[v]) for v in self.variables}).run(self.tree)
 
 
-def parse_rule(source: str, variables: Iterable[str]) -> Rule:
-    """Parse ``source`` over the integer ``variables``; raises RuleError naming the
+def parse_pricing_rule(source: str, variables: Iterable[str]) -> PricingRule:
+    """Parse ``source`` over the integer ``variables``; raises PricingRuleError naming the
     line and column of the first problem, or the limit that was exceeded."""
     size = len(source.encode("utf-8", "surrogatepass"))
-    if size > LIMITS["source_bytes"]:
-        raise RuleError(f"rule is {size:,} bytes, above the limit of {LIMITS['source_bytes']:,}")
+    if size > PRICING_LIMITS["source_bytes"]:
+        raise PricingRuleError(f"rule is {size:,} bytes, above the limit of {PRICING_LIMITS['source_bytes']:,}")
     variables = tuple(variables)
     tree = _Parser(_tokenize(source), set(variables)).rule()
-    return Rule(source, variables, tree)
+    return PricingRule(source, variables, tree)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from .._store_check import check_store, recover_store
 from ..errors import IntegrityError
 from ..runs_view import run_rows, timeline
 from ..store import Store
@@ -62,7 +63,7 @@ def check(runs_dir) -> None:
 
     Example: benchclaw runs check --runs runs/
     """
-    report = Store.existing(runs_dir).check()
+    report = check_store(Store.existing(runs_dir))
     summary = (f"{report.runs} runs, {report.blobs} blobs, {report.journals} journals, "
                f"{report.ledgers} ledgers checked")
     if report.open_runs:
@@ -89,7 +90,7 @@ def recover(runs_dir) -> None:
 
     Example: benchclaw runs recover --runs runs/
     """
-    results = Store.existing(runs_dir).recover()
+    results = recover_store(Store.existing(runs_dir))
     if not results:
         echo("nothing to recover")
     for r in results:

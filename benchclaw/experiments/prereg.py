@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError, RegistrationError, UsageError
+from ..spec_format import Spec, load_spec, parse_spec, spec_digest
 from ..store import Store
 from ..verify.experiment import registration_digest
-from .spec import Spec, load_spec, parse_spec, spec_digest
 
 __all__ = ["Registration", "prereg", "deviate", "registration", "require_registered", "locate_spec",
            "registered_digests"]

@@ -218,6 +218,12 @@ class Provider(abc.ABC):
     # Sees a streamed reply's text as it arrives, ``(text, first chunk of this call?)``
     # (``benchclaw try`` shows it on a terminal); set by whoever owns the provider.
     on_text: "Callable[[str, bool], None] | None" = None
+    # How the caller should keep time for this provider's calls. None: real time (the
+    # latency a reply reports has really passed). A number: the provider reports
+    # simulated latency that has not passed; the caller keeps simulated time, advanced by
+    # each reply's ``latency_ms``, and sleeps this fraction of every wait for real
+    # (benchclaw.agent.values.VirtualClock).
+    simulated_time_scale: float | None = None
 
     @abc.abstractmethod
     async def complete(self, req: ChatRequest) -> ChatResponse:

@@ -99,7 +99,9 @@ class SimProvider(Provider):
     # In-process runs keep simulated time: the latency recorded is the simulated one
     # (deterministic), not the wall time of the scaled-down sleep, and the runtime runs its
     # bounds on a virtual clock advanced by it (see benchclaw.agent.values.VirtualClock).
-    virtual_time = True
+    @property
+    def simulated_time_scale(self) -> float:
+        return float(self.backend.latency_scale or 0.0)
 
     async def complete(self, req: ChatRequest) -> ChatResponse:
         """One simulated attempt; faults come back as error responses, like HTTP ones."""

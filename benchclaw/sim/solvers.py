@@ -21,7 +21,7 @@ import re
 from decimal import ROUND_HALF_DOWN, ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Callable
 
-from ..checks.rulelang import RuleError, parse_rule
+from ..checks.rulelang import PricingRuleError, parse_pricing_rule
 from . import solvers_api as api_model
 from . import solvers_pricing as pricing_model
 from . import solvers_sql as sql_model
@@ -229,21 +229,21 @@ def solve_pricing(prompt: str, docs: dict[str, str], outputs: list[str]) -> dict
         raise SolveError("the prompt names no variables or no policy document")
     variables = re.findall(r"`(\w+)`", m.group(1))
     try:
-        policy = pricing_model.parse_policy(_need(docs, doc.group(1)), variables)
-    except pricing_model.PolicyError as e:
+        policy = pricing_model.parse_pricing_policy(_need(docs, doc.group(1)), variables)
+    except pricing_model.PricingPolicyError as e:
         raise SolveError(f"{doc.group(1)}: {e}") from None
     rule = pricing_model.build_rule(policy)
     _verify_examples(rule, policy)
     return {_output(outputs, ".txt", "rule.txt"): rule}
 
 
-def _verify_examples(rule: str, policy: "pricing_model.Policy") -> None:
+def _verify_examples(rule: str, policy: "pricing_model.PricingPolicy") -> None:
     try:
-        parsed = parse_rule(rule, policy.variables)
+        parsed = parse_pricing_rule(rule, policy.variables)
         for env, want in policy.examples:
             if parsed.evaluate(env) != want:
                 raise SolveError(f"my rule gives {parsed.evaluate(env)} for {env}, the policy says {want}")
-    except RuleError as e:
+    except PricingRuleError as e:
         raise SolveError(f"my rule does not evaluate: {e}") from None
 
 
@@ -413,8 +413,8 @@ def _pricing_variant(artifact: dict[str, str], docs: dict[str, str], change) -> 
     variables = [v.strip() for v in m.group(1).split(",")]
     for text in docs.values():
         try:
-            policy = pricing_model.parse_policy(text, variables)
-        except pricing_model.PolicyError:
+            policy = pricing_model.parse_pricing_policy(text, variables)
+        except pricing_model.PricingPolicyError:
             continue
         return {**artifact, path: change(policy)}
     raise SolveError("no pricing policy among the documents")

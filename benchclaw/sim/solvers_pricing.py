@@ -2,7 +2,7 @@
 
 Kept apart from ``solvers`` because the policy model is what the pricing mistakes edit:
 a boundary read as "more than N" instead of "N or more", a forgotten minimum or cap, a
-rule that only memorises the worked examples. Each is a small change to ``Policy``,
+rule that only memorises the worked examples. Each is a small change to ``PricingPolicy``,
 rebuilt into rule text by the same writer, so a mistaken rule looks like one a model
 would write. The vocabulary read here is the one the shipped policies use (a price
 table, "Tier mode:", "Subtotal:", "Discount: N% off the subtotal when `v` is N or more.",
@@ -16,20 +16,20 @@ import random
 import re
 from dataclasses import dataclass, replace
 
-__all__ = ["PolicyError", "Policy", "parse_policy", "build_rule", "shift_boundary", "without_limits",
-           "lookup_rule"]
+__all__ = ["PricingPolicyError", "PricingPolicy", "parse_pricing_policy", "build_rule", "shift_boundary",
+           "without_limits", "lookup_rule"]
 
 _ROUNDERS = {"half away from zero": "div_round", "half to even": "div_even",
              "rounded down": "div_floor", "rounded up": "div_ceil"}
 _RESERVED = {"tier_qty", "unit_price", "subtotal", "discount_percent", "net"}
 
 
-class PolicyError(ValueError):
+class PricingPolicyError(ValueError):
     """The text is not a pricing policy this reader understands (says what is missing)."""
 
 
 @dataclass(frozen=True)
-class Policy:
+class PricingPolicy:
     variables: tuple[str, ...]
     qty: str                                  # rule expression of the tiered quantity
     tiers: tuple[tuple[int, int | None, int], ...]   # (first, last or None, cents per unit)
@@ -54,7 +54,7 @@ def _money(text: str, label: str) -> int | None:
 def _tiers(text: str) -> tuple[tuple[int, int | None, int], ...]:
     rows = re.findall(r"^\|\s*([\d,]+)\s+(?:to\s+([\d,]+)|or more)\s*\|\s*\$([\d,]+)\.(\d\d)\s*\|", text, re.M)
     if not rows:
-        raise PolicyError("no price table")
+        raise PricingPolicyError("no price table")
     return tuple(sorted((_int(a), _int(b) if b else None, _int(d) * 100 + int(c)) for a, b, d, c in rows))
 
 
@@ -62,14 +62,14 @@ def _quantity(text: str, variables: list[str]) -> str:
     block = re.search(r"billed in blocks of ([\d,]+) (\w+)", text)
     if block and block.group(2) in variables:
         if "started block counts as a full block" not in text:
-            raise PolicyError("the policy does not say how a partial block is billed")
+            raise PricingPolicyError("the policy does not say how a partial block is billed")
         return f"div_ceil({block.group(2)}, {_int(block.group(1))})"
     head = re.search(r"^\|\s*(\w+)\s*\|\s*Price per", text, re.M)
     word = head.group(1).lower() if head else ""
     for v in variables:
         if word in (v, v + "s", v.rstrip("s")):
             return v
-    raise PolicyError("cannot tell which variable the price table is about")
+    raise PricingPolicyError("cannot tell which variable the price table is about")
 
 
 def _examples(text: str, variables: list[str]) -> tuple[tuple[dict, int], ...]:
@@ -84,25 +84,25 @@ def _examples(text: str, variables: list[str]) -> tuple[tuple[dict, int], ...]:
                  for r in rows[1:] if all(re.fullmatch(r"-?[\d,]+", c) for c in r))
 
 
-def parse_policy(text: str, variables: list[str]) -> Policy:
-    """The pricing model of a policy document. Raises PolicyError when it is not one."""
+def parse_pricing_policy(text: str, variables: list[str]) -> PricingPolicy:
+    """The pricing model of a policy document. Raises PricingPolicyError when it is not one."""
     if not isinstance(text, str) or "Tier mode:" not in text:
-        raise PolicyError("no 'Tier mode:' line: not a pricing policy")
+        raise PricingPolicyError("no 'Tier mode:' line: not a pricing policy")
     variables = list(variables)
     if _RESERVED & set(variables):
-        raise PolicyError("a variable name clashes with the rule's own names")
+        raise PricingPolicyError("a variable name clashes with the rule's own names")
     mode = re.search(r"Tier mode: (all-units|graduated)", text)
     if not mode:
-        raise PolicyError("unknown tier mode")
+        raise PricingPolicyError("unknown tier mode")
     qty = _quantity(text, variables)
     sub = re.search(r"^Subtotal: (.+)$", text, re.M)
     mults = tuple(v for v in re.findall(r"`(\w+)`", sub.group(1)) if v in variables and v != qty) if sub else ()
     discounts = tuple(sorted(((int(p), v, _int(t)) for p, v, t in re.findall(
         r"^Discount: (\d+)% off the subtotal when `(\w+)` is ([\d,]+) or more\.", text, re.M)), reverse=True))
     if any(v not in variables for _, v, _ in discounts):
-        raise PolicyError("a discount depends on an unknown variable")
+        raise PricingPolicyError("a discount depends on an unknown variable")
     rnd = re.search(r"Discount rounding:[^\n]*?(half away from zero|half to even|rounded down|rounded up)", text)
-    return Policy(tuple(variables), qty, _tiers(text), mode.group(1), mults, discounts,
+    return PricingPolicy(tuple(variables), qty, _tiers(text), mode.group(1), mults, discounts,
                   _ROUNDERS[rnd.group(1)] if rnd else "div_round",
                   _money(text, "Minimum charge"), _money(text, "Maximum charge"), _examples(text, variables))
 
@@ -124,11 +124,11 @@ def _graduated(tiers) -> str:
     return "\n             + ".join(terms) or "0"
 
 
-def _header(p: Policy) -> list[str]:
+def _header(p: PricingPolicy) -> list[str]:
     return [f"# variables: {', '.join(p.variables)}"]
 
 
-def build_rule(p: Policy) -> str:
+def build_rule(p: PricingPolicy) -> str:
     """Rule text implementing ``p``: tiers, multipliers, the largest applicable discount,
     then minimum and maximum."""
     lines = _header(p) + [f"let tier_qty = {p.qty};"]
@@ -156,11 +156,11 @@ def build_rule(p: Policy) -> str:
     return "\n".join(lines + [final]) + "\n"
 
 
-def shift_boundary(p: Policy, rng: random.Random) -> Policy:
+def shift_boundary(p: PricingPolicy, rng: random.Random) -> PricingPolicy:
     """``p`` with one threshold read as "more than N" instead of "N or more"."""
     choices = [("tier", i) for i in range(1, len(p.tiers))] + [("discount", i) for i in range(len(p.discounts))]
     if not choices:
-        raise PolicyError("no boundary to shift")
+        raise PricingPolicyError("no boundary to shift")
     kind, i = rng.choice(choices)
     if kind == "tier":
         tiers = list(p.tiers)
@@ -175,19 +175,19 @@ def shift_boundary(p: Policy, rng: random.Random) -> Policy:
     return replace(p, discounts=tuple(discounts))
 
 
-def without_limits(p: Policy, rng: random.Random) -> Policy:
+def without_limits(p: PricingPolicy, rng: random.Random) -> PricingPolicy:
     """``p`` with its minimum, its maximum, or both forgotten."""
     options = [o for o in ("minimum", "maximum") if getattr(p, o) is not None]
     if not options:
-        raise PolicyError("no minimum or maximum to forget")
+        raise PricingPolicyError("no minimum or maximum to forget")
     forget = options if len(options) == 1 or rng.random() < 0.5 else [rng.choice(options)]
     return replace(p, **{o: None for o in forget})
 
 
-def lookup_rule(p: Policy) -> str:
+def lookup_rule(p: PricingPolicy) -> str:
     """A rule that memorises the worked examples and guesses the base price elsewhere."""
     if not p.examples:
-        raise PolicyError("no worked examples to memorise")
+        raise PricingPolicyError("no worked examples to memorise")
     extra = "".join(f" * {m}" for m in p.multipliers)
     expr = f"tier_qty * {p.tiers[0][2]}{extra}"
     for env, want in reversed(p.examples):

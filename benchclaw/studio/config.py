@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from ..errors import FormatError, InputError
 from ..money import parse_usd
-from ..policies import POLICIES
+from ..policies import known_policy
 
 __all__ = ["StudioConfig", "Budgets", "load_config", "default_config", "CONFIG_VERSION"]
 
@@ -196,7 +196,7 @@ def _strs(v, where):
 def _policies(v, where):
     out = _strs(v, where)
     for i, p in enumerate(out):
-        if p not in POLICIES and not p.startswith("always:"):
+        if not known_policy(p):
             raise FormatError(f"{where}[{i}]: unknown policy {p!r} (ladder, memory, speculative, always:<tier>)")
     return out
 

@@ -35,6 +35,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from .._store_check import recover_store
 from ..errors import BenchClawError, UsageError
 from ..money import fmt_usd
 from ..policies import Attempt, next_batch, outcome, policy_names
@@ -162,7 +163,7 @@ class Studio:
         self._lock_cm.__enter__()
         try:
             self.journal = self.store.journal(self.journal_id, "studio")
-            recovered = [r.run_id for r in self.store.recover() if r.run_id]
+            recovered = [r.run_id for r in recover_store(self.store) if r.run_id]
             settled = self.budgets.recover()
             self._replay_journal(recovered)
             cfg, b = self.config, self.config.budgets

@@ -35,6 +35,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from benchclaw._store_check import check_store
 from benchclaw.experiments import prereg
 from benchclaw.ledger import read_ledger
 from benchclaw.store import Store
@@ -139,7 +140,7 @@ def test_no_sealed_run_is_lost_or_changed(crashed):
 
 def test_every_chain_is_intact_and_nothing_is_left_open(crashed):
     for g in crashed:
-        report = g.store.check()
+        report = check_store(g.store)
         assert report.ok, f"grid {g.i}: {report}"
         assert not list(g.store.open_run_paths()), g.i
 
@@ -243,7 +244,7 @@ def test_a_kill_at_each_record_boundary_resumes_cleanly(tmp_path, point, request
                         killed_ledgers=ledger_ids(store, EXP)[:1], summary=build_summary(store, EXP))
     assert result.status == "complete"
     assert all(_sealed(store.root).get(n) == d for n, d in sealed.items())
-    assert store.check().ok and not list(store.open_run_paths())
+    assert check_store(store).ok and not list(store.open_run_paths())
     runs = experiment_runs(store, EXP)
     cut = [r for r in runs if r.end["status"] == "aborted"]
     assert len(cut) == (0 if when == "after-seal" else 1) and all(r.end.get("recovered") for r in cut)

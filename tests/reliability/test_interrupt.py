@@ -24,6 +24,7 @@ import time
 
 import pytest
 
+from benchclaw._store_check import check_store
 from benchclaw.experiments import prereg
 from benchclaw.store import Store
 
@@ -72,7 +73,7 @@ def test_an_interrupt_stops_new_calls_at_once_on_a_zero_latency_endpoint(tmp_pat
     assert proc.returncode == 130 and "interrupted" in err, (proc.returncode, err[-500:])
     assert not late, f"{len(late)} calls started more than {GRACE_S} s after {sig.name}"
     assert exit_s < 1 + 2 * GRACE_S, f"exit took {exit_s:.2f} s after {sig.name}"
-    report = Store(store.root).check()
+    report = check_store(Store(store.root))
     assert report.ok and report.open_runs == 0
     record_figures("interrupt", signal=sig.name, calls_before=len(reserves), calls_after_grace=len(late),
                    exit_s=round(exit_s, 2), runs=report.runs, grid_runs=720)
