@@ -10,7 +10,7 @@ Why it is built this way:
 - **Evidence first, resumable by construction.** The experiment's lock is held for the
   grid's life (one runner per experiment; other experiments and ``try`` may share the runs
   directory). Before anything, open runs left by a crash are sealed as ``aborted``
-  (``Store.recover``, which leaves runs whose writer is alive alone) and runs sealed without a journal
+  (``recover_store``, which leaves runs whose writer is alive alone) and runs sealed without a journal
   record are adopted. What is done is then read from the journal (``_grid.History``):
   finished units are skipped; a run that called the model counts as it stands (an aborted
   one is a failure), never silently redone; one that never called the model runs again.
