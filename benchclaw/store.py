@@ -549,6 +549,10 @@ class Store:
     def put_json_blob(self, obj) -> str:
         return self.put_blob(jsonio.dumps(obj))
 
+    def stage_blob_ticket(self, data: bytes) -> tuple[str, int]:
+        """``stage_blob`` and the ticket that makes it durable (0: it already is)."""
+        return self._stage(data)
+
     def stage_blob(self, data: bytes) -> str:
         """``put_blob`` without waiting: the bytes are written to ``objects/tmp/`` and moved
         into place, durable, by the next commit (``commit``). Until then this process reads
@@ -584,10 +588,12 @@ class Store:
         fd = _write_new(tmp, data, path, f"store blob {digest}")
         return digest, c.rename_after_sync(fd, tmp, path, owned=True)  # no directory fsync: FORMAT.md "Durability"
 
-    async def commit(self) -> None:
+    async def commit(self, ticket: int | None = None) -> None:
         """Wait, without blocking the event loop, until everything written so far in this
-        process (records, staged blobs, seals, in any store) is durable and in place."""
-        await committer().commit()
+        process (records, staged blobs, seals, in any store) is durable and in place; with
+        ``ticket`` (a mark: ``ChainFile.ticket``, ``stage_blob_ticket``), only what was
+        written up to that mark (a pass already under way may cover it)."""
+        await committer().commit(ticket)
 
     def commit_sync(self) -> None:
         """``commit`` for threads that may block."""

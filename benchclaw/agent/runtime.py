@@ -220,11 +220,12 @@ class _Run:
 
     # -- writing out, in reference order (module docstring) --------------------------------
     async def _write_out(self) -> None:
+        # Each wait is for this run's own writes (a pass already under way may cover them).
         if self.queued:
-            await self.store.commit()
+            await self.store.commit(self.blobs.ticket)
             self._write_records()
         if self.settles:
-            await self.store.commit()
+            await self.store.commit(self.writer.ticket)
             self._write_settles()
 
     def _write_out_sync(self) -> None:
@@ -468,7 +469,7 @@ class _Run:
             reason = "every check passed" if passed else f"check {', '.join(failed)} failed"
         result = self._end(status, reason, gate_passed=gate_passed, passed=passed)
         if self.queued:
-            await self.store.commit()
+            await self.store.commit(self.blobs.ticket)
             self._write_records()
         run_id = await self.writer.seal_async()
         self._write_settles()  # their call records are durable: the seal's commit covered them
@@ -563,12 +564,15 @@ class _Staged:
 
     def __init__(self, store):
         self.store = store
+        self.ticket = 0  # the commit that makes every blob staged so far durable
 
     def put_blob(self, data: bytes) -> str:
-        return self.store.stage_blob(data)
+        digest, ticket = self.store.stage_blob_ticket(data)
+        self.ticket = max(self.ticket, ticket)
+        return digest
 
     def put_json_blob(self, obj) -> str:
-        return self.store.stage_json_blob(obj)
+        return self.put_blob(jsonio.dumps(obj))
 
 
 _HANDLERS = {"read": _Run._read, "write": _Run._write, "check": _Run._check, "finish": _Run._finish_action}
