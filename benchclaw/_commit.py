@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures as cf
+import concurrent.futures.thread  # noqa: F401  (imported now: the pool cannot be imported at exit)
 import os
 import threading
 from pathlib import Path
@@ -147,29 +148,34 @@ class Committer:
             with self._lock:
                 while self._asked <= self._done:
                     self._wake.wait()
-                upto = self._marked
-                files, self._files = self._files, {}
-                dirs, self._dirs = self._dirs, set()
-                renames, self._renames = self._renames, []
-            error = None
-            try:
-                self._pass(files, dirs, renames)
-            except BaseException as e:  # noqa: BLE001 - handed to every waiter of this pass
-                error = e
-            with self._lock:
-                for _, src, dst, _ in renames:
-                    if self._staged.get(str(dst)) is src:
-                        del self._staged[str(dst)]
-                self._done = upto
-                ready = [f for t, f in self._waiters if t <= upto]
-                self._waiters = [(t, f) for t, f in self._waiters if t > upto]
-            for fut in ready:
-                if not fut.set_running_or_notify_cancel():
-                    continue  # its waiter was cancelled (an interrupted run): nobody to tell
-                if error is None:
-                    fut.set_result(None)
-                else:
-                    fut.set_exception(error)
+            self._one_pass()
+
+    def _one_pass(self) -> None:
+        """Take everything marked so far, make it durable, tell the waiters it covers."""
+        with self._lock:
+            upto = self._marked
+            files, self._files = self._files, {}
+            dirs, self._dirs = self._dirs, set()
+            renames, self._renames = self._renames, []
+        error = None
+        try:
+            self._pass(files, dirs, renames)
+        except BaseException as e:  # noqa: BLE001 - handed to every waiter of this pass
+            error = e
+        with self._lock:
+            for _, src, dst, _ in renames:
+                if self._staged.get(str(dst)) is src:
+                    del self._staged[str(dst)]
+            self._done = upto
+            ready = [f for t, f in self._waiters if t <= upto]
+            self._waiters = [(t, f) for t, f in self._waiters if t > upto]
+        for fut in ready:
+            if not fut.set_running_or_notify_cancel():
+                continue  # its waiter was cancelled (an interrupted run): nobody to tell
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(error)
 
     def _pass(self, files: dict[str, int], dirs: set[str], renames: list) -> None:
         try:
@@ -202,10 +208,13 @@ class Committer:
     def _fsync_all(self, items: list) -> None:
         if not items:
             return
-        if len(items) <= _INLINE:  # a thread hop costs more than it saves
-            errors = [e for e in map(_fsync_one, items) if e is not None]
-        else:
-            errors = [e for e in self._pool.map(_fsync_one, items) if e is not None]  # type: ignore[union-attr]
+        results = None
+        if len(items) > _INLINE and self._pool is not None:  # smaller: a thread hop costs more than it saves
+            try:
+                results = list(self._pool.map(_fsync_one, items))  # type: ignore[union-attr]
+            except RuntimeError:  # the interpreter is exiting (the pool takes no work): inline
+                pass
+        errors = [e for e in (results if results is not None else map(_fsync_one, items)) if e is not None]
         if errors:
             raise errors[0]
 
@@ -241,9 +250,16 @@ def committer() -> Committer:
 
 
 def _flush_at_exit() -> None:
+    """Make what is still marked durable (settlements, journal records, staged blobs) before
+    the process ends; on this thread when the committer's never started (no thread can be
+    started at exit)."""
     if _COMMITTER:
+        c = _COMMITTER[0]
         try:
-            _COMMITTER[0].wait()
+            if c._thread is None:
+                c._one_pass()
+            else:
+                c.wait()
         except Exception:  # noqa: BLE001 - exiting; what could not be made durable is not
             pass
 

@@ -159,3 +159,17 @@ def test_the_agent_writes_in_reference_order_and_reserves_durably(tmp_path, monk
     assert len(known) == 2
     for i, (_, _, size) in known:
         assert size is None or synced(writer_path[0].name, size, i)  # its call record was on disk
+
+
+def test_what_is_still_staged_at_exit_is_put_in_place(tmp_path):
+    """A process that stages blobs and appends without waiting, then exits, leaves them in
+    place and its records fsynced (the committer's exit pass), not in objects/tmp/."""
+    import subprocess
+    import sys
+
+    code = (f"from benchclaw.store import Store; s = Store({str(tmp_path / 'runs')!r}); "
+            "j = s.journal('E', writer='w'); j.append('note', {}, durable=False); "
+            "[s.stage_blob(str(i).encode()) for i in range(5)]")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert len(list((tmp_path / "runs" / "objects").glob("??/*"))) == 5
+    assert not list((tmp_path / "runs" / "objects" / "tmp").iterdir())
