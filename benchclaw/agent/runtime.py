@@ -13,6 +13,8 @@ awaits another (those records durable), writes the settlements of the calls they
 reserves the next call, and awaits a third: the reservation is durable before its call, a
 record is never on disk before its blobs, a known settlement never before its call record.
 Each commit is a group commit shared with every run in flight. Sealing awaits the rename's.
+Trade-off: a turn's records wait in memory until the next call, so a process killed mid-turn
+loses them (its reservation stays in the ledger, counted at its upper bound).
 
 Where the guarantees come from:
 - permissions: every path goes through ``paths.decide``; the workspace holds only the
