@@ -95,6 +95,7 @@ class CpuMeter:
     def __init__(self, inner, totals: dict):
         self.inner, self.totals = inner, totals
         self.simulated, self.name = inner.simulated, inner.name
+        self.simulated_time_scale = None  # runs keep real time, as they did before Provider had it
 
     async def complete(self, req):
         t0 = time.process_time()
@@ -129,6 +130,7 @@ class HandleMeter:
     def __init__(self, inner, totals: dict):
         self.inner, self.totals = inner, totals
         self.simulated, self.name = inner.simulated, inner.name
+        self.simulated_time_scale = None  # runs keep real time, as they did before Provider had it
         backend = inner.backend
         if not getattr(backend, "_metered", False):
             handle = backend.handle

@@ -92,11 +92,13 @@ class RunLedger:
 
     def reserve(self, *, run: str, key: str, tokens: int, usd: Decimal) -> Reservation:
         """As ``Ledger.reserve``; raises BudgetError when refused, and CancelledError once the
-        grid is interrupted: every call reserves first, so no call starts after an interrupt."""
+        grid is interrupted: every call reserves first, so no call starts after an interrupt.
+        Written, not waited for: ``run_agent`` awaits ``Store.commit`` between a reservation
+        and its call, so the event loop never blocks on the fsync (FORMAT.md "Durability")."""
         why = self.halt()
         if why:
             raise asyncio.CancelledError(why)
-        res = self.ledger.reserve(run=run, key=key, tokens=tokens, usd=usd, attempt=self.attempt)
+        res = self.ledger.reserve(run=run, key=key, tokens=tokens, usd=usd, attempt=self.attempt, durable=False)
         self.reserved += 1
         self.open[res.id] = res
         return res

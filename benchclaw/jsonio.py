@@ -38,15 +38,25 @@ def dumps(obj) -> bytes:
     return _std_dumps(obj)
 
 
-def _has_float(obj, depth: int = 0) -> bool:
-    if depth > MAX_DEPTH:
-        return False
+def _has_float(obj) -> bool:
+    """Whether a float sits anywhere in ``obj`` within ``MAX_DEPTH`` (iterative: this runs
+    before every record and blob is serialised, so it is kept cheap)."""
     if isinstance(obj, float):
         return True
-    if isinstance(obj, dict):
-        return any(_has_float(v, depth + 1) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(_has_float(v, depth + 1) for v in obj)
+    stack = [(obj, 0)]
+    while stack:
+        cur, depth = stack.pop()
+        if depth >= MAX_DEPTH:
+            continue
+        if isinstance(cur, dict):
+            cur = cur.values()
+        elif not isinstance(cur, (list, tuple)):
+            continue
+        for v in cur:
+            if isinstance(v, float):
+                return True
+            if isinstance(v, (dict, list, tuple)):
+                stack.append((v, depth + 1))
     return False
 
 

@@ -10,7 +10,8 @@ Why it is built this way (FORMAT.md "Ledgers"):
   unknown. So the worst-case spend never passes the limit, whatever the provider does.
 - **Durable.** Every reservation, settlement and refusal is one hash-chained record
   appended by the one chain writer (``benchclaw.store.ChainFile``: its append, refresh
-  and durability rules), fsynced before ``reserve`` returns. After a crash the
+  and durability rules), fsynced before its call is made: before ``reserve`` returns, or,
+  for a caller on an event loop (``durable=False``), by the group commit it awaits then. After a crash the
   file is replayed: a reservation never settled counts as spent at its upper bound, which
   is the same arithmetic as a call still in flight. There is no separate state to lose.
 - **Concurrent writers.** The check and the append happen under the chain file's lock
@@ -22,9 +23,10 @@ The replay arithmetic and the refusal rule are the pure ``benchclaw.ledger_repla
 offline verifier replays bundles with it); ``Limits`` and ``LedgerState`` live there and are
 re-exported here.
 
-Trade-off: one fsync per reservation (a settlement rides on the next fsync: losing one
+Trade-off: one commit per reservation (a settlement rides on the next commit: losing one
 in a crash only leaves its reservation counted at the upper bound, the safe side). Model
-calls take hundreds of milliseconds; an fsync takes a fraction of one.
+calls take hundreds of milliseconds; a group commit takes a fraction of one, shared by
+every run in flight.
 """
 
 from __future__ import annotations
@@ -121,8 +123,10 @@ class Ledger(ChainFile):
 
     # -- the agent's interface ---------------------------------------------------------
     def reserve(self, *, run: str, key: str, tokens: int, usd: Decimal,
-                attempt: str | None = None) -> Reservation:
-        """Reserve one call's worst case. Durable when it returns.
+                attempt: str | None = None, durable: bool = True) -> Reservation:
+        """Reserve one call's worst case. Durable when it returns; with ``durable=False`` it
+        is written, and the caller awaits ``Store.commit`` before making the call (the agent
+        does: FORMAT.md "Durability").
 
         Raises BudgetError (naming the limit) when ``usd`` passes the per-call stop or the
         worst-case spend would pass the USD or token limit; the refusal is recorded.
@@ -141,7 +145,7 @@ class Ledger(ChainFile):
                 return "refuse", {**base, "limit": why[0], "detail": why[1]}
             return "reserve", {"id": rid, **base}
 
-        self._append_locked(None, body)
+        self._append_locked(None, body, durable=durable)
         if refusal:
             raise BudgetError(f"ledger {self.id}: call refused: {refusal[0]}")
         res = Reservation(rid, run, key, tokens, usd, attempt)
@@ -163,7 +167,7 @@ class Ledger(ChainFile):
                 raise IntegrityError(f"ledger {self.id}: reservation {reservation.id} is not open")
             return "settle", body
 
-        # Not fsynced here: the next reservation's fsync carries it to disk, and a settle
+        # Not waited for here: the next reservation's commit carries it to disk, and a settle
         # lost in a crash leaves its reservation counted at the upper bound (the safe side).
         self._append_locked(None, make, durable=False)
         self._mine.pop(reservation.id, None)

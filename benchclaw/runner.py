@@ -344,7 +344,7 @@ class _Grid:
                 "tier": out.taken.tier if out.taken else None, "rerun": self.rerun, "memory_start": memory,
                 "cost": {"low": fmt_usd(out.cost_low), "high": fmt_usd(out.cost_high)},
                 "elapsed_ms": out.elapsed_ms}
-        self.journal.append("trial", body)
+        self.journal.append("trial", body, durable=False)  # rides on the next commit (see _record_run)
         self.history.trials[tid] = body
         self.result_trials.append(body)
         return out.passed
@@ -381,7 +381,10 @@ class _Grid:
             self._record_run(_journal_body(job, done))
 
     def _record_run(self, body: dict) -> None:
-        self.journal.append("run", body)
+        # Not waited for (the event loop goes on): the next commit, which the next reservation
+        # awaits, carries it; a ``run`` record lost in a crash is made again by adoption, and
+        # its sealed run is durable already (sealing awaited that).
+        self.journal.append("run", body, durable=False)
         self.history.add(body)
         self.result_runs.append(body)
         self._check_stopping(body)

@@ -1,17 +1,26 @@
 """The evidence store: a content-addressed, append-only runs directory (FORMAT.md §1-5, §7).
 
 Why it is built this way:
-- Every record is flushed and fsynced before ``append`` returns, so a crash loses at most
-  the line being written; recovery keeps every complete line and sets a torn one aside.
+- Every record is written whole with one ``O_APPEND`` write before ``append`` returns, so a
+  process crash loses at most the line being written; recovery keeps every complete line and
+  sets a torn one aside.
+- Durability is a group commit (``benchclaw._commit``): a write marks its file, one fsync
+  pass on worker threads covers every file marked since the last, and a caller that needs
+  its write on disk before its next step waits for the pass covering it: a sync caller
+  blocks (``append(durable=True)``, ``put_blob``, ``seal``), the agent and runner await
+  ``Store.commit`` and never block the event loop on a disk flush.
 - Blobs and sealed runs are named by the SHA-256 of their bytes, so merging two runs
   directories is a union of files and any flipped byte is found by re-hashing.
 - Appended files shared by several writers (journals, ledgers) are serialised with an
   ``flock`` on a sibling lock file and named per writer, so two machines never append to
   the same file.
 
-Trade-off: one fsync per record costs latency (a few ms on ordinary disks); the grid runs
-many agents concurrently, so that latency overlaps with model calls. ``fsync=False`` is
-offered for throw-away stores in benchmarks and tests of unrelated behaviour.
+Trade-off: a write the caller waits for costs a pass (a few ms: concurrent fsyncs share
+the file system's journal commits) instead of one fsync, and the agent orders its writes
+itself (a record only after the commit covering its blobs); in exchange the event loop never
+waits on a disk flush, so that latency overlaps with model calls, and 64 runs in flight share
+one pass instead of queuing behind each other's fsyncs. ``fsync=False`` is offered for
+throw-away stores in benchmarks and tests of unrelated behaviour.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import jsonio
+from ._commit import committer
 from .errors import FormatError, InputError, IntegrityError, StorageError, UsageError
 from .names import safe_name
 from .records import (GENESIS, Record, encode, line_hash, parse_line, split_lines,
@@ -47,11 +57,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def make_durable(fd: int) -> None:
-    """The one durability rule: a record (or blob) is on disk when this returns.
-
-    Every chain file and blob goes through here, so batching fsyncs (group commit) or moving
-    them off the event loop is a change to this function and its callers' ``durable`` flag.
-    """
+    """fsync ``fd`` now, on this thread: for the rare writers outside the group commit
+    (recovery, merge, the Ray landing). Appends and blobs go through ``benchclaw._commit``."""
     os.fsync(fd)
 
 
@@ -72,6 +79,36 @@ def write_atomically(path: Path, data: bytes, tmp: Path, *, fsync: bool, what: s
         raise storage_error(path, what, e) from None
 
 
+def _write_new(tmp: Path, data: bytes, path: Path, what: str) -> int:
+    """Create ``tmp`` with ``data`` (no fsync); returns its open descriptor. Raises
+    StorageError naming ``path`` (the temporary file is removed)."""
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise storage_error(path, what, e) from None
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as e:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise storage_error(path, what, e) from None
+    return fd
+
+
+def _read_staged(path: Path) -> bytes | None:
+    """A staged blob's bytes (its rename not done yet), else the file's if it was just moved."""
+    src = committer().staged(path)
+    for p in (src, path):
+        if p is not None:
+            try:
+                return p.read_bytes()
+            except FileNotFoundError:
+                continue
+    return None
+
+
 def storage_error(path: Path, what: str, err: OSError) -> StorageError:
     """The StorageError for a failed write of ``path`` (names the file and the cause)."""
     reason = err.strerror or str(err)
@@ -82,16 +119,14 @@ def storage_error(path: Path, what: str, err: OSError) -> StorageError:
                         "free space, then run `benchclaw runs recover` (a grid run does it on start)")
 
 
-def _append_line(fd: int, path: Path, good_size: int, line: bytes, durable: bool, what: str) -> None:
+def _append_line(fd: int, path: Path, good_size: int, line: bytes, what: str) -> None:
     """The one append rule: write one whole line with ``O_APPEND``; a short write or an
     error (a full disk) cuts the file back to ``good_size``, so no torn line is left
-    behind, and raises StorageError naming the file."""
+    behind, and raises StorageError naming the file. Durability is the caller's (a mark)."""
     try:
         written = os.write(fd, line)
         if written != len(line):
             raise OSError(28, f"short write ({written} of {len(line)} bytes)")
-        if durable:
-            make_durable(fd)
     except OSError as e:
         try:
             os.ftruncate(fd, good_size)
@@ -129,8 +164,10 @@ class ChainFile:
       was appended since, and each new line must follow (``seq`` + 1, ``prev`` = hash of
       the line before). A file that shrank, was replaced, or whose last known line changed
       is refused with IntegrityError, never silently started over.
-    - **Durability rule**: ``make_durable`` before ``append`` returns (``durable=False``
-      lets the next durable append carry the record to disk).
+    - **Durability rule**: the line is marked for the group commit (``benchclaw._commit``)
+      and ``append`` waits for the pass covering it; with ``durable=False`` it does not wait,
+      and the next commit anyone asks for (``Store.commit``, a durable append) carries it.
+      ``ticket`` is the mark of the last append.
 
     Shared files (journals, ledgers) lock an ``flock`` on ``<file>.lock`` per append, and
     readers take it shared (``snapshot``), so a reader never sees half a line. A run log
@@ -149,6 +186,11 @@ class ChainFile:
         self._fd: int | None = None
         self._lock_fd: int | None = None
         self._mutex = threading.Lock()
+        self.ticket = 0         # the group-commit mark of the last append (0: none)
+
+    awaits_commits = False
+    """True when the owner awaits ``Store.commit`` itself (the agent, for its run file):
+    ``append`` and ``seal`` then return once written, without waiting for their fsync."""
 
     # -- the hooks subclasses fill in -----------------------------------------------------
     def _fold(self, rec: Record) -> None:
@@ -162,7 +204,7 @@ class ChainFile:
 
     # -- appending -----------------------------------------------------------------------
     def append(self, kind: str, body: dict, *, durable: bool = True) -> Record:
-        """Append one record; on disk (``make_durable``) when this returns unless
+        """Append one record; on disk (its group commit done) when this returns unless
         ``durable=False``. Raises StorageError (disk full, read-only) or IntegrityError
         (the file was shrunk, replaced or rewritten by someone else)."""
         return self.append_with(lambda: (kind, body), durable=durable)
@@ -173,7 +215,20 @@ class ChainFile:
         with self.locked():
             self._refresh()
             kind, body = make()
-            return self._write(kind, body, durable)
+            return self._write(kind, body, durable and not self.awaits_commits)
+
+    def _wait_durable(self, good_size: int, seq: int) -> None:
+        """Wait (under the lock, as an fsync in place would) for the commit covering the line
+        just written; when it fails, cut the line back off and raise StorageError naming it."""
+        try:
+            committer().wait(self.ticket)
+        except StorageError as e:
+            try:
+                os.ftruncate(self._fd, good_size)  # type: ignore[arg-type]
+            except OSError:
+                pass  # recovery sets a torn tail aside
+            cause = getattr(e, "oserror", None)
+            raise (storage_error(self.path, f"append record {seq}", cause) if cause else e) from None
 
     @contextlib.contextmanager
     def locked(self):
@@ -198,11 +253,15 @@ class ChainFile:
             self.release()
             raise storage_error(self.path, "open for appending", e) from None
 
-    def _write(self, kind: str, body: dict, durable: bool) -> Record:
+    def _write(self, kind: str, body: dict, wait: bool) -> Record:
         rec = Record(self._seq, self._prev, self._clock(), kind, body)
         line = encode(rec)
         _append_line(self._fd, self.path, self._size, line + b"\n",  # type: ignore[arg-type]
-                     durable and self._fsync, f"append record {rec.seq}")
+                     f"append record {rec.seq}")
+        if self._fsync:
+            self.ticket = committer().mark_file(self._fd, self.path)  # type: ignore[arg-type]
+            if wait:
+                self._wait_durable(self._size, rec.seq)
         rec = Record(rec.seq, rec.prev, rec.at, kind, body, line)
         self._advance(rec, line)
         return rec
@@ -323,14 +382,19 @@ class JournalEntry:
 
 
 class RunWriter(ChainFile):
-    """An open run: ``open/<uuid>.jsonl``, appended and fsynced record by record.
+    """An open run: ``open/<uuid>.jsonl``, appended record by record.
+
+    An owner on an event loop (the agent) sets ``awaits_commits``: its appends then do not
+    wait for their fsync, and it awaits ``Store.commit`` where it needs the records on disk
+    (before every model call) and ``seal_async`` to seal. ``seal`` never renames the file
+    before every record of it is durable.
 
     The writer holds an exclusive ``flock`` on the file from its creation until it is
     sealed or closed: recovery (any process's) seals only open runs whose lock it can take,
     that is, whose writer is dead. The file is created under a name recovery ignores
     (``.new-<name>``), locked, then renamed, so no recovery ever sees it unlocked.
 
-    ``on_append``, when given, is called with each record once it is on disk (a live view
+    ``on_append``, when given, is called with each record once it is written (a live view
     follows a run this way); what it raises propagates to the appender, so it must not."""
 
     def __init__(self, store: "Store", path: Path, on_append: Callable[[Record], None] | None = None, *,
@@ -342,6 +406,7 @@ class RunWriter(ChainFile):
         self._hash = hashlib.sha256()
         self._failure: StorageError | None = None
         self.run_id: str | None = None
+        self._awaited = False   # seal_async waits for the rename's commit itself
         new = path.with_name(".new-" + path.name)
         try:
             fd = os.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
@@ -377,7 +442,8 @@ class RunWriter(ChainFile):
             self.on_append(rec)
 
     def append(self, kind: str, body: dict, *, durable: bool = True) -> Record:
-        """Append one record; it is on disk (fsynced) when this returns."""
+        """Append one record; durable when this returns, unless ``awaits_commits`` (then
+        written, and durable with the next commit)."""
         try:
             return super().append(kind, body, durable=durable)
         except StorageError as e:
@@ -387,21 +453,40 @@ class RunWriter(ChainFile):
             raise
 
     def seal(self) -> str:
-        """Rename the finished run to ``runs/<aa>/<sha256>.jsonl``; returns the run id.
-        Idempotent: sealing again returns the same id. The rename happens while the
-        writer's lock is held, so no recovery can seal the same file."""
+        """Rename the finished run to ``runs/<aa>/<sha256>.jsonl`` once every record of it is
+        durable; returns the run id once the rename is durable too. Idempotent: sealing again
+        returns the same id. The rename happens while the writer's lock is held, so no
+        recovery can seal the same file."""
         with self._mutex:
             if self._fd is None:
                 return self.run_id  # type: ignore[return-value]
             if not self.records or self.records[-1].kind != "run.end":
                 raise IntegrityError(f"{self.path}: a run is sealed only after its run.end record")
-            self.run_id = self.store.seal_file(self.path, self._hash.hexdigest())
+            if self._fsync:
+                committer().wait(self.ticket)  # every record durable before the rename
+            self.run_id = self.store.seal_file(self.path, self._hash.hexdigest(), defer_dirs=self._fsync)
+            self.ticket = committer().ticket if self._fsync else 0
             self.release()
-        return self.run_id
+        if not self._awaited:
+            committer().wait(self.ticket)  # the rename durable (its directories fsynced)
+        return self.run_id  # type: ignore[return-value]
+
+    async def seal_async(self) -> str:
+        """``seal`` for the event loop: awaits the commits (records, then the rename's
+        directories) instead of blocking; the run is sealed and durable when it returns."""
+        await committer().commit(self.ticket)
+        self._awaited = True
+        try:
+            run_id = self.seal()
+        finally:
+            self._awaited = False
+        await committer().commit(self.ticket)
+        return run_id
 
     def close_unsealed(self) -> None:
         """Close the file without sealing; this releases the run's lock, so recovery will
-        seal it as aborted."""
+        seal it as aborted (and make what it keeps durable)."""
+        committer().forget(self.path)
         self.release()
 
 
@@ -414,6 +499,7 @@ class Store:
         self._journals: dict[tuple[str, str], Journal] = {}
         self._ensured = False
         self._blob_dirs: set[str] = set()
+        self._objects: str | None = None
 
     # -- layout ---------------------------------------------------------------------------
     @classmethod
@@ -454,12 +540,40 @@ class Store:
         return self.root / "objects" / hexd[:2] / hexd
 
     def put_blob(self, data: bytes) -> str:
-        """Store bytes once (temp file + fsync + rename); returns ``sha256:<hex>``."""
+        """Store bytes once (temp file, fsync, rename: durable and in place when this
+        returns); returns ``sha256:<hex>``."""
+        digest, ticket = self._stage(data)
+        committer().wait(ticket)
+        return digest
+
+    def put_json_blob(self, obj) -> str:
+        return self.put_blob(jsonio.dumps(obj))
+
+    def stage_blob_ticket(self, data: bytes) -> tuple[str, int]:
+        """``stage_blob`` and the ticket that makes it durable (0: it already is)."""
+        return self._stage(data)
+
+    def stage_blob(self, data: bytes) -> str:
+        """``put_blob`` without waiting: the bytes are written to ``objects/tmp/`` and moved
+        into place, durable, by the next commit (``commit``). Until then this process reads
+        it (``has_blob``, ``get_blob``); a record naming it is written only after that commit."""
+        return self._stage(data)[0]
+
+    def stage_json_blob(self, obj) -> str:
+        return self.stage_blob(jsonio.dumps(obj))
+
+    def _stage(self, data: bytes) -> tuple[str, int]:
+        """Write a blob's temporary file and hand its rename to the group commit; returns the
+        digest and the ticket to wait for (0: nothing to wait for)."""
         hexd = hashlib.sha256(data).hexdigest()
         digest = "sha256:" + hexd
-        path = self.blob_path(digest)
-        if path.exists():
-            return digest
+        name = self._blob_name(hexd)
+        c = committer()
+        if c.staged(name) is not None:
+            return digest, c.ticket
+        if os.path.exists(name):
+            return digest, 0
+        path = Path(name)
         self.ensure()
         if hexd[:2] not in self._blob_dirs:
             try:
@@ -468,14 +582,32 @@ class Store:
                 raise storage_error(path, f"store blob {digest}", e) from None
             self._blob_dirs.add(hexd[:2])
         tmp = self.root / "objects" / "tmp" / f"{hexd}.{uuid.uuid4().hex}"
-        write_atomically(path, data, tmp, fsync=self.fsync, what=f"store blob {digest}")
-        return digest
+        if not self.fsync:
+            write_atomically(path, data, tmp, fsync=False, what=f"store blob {digest}")
+            return digest, 0
+        fd = _write_new(tmp, data, path, f"store blob {digest}")
+        return digest, c.rename_after_sync(fd, tmp, path, owned=True)  # no directory fsync: FORMAT.md "Durability"
 
-    def put_json_blob(self, obj) -> str:
-        return self.put_blob(jsonio.dumps(obj))
+    async def commit(self, ticket: int | None = None) -> None:
+        """Wait, without blocking the event loop, until everything written so far in this
+        process (records, staged blobs, seals, in any store) is durable and in place; with
+        ``ticket`` (a mark: ``ChainFile.ticket``, ``stage_blob_ticket``), only what was
+        written up to that mark (a pass already under way may cover it)."""
+        await committer().commit(ticket)
+
+    def commit_sync(self) -> None:
+        """``commit`` for threads that may block."""
+        committer().wait()
 
     def has_blob(self, digest: str) -> bool:
-        return self.blob_path(digest).is_file()
+        name = self._blob_name(digest.removeprefix("sha256:"))
+        return os.path.isfile(name) or committer().staged(name) is not None
+
+    def _blob_name(self, hexd: str) -> str:
+        """``blob_path`` as a string (cheaper: asked before every blob write and record)."""
+        if self._objects is None:
+            self._objects = str(self.root / "objects")
+        return f"{self._objects}/{hexd[:2]}/{hexd}"
 
     def get_blob(self, digest: str) -> bytes:
         """The blob's bytes, re-hashed. Raises InputError if missing, IntegrityError if altered."""
@@ -483,7 +615,9 @@ class Store:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise InputError(f"{path}: blob {digest} is missing") from None
+            data = _read_staged(path)
+            if data is None:
+                raise InputError(f"{path}: blob {digest} is missing") from None
         if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
             raise IntegrityError(f"{path}: bytes do not match digest {digest}")
         return data
@@ -496,16 +630,20 @@ class Store:
         self.ensure()
         return RunWriter(self, self.root / "open" / f"{uuid.uuid4().hex}.jsonl", on_append, clock=clock)
 
-    def seal_file(self, open_path: Path, hexd: str) -> str:
-        """Seal a complete run file (``hexd`` = the SHA-256 of its bytes): rename it to
-        ``runs/<aa>/<hexd>.jsonl`` (or drop it when those bytes are already sealed)."""
+    def seal_file(self, open_path: Path, hexd: str, *, defer_dirs: bool = False) -> str:
+        """Seal a complete, durable run file (``hexd`` = the SHA-256 of its bytes): rename it to
+        ``runs/<aa>/<hexd>.jsonl`` (or drop it when those bytes are already sealed), then fsync
+        both directories (now, or with ``defer_dirs`` by the next commit, which the caller waits for)."""
         target = self.root / "runs" / hexd[:2] / f"{hexd}.jsonl"
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():
             open_path.unlink()  # same bytes already sealed: nothing to do
         else:
             os.replace(open_path, target)
-        if self.fsync:
+        if defer_dirs:
+            committer().mark_dir(target.parent)
+            committer().mark_dir(open_path.parent)
+        elif self.fsync:
             _fsync_dir(target.parent)
             _fsync_dir(open_path.parent)
         return hexd

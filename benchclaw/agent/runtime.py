@@ -3,8 +3,18 @@
 One ``run_agent`` call is one sealed run (docs/FORMAT.md §3). The loop is deliberately
 plain: each turn is one model reply (after any retried HTTP attempts), parsed by
 ``protocol``, decided by ``paths``, executed on the in-memory ``Workspace``, answered with
-one JSON observation. Everything that happens is a record, appended (and fsynced) before
-the next step, so a crash loses nothing already decided.
+one JSON observation. Everything that happens is a record, written before the next model
+call and durable before it (below), so a crash loses nothing the ledger does not count.
+
+Durability without blocking the event loop (``benchclaw._commit``, FORMAT.md "Durability"):
+blobs are staged and records queued as the run decides; before each model call the agent
+awaits one commit (the staged blobs durable and in place), writes the queued records,
+awaits another (those records durable), writes the settlements of the calls they record,
+reserves the next call, and awaits a third: the reservation is durable before its call, a
+record is never on disk before its blobs, a known settlement never before its call record.
+Each commit is a group commit shared with every run in flight. Sealing awaits the rename's.
+Trade-off: a turn's records wait in memory until the next call, so a process killed mid-turn
+loses them (its reservation stays in the ledger, counted at its upper bound).
 
 Where the guarantees come from:
 - permissions: every path goes through ``paths.decide``; the workspace holds only the
@@ -140,6 +150,9 @@ class _Run:
         self.writer: RunWriter | None = None
         self.start = 0.0
         self.ended = False
+        self.blobs = _Staged(self.store)
+        self.queued: list[tuple[str, dict, tuple | None]] = []  # records (and their call's settlement)
+        self.settles: list[tuple] = []                           # settlements whose call record is written
 
     def _first_message(self) -> str:
         readable = sorted(p for p in self.task.inputs if path_allowed(self.task.readable, p))
@@ -152,11 +165,12 @@ class _Run:
         self.writer = self.store.open_run()
         if self.on_open is not None:
             self.on_open(self.writer)
+        self.writer.awaits_commits = True  # we await Store.commit ourselves (module docstring)
         self.start = self.clock.monotonic()
         try:
             self._record_start()
             end = await self._loop()
-            return self._finish(end)
+            return await self._finish(end)
         except BaseException as e:
             if not self.ended:
                 self._abort(e)
@@ -177,13 +191,13 @@ class _Run:
     def _store_inputs(self) -> None:
         files = self.task.files()
         listing = task_listing(files)
-        if self.store.put_blob(listing) != self.task.digest:
+        if self.blobs.put_blob(listing) != self.task.digest:
             raise IntegrityError(f"task {self.task.id}@{self.task.version}: files do not match its digest")
         for data in files.values():
-            self.store.put_blob(data)
+            self.blobs.put_blob(data)
         for data in self.catalog.files().values():
-            self.store.put_blob(data)
-        if self.store.put_blob(self.profile.source_bytes) != self.profile.digest:
+            self.blobs.put_blob(data)
+        if self.blobs.put_blob(self.profile.source_bytes) != self.profile.digest:
             raise IntegrityError(f"profile {self.profile.name}: bytes do not match its digest")
 
     def _record_start(self) -> None:
@@ -201,8 +215,51 @@ class _Run:
             "ledger": getattr(self.ledger, "id", None) if self.ledger is not None else None,
         })
 
-    def _append(self, kind: str, body: dict):
-        return evidence.append(self.writer, self.store, kind, body)
+    def _append(self, kind: str, body: dict, settle: tuple | None = None) -> None:
+        """Queue a record (written by ``_write_out`` once its blobs are durable); ``settle``
+        is the ledger settlement of the call it records, written once the record is durable."""
+        self.queued.append((kind, body, settle))
+
+    # -- writing out, in reference order (module docstring) --------------------------------
+    async def _write_out(self) -> None:
+        # Each wait is for this run's own writes (a pass already under way may cover them).
+        if self.queued:
+            await self.store.commit(self.blobs.ticket)
+            self._write_records()
+        if self.settles:
+            await self.store.commit(self.writer.ticket)
+            self._write_settles()
+
+    def _write_out_sync(self) -> None:
+        """``_write_out`` blocking the thread (the abort path, which may not await)."""
+        if self.queued:
+            self.store.commit_sync()
+            self._write_records()
+        if self.settles:
+            self.store.commit_sync()
+            self._write_settles()
+
+    def _write_records(self) -> None:
+        try:
+            while self.queued:
+                kind, body, settle = self.queued[0]
+                evidence.append(self.writer, self.store, kind, body)
+                self.queued.pop(0)
+                if settle is not None:
+                    self.settles.append(settle)
+        except BaseException:  # a record that could not be written (a full disk): its call stays at its bound
+            for _, _, settle in self.queued:
+                if settle is not None:
+                    with contextlib.suppress(Exception):  # the ledger may be on the same full disk
+                        self.ledger.settle(settle[0], tokens=None, usd=None,
+                                           reason="the call's record could not be written")
+            self.queued.clear()
+            raise
+
+    def _write_settles(self) -> None:
+        while self.settles:
+            reservation, tokens, usd, reason = self.settles.pop(0)
+            self.ledger.settle(reservation, tokens=tokens, usd=usd, reason=reason)
 
     # -- time -----------------------------------------------------------------------------
     def _elapsed(self) -> float:
@@ -225,11 +282,14 @@ class _Run:
             req = ChatRequest(model=self.tier.model, messages=messages, max_tokens=self.max_tokens,
                               temperature=self.temperature, seed=self.seed, json_mode=True, timeout_s=remaining,
                               params=self.tier.params, stall_s=self.tier.stall_seconds, stream=self.tier.stream)
+            await self._write_out()
             try:
                 reservation = self._reserve(turn, attempt, estimate)
             except BudgetError as e:
                 return _End("budget_stop", str(e))
             try:
+                if reservation is not None:
+                    await self.store.commit()  # the reservation is durable before its call
                 resp = await self._complete(req, remaining)
             except BaseException:  # cancelled mid-call: the call may have cost; keep it at its bound
                 if reservation is not None:
@@ -285,10 +345,9 @@ class _Run:
             # that claimed to be real is flagged in run.end (``simulated_replies``).
             self.simulated = True
         try:
-            body = evidence.call_body(store=self.store, turn=turn, attempt=attempt, req=req,
+            body = evidence.call_body(store=self.blobs, turn=turn, attempt=attempt, req=req,
                                       prompt_estimate=estimate, resp=resp, priced=priced,
                                       simulated=self.simulated or resp.simulated)
-            self._append("call", body)
         except BaseException:  # no call record (a full disk): the call stays at its bound
             if reservation is not None:
                 with contextlib.suppress(Exception):  # the ledger may be on the same full disk
@@ -298,11 +357,13 @@ class _Run:
         self.calls.append({"usage": resp.usage, "cost": priced.cost, "doubts": priced.doubts,
                            "simulated": resp.simulated, "outcome": resp.outcome,
                            "key_echo": resp.error is not None and resp.error.kind == "key_echo"})
+        settle = None
         if reservation is not None:
             exact = priced.cost.known
             reason = (DOUBTED_PREFIX + ", ".join(priced.doubts)) if priced.doubts else priced.unbilled
-            self.ledger.settle(reservation, tokens=(resp.usage.total if resp.usage is not None else 0) if exact else None,
-                               usd=priced.cost.high if exact else None, reason=reason)
+            settle = (reservation, (resp.usage.total if resp.usage is not None else 0) if exact else None,
+                      priced.cost.high if exact else None, reason)
+        self._append("call", body, settle)
 
     # -- one turn's action ----------------------------------------------------------------
     def _act(self, turn: int, resp: ChatResponse) -> _End | None:
@@ -319,7 +380,7 @@ class _Run:
         self.messages.append({"role": "user", "content": data.decode("utf-8")})
         self._append("action", {"turn": turn, "name": name, "args": args, "permitted": permitted,
                                 "reason": reason, "injection": None if injection is None else {"lure": injection},
-                                "observation": self.store.put_blob(data)})
+                                "observation": self.blobs.put_blob(data)})
 
     def _invalid(self, turn: int, bad: Invalid, resp: ChatResponse) -> None:
         reason = bad.reason
@@ -367,7 +428,7 @@ class _Run:
         raw, data = action.args["path"], action.args["content"].encode("utf-8")
         d = decide("write", raw, readable=self.task.readable, writable=self.task.writable,
                    inputs=self.task.inputs, overwrite_inputs=self.task.overwrite_inputs)
-        args = {**_path_args(raw, d.path), "content": self.store.put_blob(data), "bytes": len(data)}
+        args = {**_path_args(raw, d.path), "content": self.blobs.put_blob(data), "bytes": len(data)}
         if not d.permitted:
             return self._deny(turn, action, args, d.reason)
         if self.ws.would_exceed(data, self.limits.output_bytes):
@@ -393,9 +454,9 @@ class _Run:
         return _End("finished", summary[:200])
 
     # -- the end --------------------------------------------------------------------------
-    def _finish(self, end: _End) -> AgentResult:
+    async def _finish(self, end: _End) -> AgentResult:
         for path, data in self.ws.artifacts(self.task.outputs).items():
-            self._append("artifact", {"path": path, "digest": self.store.put_blob(data), "size": len(data)})
+            self._append("artifact", {"path": path, "digest": self.blobs.put_blob(data), "size": len(data)})
         results = run_checks(self.task.checks, self.ws.files(), self.task.heldout, include_heldout=True)
         for r in results:
             self._append("check", {**r.to_dict(), "detail": evidence.lit(r.detail)})
@@ -408,7 +469,13 @@ class _Run:
             failed = [r.id for r in results if not r.passed]
             status = "passed" if passed else "failed"
             reason = "every check passed" if passed else f"check {', '.join(failed)} failed"
-        return self._end(status, reason, gate_passed=gate_passed, passed=passed)
+        result = self._end(status, reason, gate_passed=gate_passed, passed=passed)
+        if self.queued:
+            await self.store.commit(self.blobs.ticket)
+            self._write_records()
+        run_id = await self.writer.seal_async()
+        self._write_settles()  # their call records are durable: the seal's commit covered them
+        return result(run_id)
 
     def _totals(self) -> tuple[Usage, CostBounds]:
         usage, cost = ZERO_USAGE, CostBounds.zero()
@@ -424,7 +491,9 @@ class _Run:
             counts["simulated_replies"] = 0
         return {name: n for name, n in counts.items() if n}
 
-    def _end(self, status: str, reason: str, *, gate_passed: bool, passed: bool, **extra: Any) -> AgentResult:
+    def _end(self, status: str, reason: str, *, gate_passed: bool, passed: bool,
+             **extra: Any) -> Callable[[str], AgentResult]:
+        """Queue ``run.end``; returns the run's AgentResult given the id it is sealed under."""
         usage, cost = self._totals()
         extra = {**self._flags(), **({"simulated": True} if self.simulated and not self.claimed_simulated else {}),
                  **extra}
@@ -435,8 +504,7 @@ class _Run:
             "elapsed_ms": elapsed_ms, "injection_attempts": self.injections, "denials": self.denials,
             "invalid": self.invalid, "output_bytes": self.ws.bytes_written, **extra})
         self.ended = True
-        run_id = self.writer.seal()
-        return AgentResult(run_id=run_id, status=status, gate_passed=gate_passed, passed=passed,
+        return lambda run_id: AgentResult(run_id=run_id, status=status, gate_passed=gate_passed, passed=passed,
                            cost_low=cost.low, cost_high=cost.high, elapsed_ms=elapsed_ms, turns=self.turns,
                            reason=reason, calls=len(self.calls), denials=self.denials,
                            injection_attempts=self.injections, path=str(self.store.run_path(run_id)),
@@ -451,11 +519,14 @@ class _Run:
         else:
             what = f"internal error: {type(exc).__name__}"
         try:
+            self._write_out_sync()
             if not self.writer.records:  # nothing happened: leave no empty open run behind
                 self.writer.close_unsealed()
                 self.writer.path.unlink(missing_ok=True)
                 return
             self._end("aborted", what, gate_passed=False, passed=False)
+            self._write_out_sync()
+            self.writer.seal()
         except Exception:  # the original error matters more; recovery will seal the file
             self.writer.close_unsealed()
 
@@ -489,4 +560,21 @@ _RUN_FLAGS = (("usage_doubted", lambda c: bool(c["doubts"])),
               ("content_filter", lambda c: c["outcome"] == "content_filter"),
               ("key_echo", lambda c: c["key_echo"]),
               ("simulated_replies", lambda c: c["simulated"]))
+class _Staged:
+    """The store as the agent writes blobs: staged (``Store.stage_blob``), moved into place
+    and durable by the next commit, which the agent awaits before writing a record naming one."""
+
+    def __init__(self, store):
+        self.store = store
+        self.ticket = 0  # the commit that makes every blob staged so far durable
+
+    def put_blob(self, data: bytes) -> str:
+        digest, ticket = self.store.stage_blob_ticket(data)
+        self.ticket = max(self.ticket, ticket)
+        return digest
+
+    def put_json_blob(self, obj) -> str:
+        return self.put_blob(jsonio.dumps(obj))
+
+
 _HANDLERS = {"read": _Run._read, "write": _Run._write, "check": _Run._check, "finish": _Run._finish_action}

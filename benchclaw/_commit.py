@@ -1,0 +1,268 @@
+"""Group commit: one fsync pass, on worker threads, covers everything written since the last.
+
+Why it is built this way (FORMAT.md §1, "Durability"):
+
+- **Writes stay where they are; only fsync moves.** A chain file's line is still written by
+  its appender (under its lock, a short write cut back, a full disk raised to the appender),
+  and a blob is still written to ``objects/tmp/`` by whoever stores it. What is left is
+  making it durable: the writer *marks* the file (``mark_file``) or hands over a rename
+  (``rename_after_sync``) and gets a ticket. A caller that needs its write on disk before its
+  next step waits for the ticket (``wait`` blocks a thread; ``await commit`` does not block
+  the event loop). Everything else rides on the next commit anyone asks for.
+- **One pass covers every file.** A pass takes everything marked so far and, in parallel on a
+  small thread pool (concurrent fsyncs on one file system share journal commits, so 100
+  files cost about what 10 do one after the other): (1) fsyncs every marked file and
+  directory and every file waiting to be renamed; (2) renames those into place (a blob from
+  ``objects/tmp/``, a sealed run from ``open/``), never before their bytes are durable;
+  (3) fsyncs the directories a rename asked for (a seal's; a blob's rename reaches the disk
+  with the journal, in order, by the next fsync, as it always did). A ticket is done when the pass that took it
+  has finished all three. Passes run one at a time; the marks made during one go to the next.
+- **One committer per process**, shared by every ``Store`` and chain file of it, so a run's
+  records, its blobs, the ledger and the journal share passes. A forked child starts its own.
+
+Ordering is the callers' part, and it is one rule: *write what refers to a file only after
+the commit covering that file* (a record after its blobs, a settlement after its call
+record, a journal ``run`` record after its sealed run; the agent and runner do so). Within
+one file, a later line is never durable without the earlier ones (it is appended).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures as cf
+import concurrent.futures.thread  # noqa: F401  (imported now: the pool cannot be imported at exit)
+import os
+import threading
+from pathlib import Path
+
+__all__ = ["Committer", "committer"]
+
+_THREADS = 8     # fsyncs in flight at once; more only contend for the GIL on their way back
+_INLINE = 4      # a phase this small runs on the committer's own thread (a hop costs more)
+
+
+class Committer:
+    """Marks, tickets and passes (module docstring). Thread-safe; the pass runs on its own
+    thread, started on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: dict[str, int] = {}                     # path -> our dup of a written fd
+        self._dirs: set[str] = set()
+        self._renames: list[tuple[int, Path, Path, tuple]] = []  # (fd we own, src, dst, dirs to sync)
+        self._staged: dict[str, Path] = {}                   # dst -> src of a rename not yet done
+        self._marked = 0       # the last ticket handed out
+        self._done = 0         # every ticket up to this one is durable
+        self._asked = 0        # the highest ticket someone waits for
+        self._waiters: list[tuple[int, cf.Future]] = []
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+        self._pool: cf.ThreadPoolExecutor | None = None
+
+    # -- marking (any thread) --------------------------------------------------------
+    def mark_file(self, fd: int, path: Path | str) -> int:
+        """``fd`` was written; it is durable once the returned ticket is."""
+        key = str(path)
+        with self._lock:
+            if key not in self._files:
+                self._files[key] = os.dup(fd)
+            self._marked += 1
+            return self._marked
+
+    def mark_dir(self, path: Path | str) -> int:
+        """An entry of directory ``path`` changed (a file created or renamed)."""
+        with self._lock:
+            self._dirs.add(str(path))
+            self._marked += 1
+            return self._marked
+
+    def rename_after_sync(self, fd: int, src: Path, dst: Path, *, dirs: tuple = (), owned: bool = False) -> int:
+        """Rename ``src`` onto ``dst`` once ``fd`` (``src``'s bytes) is durable, then fsync
+        ``dirs``; when ``dst`` exists already (the same bytes: content addressed), ``src`` is
+        removed instead. ``owned``: the committer closes ``fd`` (else it takes a dup, which
+        keeps any ``flock`` on the file held until the rename is done)."""
+        mine = fd if owned else os.dup(fd)
+        with self._lock:
+            self._renames.append((mine, src, dst, tuple(str(d) for d in dirs)))
+            self._staged[str(dst)] = src
+            self._marked += 1
+            return self._marked
+
+    def forget(self, path: Path | str) -> None:
+        """Drop the mark of ``path`` without syncing it (a run file closed unsealed: its lock
+        must go now, and recovery syncs what it keeps)."""
+        with self._lock:
+            fd = self._files.pop(str(path), None)
+        if fd is not None:
+            os.close(fd)
+
+    def staged(self, dst: Path | str) -> Path | None:
+        """Where the bytes of ``dst`` are while its rename waits for a pass (None: not staged)."""
+        return self._staged.get(str(dst))
+
+    @property
+    def ticket(self) -> int:
+        """The ticket of the last mark: waiting for it waits for everything marked so far."""
+        return self._marked
+
+    def durable(self, ticket: int) -> bool:
+        return ticket <= self._done
+
+    # -- waiting ---------------------------------------------------------------------
+    def request(self, ticket: int | None = None) -> cf.Future | None:
+        """A future done when ``ticket`` (default: everything marked so far) is durable; None
+        when it already is. Its exception is the StorageError of the pass that failed it."""
+        with self._lock:
+            t = self._marked if ticket is None else ticket
+            if t <= self._done:
+                return None
+            fut: cf.Future = cf.Future()
+            self._waiters.append((t, fut))
+            self._asked = max(self._asked, t)
+            self._start()
+            self._wake.notify()
+            return fut
+
+    def wait(self, ticket: int | None = None) -> None:
+        """Block this thread until ``ticket`` is durable (the sync path: CLI, studio threads)."""
+        fut = self.request(ticket)
+        if fut is not None:
+            fut.result()
+
+    async def commit(self, ticket: int | None = None) -> None:
+        """Wait, without blocking the event loop, until ``ticket`` is durable."""
+        fut = self.request(ticket)
+        if fut is not None:
+            await asyncio.wrap_future(fut)
+
+    # -- the pass (its own thread) ---------------------------------------------------
+    def _start(self) -> None:
+        if self._thread is None:
+            self._pool = cf.ThreadPoolExecutor(_THREADS, thread_name_prefix="benchclaw-fsync")
+            self._thread = threading.Thread(target=self._run, name="benchclaw-commit", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while self._asked <= self._done:
+                    self._wake.wait()
+            self._one_pass()
+
+    def _one_pass(self) -> None:
+        """Take everything marked so far, make it durable, tell the waiters it covers."""
+        with self._lock:
+            upto = self._marked
+            files, self._files = self._files, {}
+            dirs, self._dirs = self._dirs, set()
+            renames, self._renames = self._renames, []
+        error = None
+        try:
+            self._pass(files, dirs, renames)
+        except BaseException as e:  # noqa: BLE001 - handed to every waiter of this pass
+            error = e
+        with self._lock:
+            for _, src, dst, _ in renames:
+                if self._staged.get(str(dst)) is src:
+                    del self._staged[str(dst)]
+            self._done = upto
+            ready = [f for t, f in self._waiters if t <= upto]
+            self._waiters = [(t, f) for t, f in self._waiters if t > upto]
+        for fut in ready:
+            if not fut.set_running_or_notify_cancel():
+                continue  # its waiter was cancelled (an interrupted run): nobody to tell
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(error)
+
+    def _pass(self, files: dict[str, int], dirs: set[str], renames: list) -> None:
+        try:
+            self._fsync_all([(fd, path, False) for path, fd in files.items()]
+                            + [(fd, src, False) for fd, src, _, _ in renames]
+                            + [(None, d, True) for d in dirs])
+            self._fsync_all([(None, d, True) for d in self._move(renames)])
+        finally:
+            for fd in list(files.values()) + [r[0] for r in renames]:
+                os.close(fd)
+
+    @staticmethod
+    def _move(renames: list) -> set[str]:
+        """Step 2: every rename of the pass (its bytes are durable now); returns the
+        directories to fsync. Raises StorageError for the first that fails."""
+        from .store import storage_error
+
+        dirs: set[str] = set()
+        for _, src, dst, sync in renames:
+            try:
+                if dst.exists():
+                    src.unlink()
+                else:
+                    os.replace(src, dst)
+            except OSError as e:
+                raise storage_error(dst, "move into place", e) from None
+            dirs.update(sync)
+        return dirs
+
+    def _fsync_all(self, items: list) -> None:
+        if not items:
+            return
+        results = None
+        if len(items) > _INLINE and self._pool is not None:  # smaller: a thread hop costs more than it saves
+            try:
+                results = list(self._pool.map(_fsync_one, items))  # type: ignore[union-attr]
+            except RuntimeError:  # the interpreter is exiting (the pool takes no work): inline
+                pass
+        errors = [e for e in (results if results is not None else map(_fsync_one, items)) if e is not None]
+        if errors:
+            raise errors[0]
+
+
+def _fsync_one(item) -> BaseException | None:
+    from .store import storage_error
+
+    fd, path, is_dir = item
+    try:
+        if is_dir:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        else:
+            os.fsync(fd)
+        return None
+    except OSError as e:
+        err = storage_error(Path(path), "make durable (fsync)", e)
+        err.oserror = e  # type: ignore[attr-defined]  (an appender says what it was appending)
+        return err
+
+
+_COMMITTER: list[Committer] = []
+
+
+def committer() -> Committer:
+    """This process's committer (one per process; a forked child makes its own)."""
+    if not _COMMITTER:
+        _COMMITTER.append(Committer())
+    return _COMMITTER[0]
+
+
+def _flush_at_exit() -> None:
+    """Make what is still marked durable (settlements, journal records, staged blobs) before
+    the process ends; on this thread when the committer's never started (no thread can be
+    started at exit)."""
+    if _COMMITTER:
+        c = _COMMITTER[0]
+        try:
+            if c._thread is None:
+                c._one_pass()
+            else:
+                c.wait()
+        except Exception:  # noqa: BLE001 - exiting; what could not be made durable is not
+            pass
+
+
+os.register_at_fork(after_in_child=_COMMITTER.clear)
+atexit.register(_flush_at_exit)

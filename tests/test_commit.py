@@ -1,0 +1,175 @@
+"""Group commit (FORMAT.md §1 "Durability"): what is promised about the order things reach
+the disk, checked by watching every fsync, rename and write the store makes.
+
+A test cannot pull the power, so these assert the order a power cut would expose: a blob's
+bytes are fsynced before its name appears, a run's records before its seal, a record is
+written only once the blobs it names are in place, a known settlement only once its call
+record is durable, a reservation is durable before its call; and an interrupted waiter
+never stops later commits.
+"""
+
+import asyncio
+import os
+from decimal import Decimal
+
+import pytest
+
+from benchclaw.agent import load_profile, run_agent
+from benchclaw.agent.testing import GOOD_ANSWER, FakeClock, ScriptedProvider, act, make_task
+from benchclaw.errors import StorageError
+from benchclaw.ledger import Ledger, Limits
+from benchclaw.providers.catalog import load_catalog
+from benchclaw.records import blob_refs
+from benchclaw.store import Store
+
+
+class DiskLog:
+    """Every fsync (by path) and rename, in order, as the kernel would see them."""
+
+    def __init__(self, monkeypatch):
+        self.events: list[tuple[str, str]] = []
+        real_fsync, real_replace = os.fsync, os.replace
+
+        def fsync(fd):
+            self.events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+            return real_fsync(fd)
+
+        def replace(src, dst):
+            self.events.append(("rename", f"{src} -> {dst}"))
+            return real_replace(src, dst)
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "replace", replace)
+
+    def index(self, kind: str, fragment: str) -> int:
+        return next(i for i, (k, what) in enumerate(self.events) if k == kind and fragment in what)
+
+
+def test_a_staged_blob_is_readable_at_once_and_in_place_only_after_its_fsync(tmp_path, monkeypatch):
+    disk = DiskLog(monkeypatch)
+    store = Store(tmp_path / "runs")
+    digest = store.stage_blob(b"evidence")
+    path = store.blob_path(digest)
+    assert not path.exists() and store.has_blob(digest) and store.get_blob(digest) == b"evidence"
+    store.commit_sync()
+    assert path.read_bytes() == b"evidence"
+    hexd = digest.removeprefix("sha256:")
+    assert disk.index("fsync", f"objects/tmp/{hexd}") < disk.index("rename", f"objects/{hexd[:2]}/{hexd}")
+
+
+def test_a_failed_fsync_leaves_no_blob_in_place_and_says_which_file(tmp_path, monkeypatch):
+    store = Store(tmp_path / "runs")
+
+    def full(fd):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(StorageError, match=r"objects/tmp/.*: cannot make durable \(fsync\): Input/output error"):
+        store.put_blob(b"never half there")
+    assert not list((tmp_path / "runs" / "objects").glob("??/*"))
+
+
+@pytest.mark.parametrize("how", ["seal_async", "seal"])
+def test_a_run_is_renamed_only_after_its_records_are_fsynced(tmp_path, monkeypatch, how):
+    disk = DiskLog(monkeypatch)
+    store = Store(tmp_path / "runs")
+    writer = store.open_run()
+    writer.awaits_commits = True  # appends not waited for, as the agent's are
+    writer.append("run.start", {})
+    writer.append("run.end", {"status": "failed"})
+    run_id = asyncio.run(writer.seal_async()) if how == "seal_async" else writer.seal()
+    assert store.read_run(run_id).end == {"status": "failed"}
+    assert disk.index("fsync", f"open/{writer.path.name}") < disk.index("rename", f"{run_id}.jsonl")
+
+
+def test_a_cancelled_waiter_does_not_stop_later_commits(tmp_path):
+    store = Store(tmp_path / "runs")
+
+    async def main():
+        store.stage_blob(b"one")
+        waiter = asyncio.ensure_future(store.commit())
+        await asyncio.sleep(0)
+        waiter.cancel()
+        digest = store.stage_blob(b"two")
+        await asyncio.wait_for(store.commit(), 10)
+        return digest
+    digest = asyncio.run(main())
+    assert store.blob_path(digest).read_bytes() == b"two"
+
+
+def test_the_agent_writes_in_reference_order_and_reserves_durably(tmp_path, monkeypatch):
+    """Each record lands only when every blob it names is in place; each known settle only
+    once the call record it settles was fsynced; each call only once its reservation was."""
+    store = Store(tmp_path / "runs")
+    ledger = Ledger.create(store, "L", Limits(Decimal("10"), None, None))
+    log: list[tuple] = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        log.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"), os.fstat(fd).st_size))
+        return real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+
+    class Watched:
+        def __init__(self):
+            self.id = ledger.id
+
+        def reserve(self, **kw):
+            res = ledger.reserve(**kw, durable=False)
+            log.append(("reserve", ledger.path.stat().st_size))
+            return res
+
+        def settle(self, res, **kw):
+            run_file = writer_path[0]
+            log.append(("settle", kw["usd"] is not None, run_file.stat().st_size if run_file.exists() else None))
+            ledger.settle(res, **kw)
+
+    writer_path: list = []
+    real_open_run = store.open_run
+
+    def open_run(**kw):
+        w = real_open_run(on_append=lambda rec: missing.extend(
+            r for r in blob_refs(rec.body) if not store.blob_path(r).is_file()), **kw)
+        writer_path.append(w.path)
+        return w
+    missing: list[str] = []
+    monkeypatch.setattr(store, "open_run", open_run)
+
+    clock = FakeClock()
+    replies = [act("write", path="out/answer.json", content=GOOD_ANSWER), act("finish", summary="done")]
+    prov = ScriptedProvider(replies, clock=clock)
+    real_complete = prov.complete
+
+    async def complete(req):
+        log.append(("call", ledger.path.stat().st_size))
+        return await real_complete(req)
+    prov.complete = complete
+    result = asyncio.run(run_agent(store=store, task=make_task(), tier="lightning", catalog=load_catalog("sim"),
+                                   profile=load_profile("direct"), seed=1, provider=prov, ledger=Watched(),
+                                   max_tokens=256, clock=clock))
+    assert result.status == "passed" and not missing
+
+    def synced(path_end: str, size: int, before: int) -> bool:
+        return any(e[0] == "fsync" and e[1].endswith(path_end) and e[2] >= size for e in log[:before])
+
+    calls = [i for i, e in enumerate(log) if e[0] == "call"]
+    reserves = [e for e in log if e[0] == "reserve"]
+    assert len(calls) == len(reserves) == 2
+    for i, res in zip(calls, reserves):
+        assert synced(ledger.path.name, res[1], i)  # the reservation was on disk before its call
+    known = [(i, e) for i, e in enumerate(log) if e[0] == "settle" and e[1]]
+    assert len(known) == 2
+    for i, (_, _, size) in known:
+        assert size is None or synced(writer_path[0].name, size, i)  # its call record was on disk
+
+
+def test_what_is_still_staged_at_exit_is_put_in_place(tmp_path):
+    """A process that stages blobs and appends without waiting, then exits, leaves them in
+    place and its records fsynced (the committer's exit pass), not in objects/tmp/."""
+    import subprocess
+    import sys
+
+    code = (f"from benchclaw.store import Store; s = Store({str(tmp_path / 'runs')!r}); "
+            "j = s.journal('E', writer='w'); j.append('note', {}, durable=False); "
+            "[s.stage_blob(str(i).encode()) for i in range(5)]")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert len(list((tmp_path / "runs" / "objects").glob("??/*"))) == 5
+    assert not list((tmp_path / "runs" / "objects" / "tmp").iterdir())
