@@ -21,7 +21,7 @@ from .records import GENESIS, Record, line_hash, parse_line
 from .store import ChainFile, Store, safe_name
 
 __all__ = ["load_experiment", "build_summary", "write_summary", "write_markdown",
-           "summary_bytes", "build_comparison"]
+           "summary_bytes", "build_comparison", "ledger_records", "ledger_stream"]
 
 
 def load_experiment(store: Store, experiment: str, *,
@@ -59,11 +59,11 @@ def ledger_records(store: Store, journal: list, runs: dict) -> list[Iterator[Rec
     for lid in sorted(i for i in ids if isinstance(i, str)):
         path = store.root / "ledgers" / f"{safe_name(lid, 'ledger id')}.jsonl"
         if path.is_file():
-            out.append(_stream_chain(path))
+            out.append(ledger_stream(path))
     return out
 
 
-def _stream_chain(path: Path) -> Iterator[Record]:
+def ledger_stream(path: Path) -> Iterator[Record]:
     """A chain file's records, verified as they are read. On any defect (a torn line, a
     bad line, a broken link) the whole file is read again by ``ChainFile.read``, which
     raises the error naming the line (or, when a writer was appending meanwhile, returns
