@@ -25,59 +25,21 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..analysis.summary import gc_paused
 from ..errors import InputError
 from ..paths import make_output_dir, refuse_evidence_overlap, site_templates_dir
 from ..store import Store
-from ._cache import BuildCache, PageWriter, fast_dumps, write_atomic
+from ._cache import BuildCache, PageWriter, write_atomic
+from ._compare import stage_compare
+from ._exppages import stage_experiments
+from ._pages import stage_lists, stage_tasks
 from ._render import Scrubber, make_env, object_url, renderer_digest, run_url
 from ._runpages import copy_object, render_runs
+from ._state import Build, BuildReport
 
 __all__ = ["build_site", "BuildReport"]
-
-
-@dataclass(frozen=True)
-class BuildReport:
-    """What a build did. ``seconds`` is wall time (a measurement, not money)."""
-
-    pages_written: int
-    pages_skipped: int
-    seconds: float
-    runs: int = 0
-    runs_rendered: int = 0
-    warnings: tuple[str, ...] = ()
-
-
-@dataclass
-class Build:
-    """Everything the stages share."""
-
-    store: Store
-    out: Path
-    templates: Path
-    tasks_dir: Path | None
-    public: bool
-    bundle: Path | None
-    workers: int
-    cache: BuildCache
-    pages: PageWriter
-    scrub: Scrubber
-    runs: dict[str, dict] = field(default_factory=dict)
-    summaries: list[dict] = field(default_factory=list)
-    experiments: dict[str, dict] = field(default_factory=dict)
-    new_records: dict[str, list] = field(default_factory=dict)
-    objects: set[str] = field(default_factory=set)
-    warnings: list[str] = field(default_factory=list)
-    rendered: int = 0
-    comparison: dict | None = None  # stage 4b's, when the runs hold more than one experiment
-
-    def payload(self, run_id: str) -> dict | None:
-        """What the analysis reads of a run (``_experiment.run_payload``), from this build or
-        cached by an earlier one; None when the cache lost it."""
-        found = self.new_records.get(run_id)
-        return found if found is not None else self.cache.records().get(run_id)
 
 
 def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundle_path=None,
@@ -88,8 +50,6 @@ def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundl
     ``UsageError`` when ``out_dir`` is inside the runs directory, and ``IntegrityError`` /
     ``FormatError`` (naming the file and line) for a damaged run log or journal.
     """
-    from ..analysis.summary import gc_paused
-
     t0 = time.perf_counter()
     with gc_paused():  # see the module docstring ("Speed"); workers re-enable it
         b = _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers)
@@ -97,13 +57,8 @@ def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundl
                           "sealed so far (a snapshot); build again when its grid ends"
                           for e in b.store.experiments() if b.store.experiment_live(e))
         _stage2_runs(b)
-        from ._pages import stage_lists, stage_tasks
-        from ._exppages import stage_experiments
-
         stage_tasks(b)
         stage_experiments(b)
-        from ._compare import stage_compare
-
         stage_compare(b)
         stage_lists(b)
         _stage6_static(b)
@@ -196,8 +151,3 @@ def _unlink(path: Path) -> None:
         path.unlink()
     except FileNotFoundError:
         pass
-
-
-def digest_of(obj) -> str:
-    """A short stable key for page inputs (canonical JSON, SHA-256)."""
-    return hashlib.sha256(fast_dumps(obj)).hexdigest()

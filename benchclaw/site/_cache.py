@@ -23,8 +23,9 @@ from .. import jsonio
 __all__ = ["BuildCache", "PageWriter", "write_atomic", "fast_dumps", "CACHE_DIR"]
 
 CACHE_DIR = ".benchclaw-build"
-CACHE_VERSION = 5  # 3: records.jsonl holds the analysis's view of each run; 4: aborted runs are read whole;
-# 5: run summaries and call views carry the provider-truth flags (usage doubts, simulated replies)
+CACHE_VERSION = 6  # 3: records.jsonl holds the analysis's view of each run; 4: aborted runs are read whole;
+# 5: run summaries and call views carry the provider-truth flags (usage doubts, simulated replies);
+# 6: records.jsonl holds the analysis's CondensedRun of each run (null: read the run again)
 
 
 def fast_dumps(obj) -> bytes:
@@ -52,8 +53,8 @@ def write_atomic(path: Path, data: bytes) -> None:
 class BuildCache:
     """What the previous build of this output folder left behind.
 
-    ``state.json`` holds pages, run summaries, experiments and copied blobs; what the
-    analysis reads of each run (``_experiment.run_payload``) is in ``records.jsonl``
+    ``state.json`` holds pages, run summaries, experiments and copied blobs; the analysis's
+    condensed run (``_experiment.run_payload``) is in ``records.jsonl``
     (append-only, one run per line; a later line for a run wins), loaded only when an
     experiment must be analysed again.
     """
@@ -89,7 +90,7 @@ class BuildCache:
         cache.valid = True
         return cache
 
-    def records(self) -> dict[str, dict]:
+    def records(self) -> dict[str, list | None]:
         """Run id -> the analysis payload of every run a previous build saw."""
         if self._records is None:
             self._records = {}
@@ -107,7 +108,7 @@ class BuildCache:
         return self._records
 
     def save(self, pages: dict[str, str], runs: dict[str, dict], experiments: dict[str, dict],
-             objects: list[str], new_records: dict[str, dict]) -> None:
+             objects: list[str], new_records: dict[str, list | None]) -> None:
         lines = b"".join(fast_dumps([k, new_records[k]]) + b"\n" for k in sorted(new_records))
         path = self.dir / "records.jsonl"
         if self.valid and path.is_file():
