@@ -13,7 +13,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from . import jsonio
 from .analysis import ExperimentData, render_markdown, summarise
@@ -93,15 +93,12 @@ def _fold(store: Store, experiment: str, known: Mapping[str, CondensedRun | None
     return fold
 
 
-def _ledgers(store: Store, fold: ExperimentFold, entries: list) -> list[Iterator[Record]]:
-    """The records of every ledger the journal's grids or the runs name (chains verified):
-    what the analysis needs to count calls cut off in flight."""
-    out = []
-    for lid in fold.ledger_ids(rec for _, rec in entries):
-        path = store.root / "ledgers" / f"{safe_name(lid, 'ledger id')}.jsonl"
-        if path.is_file():
-            out.append(ledger_stream(path))
-    return out
+def _ledgers(store: Store, fold: ExperimentFold, entries: list) -> Callable[[], list[Iterator[Record]]]:
+    """Opens the records of every ledger the journal's grids or the runs name (chains
+    verified as they are read): what the analysis needs to count calls cut off in flight."""
+    paths = [store.root / "ledgers" / f"{safe_name(lid, 'ledger id')}.jsonl"
+             for lid in fold.ledger_ids(rec for _, rec in entries)]
+    return lambda: [ledger_stream(p) for p in paths if p.is_file()]
 
 
 def ledger_stream(path: Path) -> Iterator[Record]:

@@ -57,7 +57,7 @@ def _both(seed: int) -> tuple[bytes, bytes]:
     fold = ExperimentFold("E01")
     for rid in sorted(runs):
         fold.add(rid, runs[rid])
-    folded = fold.data(journal, get_blob, ledgers=[ledger], tasks_with_lures=data.tasks_with_lures)
+    folded = fold.data(journal, get_blob, ledgers=lambda: [ledger], tasks_with_lures=data.tasks_with_lures)
     return jsonio.dumps(summarise(whole)), jsonio.dumps(summarise(folded))
 
 

@@ -70,14 +70,14 @@ def test_what_the_site_caches_of_a_run_is_what_the_analysis_reads_of_it(tmp_path
     from benchclaw.analysis import view_run
     from benchclaw.analysis.inputs import call_keys
     from benchclaw.site import build_site
-    from benchclaw.site._experiment import known_runs
+    from benchclaw.site._experiment import CachedRuns
 
     synth_runs(tmp_path / "runs", 30)
     store, _ = _denials_and_mismatches(tmp_path)
     build_site(store.root, tmp_path / "site")
     rows = [jsonio.loads(line) for line in
             (tmp_path / "site" / ".benchclaw-build" / "records.jsonl").read_bytes().splitlines()]
-    cached = known_runs(dict(rows))
+    cached = dict(CachedRuns({run_id: jsonio.dumps(row) for run_id, row in rows}))
     runs = {r.run_id: r for r in store.iter_runs()}
     assert set(cached) == set(runs) and any(c.view.denials for c in cached.values() if c)
     for run_id, c in cached.items():

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import decimal
 import sys
+from decimal import Decimal
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, NamedTuple
 
 from ..errors import FormatError
 from ..records import Record
-from .inputs import (ExperimentData, RunView, cut_off_calls, call_keys, ledger_reservations, lured_tasks,
+from .inputs import (ExperimentData, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
                      merge_journal, registered_digest, spec_from_bytes, task_key, view_from_json, view_run,
                      view_to_json)
 
@@ -123,18 +124,20 @@ class ExperimentFold:
         return sorted(i for i in ids if isinstance(i, str))
 
     def data(self, journal: Iterable[tuple[str, Record]], get_blob: Callable[[str], bytes], *,
-             ledgers: Iterable[Iterable[Record]] = (), spec: Mapping | None = None,
+             ledgers: Callable[[], Iterable[Iterable[Record]]] = tuple, spec: Mapping | None = None,
              tasks_with_lures: frozenset[str] | None = None) -> ExperimentData:
-        """``ExperimentData`` equal to what ``experiment_data`` builds from the whole records.
-        With ``spec`` given, the registered spec is not read (nor required). Raises as
-        ``experiment_data`` otherwise."""
+        """``ExperimentData`` that summarises exactly as what ``experiment_data`` builds from
+        the whole records. ``ledgers()`` gives the records of every ledger the runs or grids
+        name, afresh each time it is called (they are read twice, to keep only the
+        reservations a view needs). With ``spec`` given, the registered spec is not read
+        (nor required). Raises as ``experiment_data`` otherwise."""
         records = merge_journal(journal)
         digest = registered_digest(records)
         if spec is None:
             if digest is None:
                 raise FormatError(f"experiment {self.experiment}: the journal has no prereg record")
             spec = spec_from_bytes(get_blob(digest), f"{self.experiment} spec {digest}")
-        reservations = ledger_reservations(ledgers)
+        reservations = self._reservations(ledgers)
         views, unread = {}, {}
         for run_id, c in self.runs.items():
             if c.view is None:
@@ -147,6 +150,38 @@ class ExperimentFold:
             tasks_with_lures = lured_tasks(self._starts(), get_blob)
         return ExperimentData(self.experiment, spec, digest, records, unread, tasks_with_lures,
                               reservations, views=views)
+
+    def _reservations(self, ledgers: Callable[[], Iterable[Iterable[Record]]]) -> dict[str, tuple]:
+        """``ledger_reservations`` restricted to the reservations that can change a view:
+        not those whose call has a record in every run of its attempt (nearly all of them),
+        all of those of a run held as records. A grid's ledger holds two records per call,
+        so keeping them all would cost more than the runs' views."""
+        seen: dict[str, set | None] = {}  # attempt -> call keys every run of it has (None: keep all)
+        for c in self.runs.values():
+            if c.attempt is not None:
+                keys = None if c.view is None else set(c.keys)
+                had = seen.get(c.attempt, keys)
+                seen[c.attempt] = None if keys is None or had is None else had & keys
+        reserved: dict[str, tuple[str, str, Decimal]] = {}
+        for records in ledgers():  # 1. the latest reservation of each id, if it matters
+            for rec in records:
+                b = rec.body
+                if rec.kind == "reserve" and isinstance(b.get("attempt"), str):
+                    rid, key, att = str(b.get("id")), str(b.get("key")), b["attempt"]
+                    amount = usd(b.get("usd"), f"ledger record {rec.seq}")
+                    if att in seen and (seen[att] is None or key not in seen[att]):
+                        reserved[rid] = (att, key, amount)
+                    else:
+                        reserved.pop(rid, None)
+        settled: dict[str, Decimal] = {}
+        for records in ledgers():  # 2. the latest known settlement of those
+            for rec in records:
+                b = rec.body
+                if rec.kind == "settle" and b.get("known") is True:
+                    amount = usd(b.get("usd"), f"ledger record {rec.seq}")
+                    if str(b.get("id")) in reserved:
+                        settled[str(b.get("id"))] = amount
+        return reservations_of(reserved, settled)
 
     def _starts(self) -> list[dict]:
         """One ``run.start``-like body per task key (the first run's, in run order), or an

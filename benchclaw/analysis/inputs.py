@@ -27,7 +27,7 @@ from ..records import Record
 __all__ = ["ExperimentData", "RunView", "RunTally", "CallView", "view_run", "lured_tasks", "parse_cell",
            "task_key", "usd", "spec_from_bytes", "registered_digest", "merge_journal",
            "experiment_data", "ledger_reservations", "SpecView", "spec_view", "view_to_json",
-           "view_from_json", "call_keys", "cut_off_calls"]
+           "view_from_json", "call_keys", "cut_off_calls", "reservations_of"]
 
 _USD_RE = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
 _EXACT = decimal.Context(prec=60, traps=[decimal.Inexact, decimal.InvalidOperation])
@@ -454,6 +454,12 @@ def ledger_reservations(ledgers: Iterable[Iterable[Record]]) -> dict[str, tuple]
                 reserved[str(b.get("id"))] = (b["attempt"], str(b.get("key")), usd(b.get("usd"), where))
             elif rec.kind == "settle" and b.get("known") is True:
                 settled[str(b.get("id"))] = usd(b.get("usd"), where)
+    return reservations_of(reserved, settled)
+
+
+def reservations_of(reserved: Mapping[str, tuple[str, str, Decimal]], settled: Mapping[str, Decimal]) -> dict[str, tuple]:
+    """``ledger_reservations``'s result from the latest reservation (attempt, key, usd) and
+    known settlement (usd) of each reservation id."""
     out: dict[str, list] = {}
     for rid, (attempt, key, high) in sorted(reserved.items()):
         exact = settled.get(rid)

@@ -77,10 +77,9 @@ def claimed_summary(contents: Contents) -> bytes:
     bundled, built the way the verifier builds it from the bundle (the experiment's runs,
     the ledgers its grid and runs name), so an honest export verifies by construction."""
     fold = contents.fold
-    ledgers = [ledger_stream(contents.store.root / "ledgers" / f"{lid}.jsonl")
-               for lid in fold.ledger_ids(r for _, r in contents.journal)
-               if f"ledgers/{lid}.jsonl" in contents.files]
-    data = fold.data(contents.journal, contents.store.get_blob, ledgers=ledgers)
+    paths = [contents.store.root / "ledgers" / f"{lid}.jsonl" for lid in fold.ledger_ids(r for _, r in contents.journal)
+             if f"ledgers/{lid}.jsonl" in contents.files]
+    data = fold.data(contents.journal, contents.store.get_blob, ledgers=lambda: [ledger_stream(p) for p in paths])
     return summary_bytes(summarise(data))  # as `benchclaw report --json` writes it
 
 

@@ -68,7 +68,7 @@ class BuildCache:
         self.objects: list[str] = []
         self.previous_pages: set[str] = set()  # every page of the previous build (to prune)
         self.valid = False
-        self._records: dict[str, dict] | None = None
+        self._records: dict[str, bytes] | None = None
 
     @classmethod
     def load(cls, out: Path, renderer: str) -> "BuildCache":
@@ -90,8 +90,9 @@ class BuildCache:
         cache.valid = True
         return cache
 
-    def records(self) -> dict[str, list | None]:
-        """Run id -> the analysis payload of every run a previous build saw."""
+    def records(self) -> dict[str, bytes]:
+        """Run id -> the analysis payload (JSON bytes, parsed when an experiment is analysed
+        again) of every run a previous build saw."""
         if self._records is None:
             self._records = {}
             if self.valid:
@@ -100,16 +101,23 @@ class BuildCache:
                 except OSError:
                     data = b""
                 for line in data.splitlines():
-                    try:
-                        run_id, payload = jsonio.loads(line)
-                    except (ValueError, TypeError):
-                        continue
-                    self._records[run_id] = payload
+                    self._record(line)
         return self._records
 
+    def _record(self, line: bytes) -> None:
+        if line.startswith(b'["') and line[66:68] == b'",' and line.endswith(b"]"):  # as ``save`` writes it
+            self._records[line[2:66].decode("ascii", "replace")] = line[68:-1]
+            return
+        try:
+            run_id, payload = jsonio.loads(line)
+            self._records[str(run_id)] = fast_dumps(payload)
+        except (ValueError, TypeError):
+            pass
+
     def save(self, pages: dict[str, str], runs: dict[str, dict], experiments: dict[str, dict],
-             objects: list[str], new_records: dict[str, list | None]) -> None:
-        lines = b"".join(fast_dumps([k, new_records[k]]) + b"\n" for k in sorted(new_records))
+             objects: list[str], new_records: dict[str, bytes]) -> None:
+        """Write the cache; ``new_records``: run id -> its analysis payload as JSON bytes."""
+        lines = b"".join(b'["' + k.encode("ascii") + b'",' + new_records[k] + b"]\n" for k in sorted(new_records))
         path = self.dir / "records.jsonl"
         if self.valid and path.is_file():
             with open(path, "ab") as f:

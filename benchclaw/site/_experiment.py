@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import functools
 from decimal import Decimal
+from typing import Iterator, Mapping
 
+from .. import jsonio
 from ..analysis import ExperimentData, summarise_with_trials
 from ..analysis.inputs import registered_digest
 from ..analysis.fold import CondensedRun, condense_run, condensed_from_json, condensed_to_json
@@ -30,7 +32,7 @@ from ..money import fmt_usd
 from ..records import Record
 from ..store import SealedRun
 
-__all__ = ["run_payload", "known_runs", "analyse", "journal_facts"]
+__all__ = ["run_payload", "CachedRuns", "analyse", "journal_facts"]
 
 
 def run_payload(run: SealedRun) -> list | None:
@@ -38,16 +40,28 @@ def run_payload(run: SealedRun) -> list | None:
     return condensed_to_json(condense_run(run.run_id, run.records))
 
 
-def known_runs(payloads: dict[str, list | None]) -> dict[str, CondensedRun | None]:
-    """Cached payloads by run id as ``CondensedRun``s; None for a run to read again (never
-    cached, or a cache entry of another shape: a damaged cache costs a read, not a lie)."""
-    out: dict[str, CondensedRun | None] = {}
-    for run_id, payload in payloads.items():
+class CachedRuns(Mapping):
+    """Cached payloads (JSON bytes, or None) by run id, each parsed into a ``CondensedRun``
+    only when asked for, so an experiment's runs are not all held twice (parsed here and
+    folded by the analysis). None for a run to read again: never cached, or an entry of
+    another shape (a damaged cache costs a read, not a lie)."""
+
+    def __init__(self, payloads: dict[str, bytes | None]):
+        self._payloads = payloads
+
+    def __getitem__(self, run_id: str) -> CondensedRun | None:
+        payload = self._payloads[run_id]
         try:
-            out[run_id] = None if payload is None else condensed_from_json(payload)
-        except FormatError:
-            out[run_id] = None
-    return out
+            row = None if payload is None else jsonio.loads(payload)
+            return None if row is None else condensed_from_json(row)
+        except (FormatError, ValueError):
+            return None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._payloads)
+
+    def __len__(self) -> int:
+        return len(self._payloads)
 
 
 def journal_facts(journal: tuple[Record, ...]) -> dict:

@@ -13,7 +13,7 @@ import hashlib
 from ..analysis import experiment_facts
 from ..report import experiment_input
 from ._charts import pass_vs_cost, throughput_by_quarter, time_per_policy, tokens_per_tier
-from ._experiment import analyse, journal_facts, known_runs
+from ._experiment import CachedRuns, analyse, journal_facts
 from ._runpages import render_pages
 from ._render import cell_url, cells_list_url, exp_dir, exp_url
 from ._state import Build, digest_of
@@ -43,7 +43,7 @@ def _experiment(b: Build, exp: str) -> None:
         for rel in sorted(r for r in b.cache.pages if r.startswith(exp_dir(exp))):
             b.pages.keep(rel)
     else:
-        got = experiment_input(b.store, exp, known_runs({s["id"]: b.payload(s["id"]) for s in runs}))
+        got = experiment_input(b.store, exp, CachedRuns({s["id"]: b.payload(s["id"]) for s in runs}))
         result = analyse(got.data)
         summary = result["summary"]
         _cell_pages(b, exp, result, runs, summary)

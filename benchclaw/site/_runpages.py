@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 from ..store import Store
-from ._cache import write_atomic
+from ._cache import fast_dumps, write_atomic
 from ._experiment import run_payload
 from ._render import Scrubber, make_env, object_url, run_url
 from ._runview import Blobs, run_view, summarise_run
@@ -69,7 +69,7 @@ def _one(run_id: str) -> tuple:
     linked = sorted(blobs.linked)
     for digest in linked:
         copy_object(store, out, digest)
-    return run_id, {"s": summary, "l": linked}, run_payload(run)
+    return run_id, {"s": summary, "l": linked}, fast_dumps(run_payload(run))
 
 
 def _page(job: tuple[str, str, dict]) -> None:
@@ -99,6 +99,6 @@ def render_pages(jobs: list[tuple[str, str, dict]], *, runs_dir: Path, templates
 def render_runs(run_ids: list[str], *, runs_dir: Path, templates: Path, out: Path, public: bool,
                 scrub: Scrubber, workers: int, renderer: str | None = None) -> list[tuple[str, dict, dict]]:
     """Render the replay page of every run in ``run_ids``; returns (run id, cache entry,
-    analysis payload (``run_payload``)) per run, in no particular order.
+    analysis payload (``run_payload``, as JSON bytes)) per run, in no particular order.
     Raises IntegrityError/FormatError (naming the file) for a damaged run log."""
     return _map(_one, run_ids, (str(runs_dir), str(templates), str(out), public, scrub, renderer), workers)

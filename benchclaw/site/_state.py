@@ -47,7 +47,7 @@ class Build:
     runs: dict[str, dict] = field(default_factory=dict)
     summaries: list[dict] = field(default_factory=list)
     experiments: dict[str, dict] = field(default_factory=dict)
-    new_records: dict[str, list] = field(default_factory=dict)
+    new_records: dict[str, bytes] = field(default_factory=dict)  # run id -> analysis payload (JSON)
     objects: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
     rendered: int = 0
