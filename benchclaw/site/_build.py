@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -100,22 +101,35 @@ def _stage2_runs(b: Build) -> None:
     ids = b.store.run_ids()
     todo, base = [], str(b.out) + os.sep
     for run_id in ids:
-        entry = b.cache.runs.get(run_id)
+        entry = b.cache.runs.pop(run_id, None)  # held once: interned into b.runs
         if entry is not None and os.path.isfile(base + run_url(run_id)):
-            b.runs[run_id] = entry
+            b.runs[run_id] = shared(entry)
             b.pages.record(run_url(run_id), run_id, written=False)
         else:
             todo.append(run_id)
     fresh = render_runs(todo, runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
                         scrub=b.scrub, workers=b.workers, renderer=b.cache.renderer)
-    for run_id, entry, payload in sorted(fresh, key=lambda f: f[0]):
-        b.runs[run_id] = entry
+    for run_id, entry, payload in fresh:  # as they come: the cache and pages are sorted when saved
+        b.runs[run_id] = shared(entry)
         b.new_records[run_id] = payload
         b.pages.record(run_url(run_id), run_id, written=True)
     b.rendered = len(todo)
     b.summaries = sorted((e["s"] for e in b.runs.values()), key=lambda s: (s["at"], s["id"]))
     for e in b.runs.values():
         b.objects.update(e["l"])
+
+
+def shared(obj):
+    """``obj`` (a run's cached summary) with its strings interned: thousands of runs repeat
+    the same tiers, tasks, statuses, check details and linked blobs, which each summary
+    read from JSON or a worker held as its own copy (most of a summary's memory)."""
+    if type(obj) is str:
+        return sys.intern(obj)
+    if type(obj) is dict:
+        return {k: shared(v) for k, v in obj.items()}
+    if type(obj) is list:
+        return [shared(v) for v in obj]
+    return obj
 
 
 # ---------------------------------------------------------------------------- 6. static files and blobs
@@ -142,7 +156,7 @@ def _stage7_cleanup(b: Build) -> None:
     for digest in sorted(set(b.cache.objects) - b.objects):
         _unlink(b.out / object_url(digest))
     experiments = {k: v for k, v in sorted(b.experiments.items())}
-    b.cache.save(dict(sorted(b.pages.pages.items())), dict(sorted(b.runs.items())), experiments, keep,
+    b.cache.save(dict(sorted(b.pages.pages.items())), b.runs, experiments, keep,
                  b.new_records)
 
 

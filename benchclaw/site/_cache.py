@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from .. import jsonio
 
@@ -39,14 +40,21 @@ def fast_dumps(obj) -> bytes:
         return jsonio.dumps(obj)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write through a temporary file and a rename (folders are made on first need)."""
+def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """Write ``data`` (bytes, or chunks of them) through a temporary file and a rename
+    (folders are made on first need)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(data)
+        f = open(tmp, "wb")
     except FileNotFoundError:
         os.makedirs(path.parent, exist_ok=True)
-        tmp.write_bytes(data)
+        f = open(tmp, "wb")
+    with f:
+        if isinstance(data, bytes):
+            f.write(data)
+        else:
+            for chunk in data:
+                f.write(chunk)
     os.replace(tmp, path)
 
 
@@ -124,9 +132,16 @@ class BuildCache:
                 f.write(lines)
         else:
             write_atomic(path, lines)
-        write_atomic(self.dir / "state.json", fast_dumps({"v": CACHE_VERSION, "renderer": self.renderer,
-                                                          "pages": pages, "runs": runs,
-                                                          "experiments": experiments, "objects": objects}))
+        write_atomic(self.dir / "state.json", self._state(pages, runs, experiments, objects))
+
+    def _state(self, pages: dict, runs: dict, experiments: dict, objects: list) -> Iterator[bytes]:
+        """``state.json``'s bytes (sorted-key JSON, as ``fast_dumps`` of the whole object would
+        give) in pieces: the run summaries one by one, never the whole text at once."""
+        yield b'{"experiments":' + fast_dumps(experiments) + b',"objects":' + fast_dumps(objects)
+        yield b',"pages":' + fast_dumps(pages) + b',"renderer":' + fast_dumps(self.renderer) + b',"runs":{'
+        for i, run_id in enumerate(sorted(runs)):
+            yield (b"," if i else b"") + fast_dumps(run_id) + b":" + fast_dumps(runs[run_id])
+        yield b'},"v":' + fast_dumps(CACHE_VERSION) + b"}"
 
 
 class PageWriter:
