@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from benchclaw import jsonio
-from benchclaw.bundle._zipwrite import write_zip
+from benchclaw.bundle._zipwrite import in_bundle_order, write_zip
 from benchclaw.records import GENESIS, Record, encode, line_hash, split_lines
 from benchclaw.verify.manifest import MANIFEST, RUN_PATH, build_manifest, object_path, run_path
 
@@ -106,7 +106,7 @@ def pack(files: dict[str, bytes], tmp: Path, *, manifest: bytes | None = None, f
     elif manifest is None:
         manifest = files[MANIFEST]
     out = tmp / "rezipped.zip"
-    write_zip(out, manifest, body)
+    write_zip(out, in_bundle_order(manifest, body))
     return out.read_bytes()
 
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 import os
 import zipfile
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
-__all__ = ["write_zip", "FIXED_TIME", "FILE_MODE"]
+from ..verify.manifest import MANIFEST, path_order
+
+__all__ = ["write_zip", "in_bundle_order", "FIXED_TIME", "FILE_MODE"]
 
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 FILE_MODE = 0o100644
@@ -58,3 +60,11 @@ def write_zip(out_path: Path, entries: Iterable[tuple[str, int, Iterable[bytes]]
         if tmp.exists():
             tmp.unlink()
     return out_path.stat().st_size
+
+
+def in_bundle_order(manifest: bytes, files: dict[str, bytes]) -> Iterator[tuple[str, int, list[bytes]]]:
+    """``write_zip``'s entries for files held in memory: ``manifest.json`` first, then every
+    path sorted by its UTF-8 bytes (for tests and tools that repack a bundle)."""
+    yield MANIFEST, len(manifest), [manifest]
+    for name in sorted(files, key=path_order):
+        yield name, len(files[name]), [files[name]]
