@@ -186,10 +186,11 @@ class Forger:
 
     def resummarise(self) -> None:
         """Recompute summary.json from the forged files, as an honest export would."""
-        from benchclaw.bundle import claimed_summary
+        from benchclaw.report import summary_bytes
+        from benchclaw.verify.experiment import experiment_data_from_files, summarise
 
         body = {k: v for k, v in self.files.items() if k not in (MANIFEST, "summary.json")}
-        self.files["summary.json"] = claimed_summary(body, EXP)
+        self.files["summary.json"] = summary_bytes(summarise(experiment_data_from_files(body, EXP)))
 
     def pack(self, tmp: Path, *, resummarise: bool = True) -> bytes:
         if resummarise:
