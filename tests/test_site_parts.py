@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import threading
-import tomllib
 import urllib.request
 from decimal import Decimal
 
 import pytest
 from click.testing import CliRunner
 
-from benchclaw.analysis import ExperimentData, lured_tasks, summarise
 from benchclaw.cli import cli
 from benchclaw.site import make_server
 from benchclaw.site._charts import frontier, pass_vs_cost
