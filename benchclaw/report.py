@@ -10,60 +10,98 @@ CLI stays glue.
 
 from __future__ import annotations
 
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Mapping
 
 from . import jsonio
 from .analysis import ExperimentData, render_markdown, summarise
-from .analysis.inputs import experiment_data
+from .analysis.fold import CondensedRun, ExperimentFold
+from .analysis.inputs import registered_digest
 from .errors import FormatError, InputError, RegistrationError
 from .records import GENESIS, Record, line_hash, parse_line
 from .store import ChainFile, Store, safe_name
 
 __all__ = ["load_experiment", "build_summary", "write_summary", "write_markdown",
-           "summary_bytes", "build_comparison"]
+           "summary_bytes", "build_comparison", "ledger_stream", "ExperimentInput", "experiment_input"]
 
 
 def load_experiment(store: Store, experiment: str, *,
                     tasks_with_lures: frozenset[str] | None = None) -> ExperimentData:
     """Everything the analysis of ``experiment`` reads from ``store``.
 
-    Raises RegistrationError when the experiment has no journal or no registered spec,
-    IntegrityError/FormatError (naming the file and line) for damaged evidence, and
-    InputError when the registered spec's blob is missing."""
+    Runs are read one at a time and condensed at once (``analysis.fold``), so memory
+    holds one run's records at a time, not the experiment's. Raises RegistrationError
+    when the experiment has no journal or no registered spec, IntegrityError/FormatError
+    (naming the file and line) for damaged evidence, and InputError when the registered
+    spec's blob is missing."""
     entries = [(e.writer, e.record) for e in store.read_journal(experiment)]
     if not any(rec.kind == "prereg" for _, rec in entries):
         raise RegistrationError(f"experiment {experiment}: not registered in {store.root} "
                                 f"(register it first: benchclaw prereg experiments/{experiment}.toml)")
-    runs = {}
-    for run in store.iter_runs():
-        policy = run.start.get("policy")
-        if isinstance(policy, dict) and policy.get("experiment") == experiment:
-            runs[run.run_id] = run.records
-    return experiment_data(experiment, entries, runs, store.get_blob,
-                           ledgers=ledger_records(store, [rec for _, rec in entries], runs),
-                           tasks_with_lures=tasks_with_lures)
+    fold = _fold(store, experiment, None)
+    return fold.data(entries, store.get_blob, ledgers=_ledgers(store, fold, entries),
+                     tasks_with_lures=tasks_with_lures)
 
 
-def ledger_records(store: Store, journal: list, runs: dict) -> list[Iterator[Record]]:
-    """The records of every ledger the journal records or the runs' records name (chains
-    verified): what the analysis needs to count calls cut off in flight.
+@dataclass(frozen=True)
+class ExperimentInput:
+    """One experiment as the site receives it: the analysis input (``data``; its spec is
+    ``{}`` when the registered one cannot be read) and why not (``spec_error``), so a
+    site still shows an experiment whose journal or spec is missing or odd."""
 
-    Each ledger is a stream, read when it is iterated, one line at a time: a grid's ledger
-    holds two records per model call, and the analysis only folds them into reservations
-    (``ledger_reservations``), so holding them all cost ~17 KB a run (34 MB of a 2,000-run
-    site build's 100 MB peak). Iterate each stream once."""
-    ids = {rec.body.get("ledger") for rec in journal if rec.kind == "grid.start"}
-    ids |= {recs[0].body.get("ledger") for recs in runs.values() if recs}
-    out = []
-    for lid in sorted(i for i in ids if isinstance(i, str)):
-        path = store.root / "ledgers" / f"{safe_name(lid, 'ledger id')}.jsonl"
-        if path.is_file():
-            out.append(_stream_chain(path))
-    return out
+    data: ExperimentData
+    spec_error: str | None
 
 
-def _stream_chain(path: Path) -> Iterator[Record]:
+def experiment_input(store: Store, experiment: str, known: Mapping[str, CondensedRun | None]) -> ExperimentInput:
+    """``load_experiment`` for a builder that keeps condensed runs between builds.
+
+    ``known``: every run of the experiment by id, with its cached ``CondensedRun`` or None
+    (then it is read from the store). Raises IntegrityError/FormatError (naming the file)
+    for a damaged journal, ledger or run log."""
+    entries = [(e.writer, e.record) for e in store.read_journal(experiment)]
+    digest = registered_digest([rec for _, rec in entries])
+    spec, spec_error = _spec(store, digest)
+    fold = _fold(store, experiment, known)
+    data = fold.data(entries, store.get_blob, ledgers=_ledgers(store, fold, entries), spec=spec)
+    return ExperimentInput(data, spec_error)
+
+
+def _spec(store: Store, digest: str | None) -> tuple[dict, str | None]:
+    if not digest:
+        return {}, "no registered spec in the journal"
+    try:
+        return tomllib.loads(store.get_blob(digest).decode("utf-8")), None
+    except Exception as e:  # noqa: BLE001 - a bad spec is reported, not fatal
+        return {}, f"spec {digest}: {e}"
+
+
+def _fold(store: Store, experiment: str, known: Mapping[str, CondensedRun | None] | None) -> ExperimentFold:
+    fold = ExperimentFold(experiment)
+    if known is None:
+        for run in store.iter_runs():
+            fold.add(run.run_id, run.records)
+        return fold
+    for run_id in sorted(known):
+        cached = known[run_id]
+        if cached is not None:
+            fold.add_condensed(run_id, cached)
+        else:
+            fold.add(run_id, store.read_run(run_id).records)
+    return fold
+
+
+def _ledgers(store: Store, fold: ExperimentFold, entries: list) -> Callable[[], list[Iterator[Record]]]:
+    """Opens the records of every ledger the journal's grids or the runs name (chains
+    verified as they are read): what the analysis needs to count calls cut off in flight."""
+    paths = [store.root / "ledgers" / f"{safe_name(lid, 'ledger id')}.jsonl"
+             for lid in fold.ledger_ids(rec for _, rec in entries)]
+    return lambda: [ledger_stream(p) for p in paths if p.is_file()]
+
+
+def ledger_stream(path: Path) -> Iterator[Record]:
     """A chain file's records, verified as they are read. On any defect (a torn line, a
     bad line, a broken link) the whole file is read again by ``ChainFile.read``, which
     raises the error naming the line (or, when a writer was appending meanwhile, returns
@@ -100,7 +138,7 @@ def build_comparison(store: Store, experiments: list[str], policies: list[str] |
     items = []
     for exp in experiments:
         data = load_experiment(store, exp)
-        times = [recs[0].at for recs in data.runs.values() if recs]
+        times = [v.at for v in data.views.values()] + [recs[0].at for recs in data.runs.values() if recs]
         items.append((summarise(data), experiment_facts(data.spec, data.journal, times)))
     return compare(items, policies)
 

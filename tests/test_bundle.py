@@ -132,3 +132,15 @@ def test_verify_help_is_fast_and_documents_exit_codes():
     elapsed = time.perf_counter() - t0
     assert res.returncode == 0 and "exit codes: 0 verified, 1 evidence does not match" in res.stdout
     assert elapsed < 1.0  # bench/startup.py measures the 0.3 s target precisely
+
+
+def test_export_refuses_a_damaged_blob_and_leaves_no_bundle(runs, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(runs, broken)
+    blob = max((broken / "objects").glob("*/*"), key=lambda p: p.stat().st_size)
+    blob.write_bytes(blob.read_bytes()[:-1] + b"!")
+    with pytest.raises(IntegrityError, match="bytes do not match digest"):
+        export_bundle(broken, EXP, tmp_path / "x.zip")
+    assert not (tmp_path / "x.zip").exists() and not list(tmp_path.glob(".x.zip*"))

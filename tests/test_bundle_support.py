@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from benchclaw import jsonio
-from benchclaw.bundle._zipwrite import write_zip
+from benchclaw.bundle._zipwrite import in_bundle_order, write_zip
 from benchclaw.records import GENESIS, Record, encode, line_hash, split_lines
 from benchclaw.verify.manifest import MANIFEST, RUN_PATH, build_manifest, object_path, run_path
 
@@ -106,7 +106,7 @@ def pack(files: dict[str, bytes], tmp: Path, *, manifest: bytes | None = None, f
     elif manifest is None:
         manifest = files[MANIFEST]
     out = tmp / "rezipped.zip"
-    write_zip(out, manifest, body)
+    write_zip(out, in_bundle_order(manifest, body))
     return out.read_bytes()
 
 
@@ -186,10 +186,11 @@ class Forger:
 
     def resummarise(self) -> None:
         """Recompute summary.json from the forged files, as an honest export would."""
-        from benchclaw.bundle import claimed_summary
+        from benchclaw.report import summary_bytes
+        from benchclaw.verify.experiment import experiment_data_from_files, summarise
 
         body = {k: v for k, v in self.files.items() if k not in (MANIFEST, "summary.json")}
-        self.files["summary.json"] = claimed_summary(body, EXP)
+        self.files["summary.json"] = summary_bytes(summarise(experiment_data_from_files(body, EXP)))
 
     def pack(self, tmp: Path, *, resummarise: bool = True) -> bytes:
         if resummarise:

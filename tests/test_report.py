@@ -65,7 +65,7 @@ def test_json_and_markdown_outputs_match_the_pure_summary(tmp_path, capsys):
     data = load_experiment(store, "E01")
     assert js.read_bytes() == jsonio.dumps(summarise(data)) + b"\n"
     assert "| ladder (live) | 2/2 1.0000 |" in md.read_text()
-    assert data.spec_digest.startswith("sha256:") and len(data.runs) == 9
+    assert data.spec_digest.startswith("sha256:") and len(data.views) + len(data.runs) == 9
 
 
 def test_json_to_stdout_is_only_json(tmp_path, capsys):
@@ -161,11 +161,11 @@ def _ledger(tmp_path, n=5):
 
 
 def test_ledgers_stream_the_same_verified_records_as_a_whole_read(tmp_path):
-    from benchclaw.report import ledger_records
+    from benchclaw.report import ledger_stream
     from benchclaw.store import ChainFile
 
     store, path, journal = _ledger(tmp_path)
-    [stream] = ledger_records(store, journal, {})
+    stream = ledger_stream(path)
     assert [r.line for r in stream] == [r.line for r in ChainFile(path).read()]
 
 
@@ -173,7 +173,7 @@ def test_a_damaged_ledger_stream_names_the_line_as_a_whole_read_does(tmp_path):
     import pytest
 
     from benchclaw.errors import BenchClawError
-    from benchclaw.report import ledger_records
+    from benchclaw.report import ledger_stream
     from benchclaw.store import ChainFile
 
     store, path, journal = _ledger(tmp_path)
@@ -185,5 +185,5 @@ def test_a_damaged_ledger_stream_names_the_line_as_a_whole_read_does(tmp_path):
         with pytest.raises(BenchClawError) as whole:
             ChainFile(path).read()
         with pytest.raises(type(whole.value)) as streamed:
-            list(ledger_records(store, journal, {})[0])
+            list(ledger_stream(path))
         assert str(streamed.value) == str(whole.value) and "L1.jsonl:" in str(streamed.value)

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import threading
-import tomllib
 import urllib.request
 from decimal import Decimal
 
 import pytest
 from click.testing import CliRunner
 
-from benchclaw.analysis import ExperimentData, lured_tasks, summarise
 from benchclaw.cli import cli
 from benchclaw.site import make_server
 from benchclaw.site._charts import frontier, pass_vs_cost
-from benchclaw.site._experiment import condense, expand
 from benchclaw.site._render import Scrubber, cell_slug, fmt_usd, markdown
 from tests.synth_runs import synth_runs
 from benchclaw.store import Store
@@ -63,17 +60,30 @@ def test_scrubber_removes_paths_and_keys():
     assert text == "at …/x with [REDACTED] and /root"
 
 
-def test_condensed_records_give_the_same_summary(tmp_path):
-    info = synth_runs(tmp_path / "runs", 30)
-    store = Store(tmp_path / "runs")
-    journal = tuple(e.record for e in store.read_journal(info.experiment))
-    digest = journal[0].body["spec_digest"]
-    spec = tomllib.loads(store.get_blob(digest).decode())
-    full = {r.run_id: tuple(r.records) for r in store.iter_runs()}
-    small = {rid: expand(condense(store.read_run(rid))) for rid in full}
-    lures = lured_tasks([r[0].body for r in full.values()], store.get_blob)
-    make = lambda runs: ExperimentData(info.experiment, spec, digest, journal, runs, lures)  # noqa: E731
-    assert summarise(make(small)) == summarise(make(full))
+def test_what_the_site_caches_of_a_run_is_what_the_analysis_reads_of_it(tmp_path):
+    """Every run's cached entry gives exactly the view the analysis makes from the run's full
+    records (denials read ``action.reason``, cut-off calls ``call.turn``/``attempt``): a
+    cache that kept a pick of record fields would lose one the analysis reads."""
+    from benchclaw import jsonio
+    from benchclaw.analysis import view_run
+    from benchclaw.analysis.inputs import call_keys
+    from benchclaw.site import build_site
+    from benchclaw.site._experiment import CachedRuns
+
+    synth_runs(tmp_path / "runs", 30)
+    store, _ = _denials_and_mismatches(tmp_path)
+    build_site(store.root, tmp_path / "site")
+    rows = [jsonio.loads(line) for line in
+            (tmp_path / "site" / ".benchclaw-build" / "records.jsonl").read_bytes().splitlines()]
+    cached = dict(CachedRuns({run_id: jsonio.dumps(row) for run_id, row in rows}))
+    runs = {r.run_id: r for r in store.iter_runs()}
+    assert set(cached) == set(runs) and any(c.view.denials for c in cached.values() if c)
+    for run_id, c in cached.items():
+        records = runs[run_id].records
+        assert c is not None and c.view == view_run(run_id, records), run_id
+        attempt = (runs[run_id].start.get("policy") or {}).get("attempt")
+        assert c.attempt == attempt and c.keys == (call_keys(records) if attempt else ())
+        assert c.task == runs[run_id].start.get("task")
 
 
 def test_cli_build_then_serve(tmp_path):

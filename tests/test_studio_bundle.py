@@ -19,7 +19,7 @@ from decimal import Decimal
 import pytest
 
 from benchclaw import jsonio
-from benchclaw.bundle._zipwrite import write_zip
+from benchclaw.bundle._zipwrite import in_bundle_order, write_zip
 from benchclaw.records import split_lines
 from benchclaw.verify import verify_bundle
 from benchclaw.verify.cli import render_text
@@ -189,7 +189,7 @@ class StudioForgery:
     def pack(self, tmp) -> bytes:
         body = {k: v for k, v in self.files.items() if k != MANIFEST}
         old = jsonio.loads(self.files[MANIFEST])
-        write_zip(tmp / "forged.zip", build_manifest(old["experiments"], body, exploratory=True).to_bytes(), body)
+        write_zip(tmp / "forged.zip", in_bundle_order(build_manifest(old["experiments"], body, exploratory=True).to_bytes(), body))
         return (tmp / "forged.zip").read_bytes()
 
 
@@ -366,7 +366,7 @@ def test_a_day_ledger_whose_limit_was_raised_disagrees_with_the_studio_budgets(s
 def test_a_studio_bundle_relabelled_as_an_experiment_fails_closed(studio_bundle, tmp_path):
     files = entries(studio_bundle[1])
     body = {k: v for k, v in files.items() if k != MANIFEST}
-    write_zip(tmp_path / "x.zip", build_manifest(["studio-public"], body).to_bytes(), body)
+    write_zip(tmp_path / "x.zip", in_bundle_order(build_manifest(["studio-public"], body).to_bytes(), body))
     rep = verify_bundle(tmp_path / "x.zip")
     assert rep.exit_code == 1
     assert any("never registered" in str(f) for f in rep.section("prereg").failures), render_text(rep, 20)

@@ -27,7 +27,7 @@ from ..records import Record
 __all__ = ["ExperimentData", "RunView", "RunTally", "CallView", "view_run", "lured_tasks", "parse_cell",
            "task_key", "usd", "spec_from_bytes", "registered_digest", "merge_journal",
            "experiment_data", "ledger_reservations", "SpecView", "spec_view", "view_to_json",
-           "view_from_json"]
+           "view_from_json", "call_keys", "cut_off_calls", "reservations_of"]
 
 _USD_RE = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
 _EXACT = decimal.Context(prec=60, traps=[decimal.Inexact, decimal.InvalidOperation])
@@ -310,13 +310,9 @@ def view_run(run_id: str, records: tuple[Record, ...] | list[Record],
         elif rec.kind == "action":
             denials += is_denial(rec.body)
             attempts += bool(rec.body.get("injection"))
-    attempt = pol.get("attempt") if isinstance(pol.get("attempt"), str) else None
-    reserved = (reservations or {}).get(attempt, ())
+    reserved = (reservations or {}).get(_attempt(pol), ())
     if reserved:
-        seen = {f"{c.get('turn')}.{c.get('attempt')}" for c in (r.body for r in records if r.kind == "call")}
-        for key, low, high in reserved:
-            if key not in seen:
-                calls.append(CallView("cut_off", None, None, low, high, low == high))
+        calls.extend(cut_off_calls(call_keys(records), reserved))
     task = _get(start, "task", dict, {}, where)
     cell = _get(pol, "cell", str, f"{task_key(task)}/?/?", where)
     try:
@@ -338,6 +334,21 @@ def view_run(run_id: str, records: tuple[Record, ...] | list[Record],
         turns=_get(end, "turns", int, 0, where), calls=tuple(calls),
         injection_attempts=attempts, denials=denials,
         simulated=bool(start.get("simulated")) or end.get("simulated") is True)
+
+
+def _attempt(pol: Mapping) -> str | None:
+    return pol.get("attempt") if isinstance(pol.get("attempt"), str) else None
+
+
+def call_keys(records) -> tuple[str, ...]:
+    """``<turn>.<attempt>`` of every ``call`` record: what a ledger reservation is matched by."""
+    return tuple(f"{c.get('turn')}.{c.get('attempt')}" for c in (r.body for r in records if r.kind == "call"))
+
+
+def cut_off_calls(seen, reserved) -> list[CallView]:
+    """A call cut off in flight per reservation whose key no ``call`` record has (``view_run``)."""
+    return [CallView("cut_off", None, None, low, high, low == high) for key, low, high in reserved
+            if key not in seen]
 
 
 def view_to_json(view: RunView) -> list:
@@ -443,6 +454,12 @@ def ledger_reservations(ledgers: Iterable[Iterable[Record]]) -> dict[str, tuple]
                 reserved[str(b.get("id"))] = (b["attempt"], str(b.get("key")), usd(b.get("usd"), where))
             elif rec.kind == "settle" and b.get("known") is True:
                 settled[str(b.get("id"))] = usd(b.get("usd"), where)
+    return reservations_of(reserved, settled)
+
+
+def reservations_of(reserved: Mapping[str, tuple[str, str, Decimal]], settled: Mapping[str, Decimal]) -> dict[str, tuple]:
+    """``ledger_reservations``'s result from the latest reservation (attempt, key, usd) and
+    known settlement (usd) of each reservation id."""
     out: dict[str, list] = {}
     for rid, (attempt, key, high) in sorted(reserved.items()):
         exact = settled.get(rid)

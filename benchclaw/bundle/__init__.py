@@ -16,21 +16,27 @@ hypothesis and no decision (docs/FORMAT.md "Bundles", exploratory form).
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from .. import jsonio
-from ..errors import InputError, UsageError
+from ..analysis import summarise
+from ..analysis.summary import gc_paused
+from ..errors import IntegrityError, InputError, UsageError
 from ..paths import make_output_dir, refuse_evidence_overlap
+from ..report import ledger_stream, summary_bytes
 from ..store import Store
-from ..verify.manifest import build_manifest
-from ._collect import collect, collect_exploratory, journal_is_exploratory
+from ..verify.manifest import BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST
+from ._collect import Contents, Entry, collect, collect_exploratory, journal_is_exploratory
 from ._zipwrite import write_zip
 
 __all__ = ["export_bundle", "ExportReport", "SUMMARY"]
 
 SUMMARY = "summary.json"
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -60,17 +66,21 @@ def export_bundle(runs_dir: Path | str, experiment_id: str, out_path: Path | str
     # bundle of them would not verify): wait for it, and hold it off while reading.
     site = Path(include_site) if include_site else None
     _refuse_serving_studio(store, experiment_id)
-    with store.experiment_quiet(experiment_id, note):
+    # (The collector is paused: everything held is acyclic, and scanning the condensed runs
+    # on every generation-2 collection would cost seconds; see ``analysis.gc_paused``.)
+    with store.experiment_quiet(experiment_id, note), gc_paused():
         exploratory = journal_is_exploratory(store, experiment_id)
-        files = (collect_exploratory if exploratory else collect)(store, experiment_id, site)
-    if not exploratory:
-        files[SUMMARY] = claimed_summary(files, experiment_id)
-    manifest = build_manifest([experiment_id], files, exploratory=exploratory)
-    try:
-        size = write_zip(Path(out_path), manifest.to_bytes(), files)
-    except OSError as e:
-        raise InputError(f"{out_path}: cannot write the bundle ({e.strerror or e})") from None
-    return ExportReport(Path(out_path), manifest.digest, len(files) + 1, size)
+        contents = (collect_exploratory if exploratory else collect)(store, experiment_id, site)
+        if not exploratory:  # an exploratory journal claims no summary
+            contents.add_bytes(SUMMARY, claimed_summary(contents))
+        contents.analysed()  # the condensed runs are not needed to write the zip
+    with tempfile.TemporaryFile() as manifest, gc_paused():  # on disk: it lists every file of the bundle
+        digest, size = write_manifest(manifest, experiment_id, contents, exploratory=exploratory)
+        try:
+            zsize = write_zip(Path(out_path), _zip_entries(manifest, size, contents))
+        except OSError as e:
+            raise InputError(f"{out_path}: cannot write the bundle ({e.strerror or e})") from None
+    return ExportReport(Path(out_path), digest, contents.count() + 1, zsize)
 
 
 def _refuse_serving_studio(store: Store, journal_id: str) -> None:
@@ -81,10 +91,58 @@ def _refuse_serving_studio(store: Store, journal_id: str) -> None:
                          "runs in flight would not verify. Stop it (SIGTERM), export, then start it again")
 
 
-def claimed_summary(files: dict[str, bytes], experiment_id: str) -> bytes:
-    """``summary.json`` bytes: the analysis of exactly the files being bundled, built the way
-    the verifier builds it, so an honest export verifies by construction."""
-    from ..verify.experiment import experiment_data_from_files, summarise
+def claimed_summary(contents: Contents) -> bytes:
+    """``summary.json`` bytes: the analysis of exactly the runs, journal and ledgers being
+    bundled, built the way the verifier builds it from the bundle (the experiment's runs,
+    the ledgers its grid and runs name), so an honest export verifies by construction."""
+    fold = contents.fold
+    paths = [contents.store.root / "ledgers" / f"{lid}.jsonl" for lid in fold.ledger_ids(r for _, r in contents.journal)
+             if f"ledgers/{lid}.jsonl" in contents.files]
+    data = fold.data(contents.journal, contents.store.get_blob, ledgers=lambda: [ledger_stream(p) for p in paths])
+    return summary_bytes(summarise(data))  # as `benchclaw report --json` writes it
 
-    data = experiment_data_from_files(files, experiment_id)
-    return jsonio.dumps(summarise(data)) + b"\n"  # as `benchclaw report --json` writes it
+
+def write_manifest(fh, experiment: str, contents: Contents, *, exploratory: bool = False) -> tuple[str, int]:
+    """Write ``manifest.json`` (FORMAT.md "Bundles": canonical JSON, rows sorted by path,
+    ``"exploratory": true`` only for an exploratory journal's bundle) to ``fh`` row by row;
+    returns its digest and size."""
+    h, size = hashlib.sha256(), 0
+
+    def put(data: bytes) -> None:
+        nonlocal size
+        h.update(data)
+        fh.write(data)
+        size += len(data)
+
+    put(b'{"experiments":' + jsonio.dumps([experiment]) + (b',"exploratory":true' if exploratory else b"")
+        + b',"files":[')
+    for i, (path, e) in enumerate(contents.entries()):
+        put((b"," if i else b"") + jsonio.dumps({"digest": e.digest, "path": path, "size": e.size}))
+    put(b'],"format":' + jsonio.dumps(BUNDLE_FORMAT) + b',"v":' + jsonio.dumps(BUNDLE_VERSION) + b"}")
+    return "sha256:" + h.hexdigest(), size
+
+
+def _zip_entries(manifest, size: int, contents: Contents) -> Iterator[tuple[str, int, Iterator[bytes]]]:
+    manifest.seek(0)
+    yield MANIFEST, size, iter(lambda: manifest.read(_CHUNK), b"")
+    for path, e in contents.entries():
+        yield path, e.size, _chunks(e)
+
+
+def _chunks(e: Entry) -> Iterator[bytes]:
+    """An entry's bytes, re-hashed as they are read: a file changed since it was listed
+    raises IntegrityError naming it (the bundle is then not written)."""
+    if isinstance(e.source, bytes):
+        yield e.source
+        return
+    h, left = hashlib.sha256(), e.size
+    try:
+        with open(e.source, "rb") as f:
+            while left and (chunk := f.read(min(_CHUNK, left))):
+                left -= len(chunk)
+                h.update(chunk)
+                yield chunk
+    except FileNotFoundError:
+        raise InputError(f"{e.source}: {e.digest} is missing") from None
+    if left or "sha256:" + h.hexdigest() != e.digest:
+        raise IntegrityError(f"{e.source}: bytes do not match digest {e.digest}")

@@ -1,156 +1,244 @@
-"""Gather the files of one experiment's bundle from a runs directory.
+"""Gather the files of one experiment's bundle from a runs directory, without holding them.
 
 Everything is read through the store's verifying readers (run ids re-hashed, chains
-re-checked, blobs re-hashed), so an export never packs evidence that is already broken:
-it stops with an error naming the damaged file instead. Task versions, catalogs and
-experiment specs are rebuilt from the blobs the runs reference (FORMAT.md §3), not from
-whatever the working tree holds today, so the bundle shows exactly what the runs used.
+re-checked; blobs re-hashed as they are packed), so an export never packs evidence that
+is already broken: it stops with an error naming the damaged file instead. Task versions,
+catalogs and experiment specs are rebuilt from the blobs the runs reference (FORMAT.md
+§3), not from whatever the working tree holds today, so the bundle shows exactly what the
+runs used.
 
-An exploratory journal (the studio's) is collected by ``collect_exploratory``: its runs are
-the ones its ``studio.run`` records name or whose ``run.start.policy.studio`` is it, and its
-ledgers are every session and day ledger opened under its name (the day ledgers are named
-by no run, so they are found by name and by their ``ledger.open``). It has no spec.
+Memory stays flat in the number of runs: what is kept of a file is where to read it again,
+its digest and its size (``Entry``; a blob or a run log, named by its digest, keeps only
+its size), and each run is condensed into the analysis's view of it
+(``analysis.fold``) as soon as it is read, then dropped.
+
+An exploratory journal (the studio's) is collected by ``collect_exploratory`` into the same
+``Contents``: its runs are the ones its ``studio.run`` records name or whose
+``run.start.policy.studio`` is it, and its ledgers are every session and day ledger opened
+under its name (the day ledgers are named by no run, so they are found by name and by their
+``ledger.open``). It has no spec and no summary, so its runs are not folded.
 """
 
 from __future__ import annotations
 
+import hashlib
+import heapq
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
+from ..analysis.fold import ExperimentFold
 from ..errors import InputError, IntegrityError
-from ..records import blob_refs
+from ..records import Record, blob_refs
+from ..report import ledger_stream
 from ..store import VERSION_TEXT, SealedRun, Store, safe_name
 from ..verify.layout import (catalog_entry, ledger_ids, parse_listing, spec_entry,
                              task_entry)
 from ..verify.exploratory import is_exploratory, studio_ledger
-from ..verify.manifest import object_path, run_path
+from ..verify.manifest import object_path, path_order, run_path
 
-__all__ = ["collect", "collect_exploratory", "journal_is_exploratory"]
+__all__ = ["collect", "collect_exploratory", "journal_is_exploratory", "Contents", "Entry"]
 
 
-def collect(store: Store, experiment: str, include_site: Path | None = None) -> dict[str, bytes]:
-    """Every file of the bundle except the manifest and ``summary.json``: path -> bytes.
+class Entry(NamedTuple):
+    """A bundle file: its digest and size, and its source: the bytes themselves or a file
+    whose first ``size`` bytes they are (journals and ledgers may grow meanwhile)."""
+
+    digest: str
+    size: int
+    source: bytes | str
+
+
+@dataclass
+class Contents:
+    """Every file of the bundle but the manifest, and the analysis input being folded."""
+
+    store: Store
+    fold: ExperimentFold
+    journal: list[tuple[str, Record]] = field(default_factory=list)
+    files: dict[str, Entry] = field(default_factory=dict)  # journals, ledgers, tasks, catalogs, spec, site
+    runs: dict[str, int] = field(default_factory=dict)  # run id -> size (runs/<aa>/<id>.jsonl)
+    objects: dict[str, int] = field(default_factory=dict)  # blob digest -> size (objects/<aa>/<hex>)
+
+    def add_bytes(self, path: str, data: bytes) -> None:
+        self.files[path] = Entry("sha256:" + hashlib.sha256(data).hexdigest(), len(data), data)
+
+    def analysed(self) -> None:
+        """Drop the analysis input once the summary is made (it is most of what is held)."""
+        self.fold = ExperimentFold(self.fold.experiment)
+        self.journal = []
+
+    def count(self) -> int:
+        return len(self.files) + len(self.runs) + len(self.objects)
+
+    def blob_file(self, digest: str) -> str:
+        """The blob's file (a string path: pathlib costs seconds over 100,000 blobs)."""
+        hexd = digest.removeprefix("sha256:")
+        return f"{self.store.root}{os.sep}objects{os.sep}{hexd[:2]}{os.sep}{hexd}"
+
+    def entries(self) -> Iterator[tuple[str, Entry]]:
+        """Every (bundle path, Entry) in manifest order (by the UTF-8 bytes of the path)."""
+        runs_dir = f"{self.store.root}{os.sep}runs{os.sep}"
+        blobs = ((object_path(d), Entry(d, n, self.blob_file(d))) for d, n in sorted(self.objects.items()))
+        runs = ((run_path(r), Entry("sha256:" + r, n, f"{runs_dir}{r[:2]}{os.sep}{r}.jsonl"))
+                for r, n in sorted(self.runs.items()))
+        files = sorted(self.files.items(), key=lambda kv: path_order(kv[0]))
+        return heapq.merge(files, blobs, runs, key=lambda kv: path_order(kv[0]))
+
+
+def collect(store: Store, experiment: str, include_site: Path | None = None) -> Contents:
+    """Every file of the bundle except the manifest and ``summary.json``.
 
     Raises InputError when the experiment has no journal or a named run or blob is
     missing, IntegrityError when a run, journal or blob is damaged.
     """
     safe_name(experiment, "experiment id")
-    files: dict[str, bytes] = {"VERSION": VERSION_TEXT}
-    journal_bodies = _journals(store, experiment, files)
-    runs = _runs(store, experiment, journal_bodies)
-    # every registered spec is a blob the journal names (a registration's catalog and task
-    # pins are packed from the runs that used them: a pinned task no run reached has none)
-    bodies = [{"spec_digest": body.get("spec_digest")} for _, body in journal_bodies]
-    for run in runs:
-        files[run_path(run.run_id)] = run.path.read_bytes()
-        bodies.extend(r.body for r in run.records)
-    bodies.extend(_ledgers(store, runs, journal_bodies, files))
-    _objects(store, bodies, files)
-    _tasks(store, runs, files)
-    _catalogs(store, runs, files)
-    _spec(store, experiment, journal_bodies, files)
+    c = Contents(store, ExperimentFold(experiment))
+    c.add_bytes("VERSION", VERSION_TEXT)
+    _journals(c, experiment)
+    bodies = [b for _, b in ((w, r.body) for w, r in c.journal)]
+    _blobs(c, [{"spec_digest": b.get("spec_digest")} for b in bodies])
+    starts = _runs(c, experiment)
+    _ledgers(c, ledger_ids(starts.ledgers, bodies))
+    _tasks(c, starts.tasks)
+    _catalogs(c, starts.catalogs)
+    _spec(c, experiment)
     if include_site is not None:
-        _site(Path(include_site), files)
-    return files
+        _site(c, Path(include_site))
+    return c
 
 
-def _journals(store: Store, experiment: str, files: dict[str, bytes]) -> list[tuple[str, dict]]:
+def _file_entry(path: Path) -> Entry:
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return Entry("sha256:" + h.hexdigest(), size, str(path))
+
+
+def _journals(c: Contents, experiment: str) -> None:
+    store = c.store
     paths = store.journal_paths(experiment)
     if not paths:
         raise InputError(f"{store.root}/journals/{experiment}: experiment {experiment!r} has no "
                          "journal (register it with `benchclaw prereg` and run it first)")
-    out = []
-    for entry in store.read_journal(experiment):  # verifies every writer's chain
-        out.append((entry.kind, entry.body))
+    c.journal = [(e.writer, e.record) for e in store.read_journal(experiment)]  # verifies every chain
     for path in paths:
-        files[f"journals/{experiment}/{path.name}"] = path.read_bytes()
-    return out
+        c.files[f"journals/{experiment}/{path.name}"] = _file_entry(path)
 
 
-def _runs(store: Store, experiment: str, journal: list[tuple[str, dict]]) -> list[SealedRun]:
-    named = {b.get("run_id") for k, b in journal if k == "run"}
+class _Starts(NamedTuple):
+    """What the packed runs' ``run.start`` records name, each once (in run order)."""
+
+    ledgers: list[dict]  # {"ledger": id}
+    tasks: dict[str, dict]  # tasks/<id>/v<N> -> the first run's task object
+    catalogs: dict[str, str]  # catalogs/<name>-<hex>.toml -> digest
+
+
+def _runs(c: Contents, experiment: str) -> _Starts:
+    """Read every sealed run (verifying it); pack the experiment's and those its journal
+    names, folding each into the analysis input."""
+    named = {b.get("run_id") for _, r in c.journal for b in [r.body] if r.kind == "run"}
     named.discard(None)
-    have = set(store.run_ids())
+    have = set(c.store.run_ids())
     missing = sorted(r for r in named if r not in have)
     if missing:
-        raise InputError(f"{store.root}: the journal of {experiment} names run {missing[0]} "
+        raise InputError(f"{c.store.root}: the journal of {experiment} names run {missing[0]} "
                          f"which is not in runs/ ({len(missing)} missing)")
-    runs = []
+    starts = _Starts([], {}, {})
     for run_id in sorted(have):
-        run = store.read_run(run_id)
+        run = c.store.read_run(run_id)
         policy = run.start.get("policy") or {}
         if run_id in named or (isinstance(policy, dict) and policy.get("experiment") == experiment):
-            runs.append(run)
-    return runs
+            _pack_run(c, run, starts)
+    return starts
 
 
-def _ledgers(store: Store, runs: list[SealedRun], journal: list[tuple[str, dict]],
-             files: dict[str, bytes]) -> list[dict]:
-    from ..store import ChainFile
+def _pack_run(c: Contents, run: SealedRun, starts: _Starts, *, fold: bool = True) -> None:
+    c.runs[run.run_id] = os.path.getsize(run.path)
+    _blobs(c, (r.body for r in run.records))
+    if fold:
+        c.fold.add(run.run_id, run.records)
+    start = run.start
+    if "ledger" in start and not any(s["ledger"] == start["ledger"] for s in starts.ledgers):
+        starts.ledgers.append({"ledger": start["ledger"]})
+    prefix = task_entry(start.get("task") or {})
+    if prefix is not None:
+        starts.tasks.setdefault(prefix, start["task"])
+    for path, digest in catalog_entry(start.get("catalog")):
+        starts.catalogs.setdefault(path, digest)
 
-    bodies = []
-    for lid in ledger_ids([r.start for r in runs], [b for _, b in journal]):
-        path = store.root / "ledgers" / f"{lid}.jsonl"
-        if not path.is_file():
-            raise InputError(f"{path}: ledger {lid} named by the runs is missing")
-        bodies.extend(r.body for r in ChainFile(path).read())
-        files[f"ledgers/{lid}.jsonl"] = path.read_bytes()
-    return bodies
 
-
-def _objects(store: Store, bodies: list[dict], files: dict[str, bytes]) -> None:
+def _blobs(c: Contents, bodies) -> None:
     for body in bodies:
         for digest in blob_refs(body):
-            name = object_path(digest)
-            if name not in files:
-                files[name] = store.get_blob(digest)
+            _blob(c, digest)
 
 
-def _tasks(store: Store, runs: list[SealedRun], files: dict[str, bytes]) -> None:
-    done: set[str] = set()
-    for run in runs:
-        task = run.start.get("task") or {}
-        prefix = task_entry(task)
-        if prefix is None or prefix in done:
-            continue
-        done.add(prefix)
-        listing = store.get_blob(task["digest"])
+def _blob(c: Contents, digest: str) -> int:
+    size = c.objects.get(digest)
+    if size is None:
+        path = c.blob_file(digest)
+        try:
+            size = c.objects[digest] = os.path.getsize(path)
+        except FileNotFoundError:
+            raise InputError(f"{path}: blob {digest} is missing") from None
+    return size
+
+
+def _ledgers(c: Contents, ids: list[str]) -> None:
+    for lid in ids:
+        path = c.store.root / "ledgers" / f"{lid}.jsonl"
+        if not path.is_file():
+            raise InputError(f"{path}: ledger {lid} named by the runs is missing")
+        entry = _file_entry(path)
+        _blobs(c, (r.body for r in ledger_stream(path)))  # verifies the chain as it reads
+        c.files[f"ledgers/{lid}.jsonl"] = entry
+
+
+def _tasks(c: Contents, tasks: dict[str, dict]) -> None:
+    for prefix, task in tasks.items():
+        listing = c.store.get_blob(task["digest"])
         try:
             rows = parse_listing(listing)
         except ValueError as e:
-            raise IntegrityError(f"{store.blob_path(task['digest'])}: task listing: {e}") from None
+            raise IntegrityError(f"{c.store.blob_path(task['digest'])}: task listing: {e}") from None
         for path, digest in rows:
-            data = store.get_blob(digest)
-            files[f"{prefix}/{path}"] = data
             # the blobs the listing names too: a run "can be rebuilt from objects/ alone"
             # (FORMAT.md §3), and the analysis reads task.toml by digest (lures)
-            files[object_path(digest)] = data
+            c.files[f"{prefix}/{path}"] = Entry(digest, _blob(c, digest), c.blob_file(digest))
 
 
-def _catalogs(store: Store, runs: list[SealedRun], files: dict[str, bytes]) -> None:
-    for run in runs:
-        for path, digest in catalog_entry(run.start.get("catalog")):
-            if path not in files:
-                files[path] = store.get_blob(digest)
+def _catalogs(c: Contents, catalogs: dict[str, str]) -> None:
+    for path, digest in catalogs.items():
+        c.files[path] = Entry(digest, _blob_size(c, digest), c.blob_file(digest))
 
 
-def _spec(store: Store, experiment: str, journal: list[tuple[str, dict]], files: dict[str, bytes]) -> None:
+def _blob_size(c: Contents, digest: str) -> int:
+    """The size of a blob that is packed under another name only (not under objects/)."""
+    return len(c.store.get_blob(digest))
+
+
+def _spec(c: Contents, experiment: str) -> None:
     digest = None
-    for kind, body in journal:
-        if kind in ("prereg", "deviation") and isinstance(body.get("spec_digest"), str):
-            digest = body["spec_digest"]
+    for _, rec in c.journal:
+        if rec.kind in ("prereg", "deviation") and isinstance(rec.body.get("spec_digest"), str):
+            digest = rec.body["spec_digest"]
     if digest is None:
         raise InputError(f"experiment {experiment}: the journal holds no registration (prereg)")
-    files[spec_entry(experiment)] = store.get_blob(digest)
+    c.files[spec_entry(experiment)] = Entry(digest, _blob_size(c, digest), c.blob_file(digest))
 
 
-def _site(site: Path, files: dict[str, bytes]) -> None:
+def _site(c: Contents, site: Path) -> None:
     if not site.is_dir():
         raise InputError(f"{site}: no such site folder (build it with `benchclaw build`)")
     for p in sorted(site.rglob("*")):
         if p.is_symlink():
             raise InputError(f"{p}: a site file is a symbolic link; a bundle holds regular files only")
         if p.is_file():
-            files["site/" + p.relative_to(site).as_posix()] = p.read_bytes()
+            c.files["site/" + p.relative_to(site).as_posix()] = _file_entry(p)
 
 
 # ---------------------------------------------------------------------------- exploratory form
@@ -164,28 +252,27 @@ def journal_is_exploratory(store: Store, journal_id: str) -> bool:
     return is_exploratory((e.kind, e.body) for e in store.read_journal(journal_id))
 
 
-def collect_exploratory(store: Store, journal_id: str, include_site: Path | None = None) -> dict[str, bytes]:
-    """Every file of an exploratory journal's bundle (no spec, no summary): path -> bytes.
+def collect_exploratory(store: Store, journal_id: str, include_site: Path | None = None) -> Contents:
+    """Every file of an exploratory journal's bundle but the manifest (it has no spec and no
+    summary); its runs are not folded (there is no analysis to feed).
 
     Raises InputError when the studio left runs unfinished (killed and not restarted: its
     restart recovers and journals them) or a named run or blob is missing, IntegrityError
     when a run, journal, ledger or blob is damaged.
     """
-    files: dict[str, bytes] = {"VERSION": VERSION_TEXT}
-    journal = _journals(store, journal_id, files)
+    safe_name(journal_id, "experiment id")
+    c = Contents(store, ExperimentFold(journal_id))
+    c.add_bytes("VERSION", VERSION_TEXT)
+    _journals(c, journal_id)
+    journal = [(r.kind, r.body) for _, r in c.journal]
     _refuse_unfinished(store, journal_id, journal)
-    runs = _studio_runs(store, journal_id, journal)
-    bodies: list[dict] = []
-    for run in runs:
-        files[run_path(run.run_id)] = run.path.read_bytes()
-        bodies.extend(r.body for r in run.records)
-    bodies.extend(_studio_ledgers(store, journal_id, files))
-    _objects(store, bodies, files)
-    _tasks(store, runs, files)
-    _catalogs(store, runs, files)
+    starts = _studio_runs(c, journal_id, journal)
+    _studio_ledgers(c, journal_id)
+    _tasks(c, starts.tasks)
+    _catalogs(c, starts.catalogs)
     if include_site is not None:
-        _site(Path(include_site), files)
-    return files
+        _site(c, Path(include_site))
+    return c
 
 
 def _refuse_unfinished(store: Store, journal_id: str, journal: list[tuple[str, dict]]) -> None:
@@ -197,7 +284,9 @@ def _refuse_unfinished(store: Store, journal_id: str, journal: list[tuple[str, d
                          "and settles their reservations, then export")
 
 
-def _studio_runs(store: Store, journal_id: str, journal: list[tuple[str, dict]]) -> list[SealedRun]:
+def _studio_runs(c: Contents, journal_id: str, journal: list[tuple[str, dict]]) -> _Starts:
+    """Read every sealed run (verifying it); pack the studio's, unfolded."""
+    store = c.store
     named = {b.get("run_id") for k, b in journal if k == "studio.run"}
     named.discard(None)
     have = set(store.run_ids())
@@ -205,25 +294,24 @@ def _studio_runs(store: Store, journal_id: str, journal: list[tuple[str, dict]])
     if missing:
         raise InputError(f"{store.root}: the journal of {journal_id} names run {missing[0]} "
                          f"which is not in runs/ ({len(missing)} missing)")
-    runs = []
+    starts = _Starts([], {}, {})
     for run_id in sorted(have):
         run = store.read_run(run_id)
         policy = run.start.get("policy") or {}
         if run_id in named or (isinstance(policy, dict) and policy.get("studio") == journal_id):
-            runs.append(run)
-    return runs
+            _pack_run(c, run, starts, fold=False)
+    return starts
 
 
-def _studio_ledgers(store: Store, journal_id: str, files: dict[str, bytes]) -> list[dict]:
+def _studio_ledgers(c: Contents, journal_id: str) -> None:
     from ..store import ChainFile
 
-    bodies = []
-    for path in sorted((store.root / "ledgers").glob(f"{journal_id}-*.jsonl")):
+    for path in sorted((c.store.root / "ledgers").glob(f"{journal_id}-*.jsonl")):
         if studio_ledger(journal_id, path.stem) is None:
             continue
+        entry = _file_entry(path)  # first: the ledger may grow while it is read
         records = ChainFile(path).read()
         if not records or records[0].body.get("experiment") != journal_id:
             continue  # another studio's ledger whose label extends this one's
-        bodies.extend(r.body for r in records)
-        files[f"ledgers/{path.name}"] = path.read_bytes()
-    return bodies
+        _blobs(c, (r.body for r in records))
+        c.files[f"ledgers/{path.name}"] = entry

@@ -24,60 +24,23 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..analysis.summary import gc_paused
 from ..errors import InputError
 from ..paths import make_output_dir, refuse_evidence_overlap, site_templates_dir
 from ..store import Store
-from ._cache import BuildCache, PageWriter, fast_dumps, write_atomic
+from ._cache import BuildCache, PageWriter, write_atomic
+from ._compare import stage_compare
+from ._exppages import stage_experiments
+from ._pages import stage_lists, stage_tasks
 from ._render import Scrubber, make_env, object_url, renderer_digest, run_url
 from ._runpages import copy_object, render_runs
+from ._state import Build, BuildReport
 
 __all__ = ["build_site", "BuildReport"]
-
-
-@dataclass(frozen=True)
-class BuildReport:
-    """What a build did. ``seconds`` is wall time (a measurement, not money)."""
-
-    pages_written: int
-    pages_skipped: int
-    seconds: float
-    runs: int = 0
-    runs_rendered: int = 0
-    warnings: tuple[str, ...] = ()
-
-
-@dataclass
-class Build:
-    """Everything the stages share."""
-
-    store: Store
-    out: Path
-    templates: Path
-    tasks_dir: Path | None
-    public: bool
-    bundle: Path | None
-    workers: int
-    cache: BuildCache
-    pages: PageWriter
-    scrub: Scrubber
-    runs: dict[str, dict] = field(default_factory=dict)
-    summaries: list[dict] = field(default_factory=list)
-    experiments: dict[str, dict] = field(default_factory=dict)
-    new_records: dict[str, list] = field(default_factory=dict)
-    objects: set[str] = field(default_factory=set)
-    warnings: list[str] = field(default_factory=list)
-    rendered: int = 0
-    comparison: dict | None = None  # stage 4b's, when the runs hold more than one experiment
-
-    def payload(self, run_id: str) -> dict | None:
-        """What the analysis reads of a run (``_experiment.run_payload``), from this build or
-        cached by an earlier one; None when the cache lost it."""
-        found = self.new_records.get(run_id)
-        return found if found is not None else self.cache.records().get(run_id)
 
 
 def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundle_path=None,
@@ -88,8 +51,6 @@ def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundl
     ``UsageError`` when ``out_dir`` is inside the runs directory, and ``IntegrityError`` /
     ``FormatError`` (naming the file and line) for a damaged run log or journal.
     """
-    from ..analysis.summary import gc_paused
-
     t0 = time.perf_counter()
     with gc_paused():  # see the module docstring ("Speed"); workers re-enable it
         b = _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers)
@@ -97,13 +58,8 @@ def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundl
                           "sealed so far (a snapshot); build again when its grid ends"
                           for e in b.store.experiments() if b.store.experiment_live(e))
         _stage2_runs(b)
-        from ._pages import stage_lists, stage_tasks
-        from ._exppages import stage_experiments
-
         stage_tasks(b)
         stage_experiments(b)
-        from ._compare import stage_compare
-
         stage_compare(b)
         stage_lists(b)
         _stage6_static(b)
@@ -145,22 +101,35 @@ def _stage2_runs(b: Build) -> None:
     ids = b.store.run_ids()
     todo, base = [], str(b.out) + os.sep
     for run_id in ids:
-        entry = b.cache.runs.get(run_id)
+        entry = b.cache.runs.pop(run_id, None)  # held once: interned into b.runs
         if entry is not None and os.path.isfile(base + run_url(run_id)):
-            b.runs[run_id] = entry
+            b.runs[run_id] = shared(entry)
             b.pages.record(run_url(run_id), run_id, written=False)
         else:
             todo.append(run_id)
     fresh = render_runs(todo, runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
                         scrub=b.scrub, workers=b.workers, renderer=b.cache.renderer)
-    for run_id, entry, payload in sorted(fresh, key=lambda f: f[0]):
-        b.runs[run_id] = entry
+    for run_id, entry, payload in fresh:  # as they come: the cache and pages are sorted when saved
+        b.runs[run_id] = shared(entry)
         b.new_records[run_id] = payload
         b.pages.record(run_url(run_id), run_id, written=True)
     b.rendered = len(todo)
     b.summaries = sorted((e["s"] for e in b.runs.values()), key=lambda s: (s["at"], s["id"]))
     for e in b.runs.values():
         b.objects.update(e["l"])
+
+
+def shared(obj):
+    """``obj`` (a run's cached summary) with its strings interned: thousands of runs repeat
+    the same tiers, tasks, statuses, check details and linked blobs, which each summary
+    read from JSON or a worker held as its own copy (most of a summary's memory)."""
+    if type(obj) is str:
+        return sys.intern(obj)
+    if type(obj) is dict:
+        return {k: shared(v) for k, v in obj.items()}
+    if type(obj) is list:
+        return [shared(v) for v in obj]
+    return obj
 
 
 # ---------------------------------------------------------------------------- 6. static files and blobs
@@ -187,7 +156,7 @@ def _stage7_cleanup(b: Build) -> None:
     for digest in sorted(set(b.cache.objects) - b.objects):
         _unlink(b.out / object_url(digest))
     experiments = {k: v for k, v in sorted(b.experiments.items())}
-    b.cache.save(dict(sorted(b.pages.pages.items())), dict(sorted(b.runs.items())), experiments, keep,
+    b.cache.save(dict(sorted(b.pages.pages.items())), b.runs, experiments, keep,
                  b.new_records)
 
 
@@ -196,8 +165,3 @@ def _unlink(path: Path) -> None:
         path.unlink()
     except FileNotFoundError:
         pass
-
-
-def digest_of(obj) -> str:
-    """A short stable key for page inputs (canonical JSON, SHA-256)."""
-    return hashlib.sha256(fast_dumps(obj)).hexdigest()

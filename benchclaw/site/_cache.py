@@ -17,14 +17,16 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from .. import jsonio
 
 __all__ = ["BuildCache", "PageWriter", "write_atomic", "fast_dumps", "CACHE_DIR"]
 
 CACHE_DIR = ".benchclaw-build"
-CACHE_VERSION = 5  # 3: records.jsonl holds the analysis's view of each run; 4: aborted runs are read whole;
-# 5: run summaries and call views carry the provider-truth flags (usage doubts, simulated replies)
+CACHE_VERSION = 6  # 3: records.jsonl holds the analysis's view of each run; 4: aborted runs are read whole;
+# 5: run summaries and call views carry the provider-truth flags (usage doubts, simulated replies);
+# 6: records.jsonl holds the analysis's CondensedRun of each run (null: read the run again)
 
 
 def fast_dumps(obj) -> bytes:
@@ -38,22 +40,29 @@ def fast_dumps(obj) -> bytes:
         return jsonio.dumps(obj)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write through a temporary file and a rename (folders are made on first need)."""
+def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """Write ``data`` (bytes, or chunks of them) through a temporary file and a rename
+    (folders are made on first need)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(data)
+        f = open(tmp, "wb")
     except FileNotFoundError:
         os.makedirs(path.parent, exist_ok=True)
-        tmp.write_bytes(data)
+        f = open(tmp, "wb")
+    with f:
+        if isinstance(data, bytes):
+            f.write(data)
+        else:
+            for chunk in data:
+                f.write(chunk)
     os.replace(tmp, path)
 
 
 class BuildCache:
     """What the previous build of this output folder left behind.
 
-    ``state.json`` holds pages, run summaries, experiments and copied blobs; what the
-    analysis reads of each run (``_experiment.run_payload``) is in ``records.jsonl``
+    ``state.json`` holds pages, run summaries, experiments and copied blobs; the analysis's
+    condensed run (``_experiment.run_payload``) is in ``records.jsonl``
     (append-only, one run per line; a later line for a run wins), loaded only when an
     experiment must be analysed again.
     """
@@ -67,7 +76,7 @@ class BuildCache:
         self.objects: list[str] = []
         self.previous_pages: set[str] = set()  # every page of the previous build (to prune)
         self.valid = False
-        self._records: dict[str, dict] | None = None
+        self._records: dict[str, bytes] | None = None
 
     @classmethod
     def load(cls, out: Path, renderer: str) -> "BuildCache":
@@ -89,8 +98,9 @@ class BuildCache:
         cache.valid = True
         return cache
 
-    def records(self) -> dict[str, dict]:
-        """Run id -> the analysis payload of every run a previous build saw."""
+    def records(self) -> dict[str, bytes]:
+        """Run id -> the analysis payload (JSON bytes, parsed when an experiment is analysed
+        again) of every run a previous build saw."""
         if self._records is None:
             self._records = {}
             if self.valid:
@@ -99,25 +109,39 @@ class BuildCache:
                 except OSError:
                     data = b""
                 for line in data.splitlines():
-                    try:
-                        run_id, payload = jsonio.loads(line)
-                    except (ValueError, TypeError):
-                        continue
-                    self._records[run_id] = payload
+                    self._record(line)
         return self._records
 
+    def _record(self, line: bytes) -> None:
+        if line.startswith(b'["') and line[66:68] == b'",' and line.endswith(b"]"):  # as ``save`` writes it
+            self._records[line[2:66].decode("ascii", "replace")] = line[68:-1]
+            return
+        try:
+            run_id, payload = jsonio.loads(line)
+            self._records[str(run_id)] = fast_dumps(payload)
+        except (ValueError, TypeError):
+            pass
+
     def save(self, pages: dict[str, str], runs: dict[str, dict], experiments: dict[str, dict],
-             objects: list[str], new_records: dict[str, dict]) -> None:
-        lines = b"".join(fast_dumps([k, new_records[k]]) + b"\n" for k in sorted(new_records))
+             objects: list[str], new_records: dict[str, bytes]) -> None:
+        """Write the cache; ``new_records``: run id -> its analysis payload as JSON bytes."""
+        lines = b"".join(b'["' + k.encode("ascii") + b'",' + new_records[k] + b"]\n" for k in sorted(new_records))
         path = self.dir / "records.jsonl"
         if self.valid and path.is_file():
             with open(path, "ab") as f:
                 f.write(lines)
         else:
             write_atomic(path, lines)
-        write_atomic(self.dir / "state.json", fast_dumps({"v": CACHE_VERSION, "renderer": self.renderer,
-                                                          "pages": pages, "runs": runs,
-                                                          "experiments": experiments, "objects": objects}))
+        write_atomic(self.dir / "state.json", self._state(pages, runs, experiments, objects))
+
+    def _state(self, pages: dict, runs: dict, experiments: dict, objects: list) -> Iterator[bytes]:
+        """``state.json``'s bytes (sorted-key JSON, as ``fast_dumps`` of the whole object would
+        give) in pieces: the run summaries one by one, never the whole text at once."""
+        yield b'{"experiments":' + fast_dumps(experiments) + b',"objects":' + fast_dumps(objects)
+        yield b',"pages":' + fast_dumps(pages) + b',"renderer":' + fast_dumps(self.renderer) + b',"runs":{'
+        for i, run_id in enumerate(sorted(runs)):
+            yield (b"," if i else b"") + fast_dumps(run_id) + b":" + fast_dumps(runs[run_id])
+        yield b'},"v":' + fast_dumps(CACHE_VERSION) + b"}"
 
 
 class PageWriter:

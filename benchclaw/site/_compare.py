@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 
-from ._build import Build, digest_of
+from ..analysis import compare
 from ._charts import across_experiments, claim_strip
 from ._exppages import experiment_ids
+from ._state import Build, digest_of
 
 __all__ = ["stage_compare", "COMPARE_PAGE"]
 
@@ -65,8 +66,6 @@ def _series(comparison: dict, axis: str) -> list[tuple[str, list]]:
 
 
 def stage_compare(b: Build) -> None:
-    from ..analysis import compare
-
     items = _subjects(b)
     b.comparison = None
     if len(items) < 2:

@@ -2,124 +2,79 @@
 
 The site never computes a metric of its own. The policy table, cost bounds and decisions
 are ``benchclaw.analysis.summarise`` verbatim (the same object the report and the
-verifier produce); the per-cell view ("what each policy did with these runs") comes from
+verifier produce), over the one input the report uses (``report.experiment_input``: an
+``ExperimentData``); the per-cell view ("what each policy did with these runs") comes from
 the analysis's own trial functions over the same selection, so a cell page cannot
 disagree with the experiment's table.
 
-Speed: ``summarise`` reads run records. Re-reading 10,000 run logs for every rebuild
-would cost seconds, so when a run's page is rendered the builder also condenses the run,
-from its full records, into the analysis's own ``RunView`` (``run_payload``) and caches it
-by run id as JSON (``analysis.view_to_json``): a sealed run never changes, and loading
-10,000 cached views costs a tenth of a second where parsing condensed records and
-condensing them again cost half a second. A run whose records the analysis cannot read is
-cached as its condensed records instead (``condense``), so the summary lists it as
-unreadable with the analysis's own message.
+Speed: re-reading 10,000 run logs for every rebuild would cost seconds, so when a run's
+page is rendered the builder also condenses the run, from its full records, into the
+analysis's own ``CondensedRun`` (``run_payload``) and caches it by run id as JSON
+(``analysis.fold.condensed_to_json``): a sealed run never changes. What is cached is the
+analysis's type, not a pick of record fields, so no field the analysis reads can be
+missing from it. A run the analysis cannot read is not cached: its records are read again
+whenever its experiment is analysed, so the summary lists it with the analysis's own
+message.
 """
 
 from __future__ import annotations
 
 import functools
-import tomllib
 from decimal import Decimal
+from typing import Iterator, Mapping
 
-from ..records import GENESIS, Record
-from ..store import SealedRun, Store
+from .. import jsonio
+from ..analysis import ExperimentData, summarise_with_trials
+from ..analysis.inputs import registered_digest
+from ..analysis.fold import CondensedRun, condense_run, condensed_from_json, condensed_to_json
+from ..errors import FormatError
+from ..money import fmt_usd
+from ..records import Record
+from ..store import SealedRun
 
-__all__ = ["condense", "expand", "run_payload", "analysis_inputs", "analyse", "load_spec",
-           "journal_facts"]
-
-_START_KEYS = ("task", "tier", "policy", "simulated")
-_CALL_KEYS = ("outcome", "cost", "usage", "latency_ms", "stream")  # timing: the tier's provider health
-_END_KEYS = ("status", "passed", "gate_passed", "elapsed_ms", "turns")
-
-
-def condense(run: SealedRun) -> list:
-    """``[[seq, at, kind, body], …]`` holding only what ``analysis.view_run`` reads."""
-    out = []
-    for rec in run.records:
-        b = rec.body
-        if rec.kind == "run.start":
-            body = {k: b[k] for k in _START_KEYS if k in b}
-        elif rec.kind == "call":
-            body = {k: b[k] for k in _CALL_KEYS if k in b}
-            if isinstance(b.get("error"), dict):
-                body["error"] = {"kind": b["error"].get("kind")}
-            elif "error" in b:
-                body["error"] = b["error"]
-        elif rec.kind == "action":
-            body = {k: b[k] for k in ("permitted", "injection") if k in b}
-        elif rec.kind == "run.end":
-            body = {k: b[k] for k in _END_KEYS if k in b}
-        else:
-            continue
-        out.append([rec.seq, rec.at, rec.kind, body])
-    return out
+__all__ = ["run_payload", "CachedRuns", "analyse", "journal_facts"]
 
 
-def expand(condensed: list) -> tuple[Record, ...]:
-    return tuple(Record(seq, GENESIS, at, kind, body) for seq, at, kind, body in condensed)
+def run_payload(run: SealedRun) -> list | None:
+    """What the cache keeps for the analysis of a run (None: read it again when needed)."""
+    return condensed_to_json(condense_run(run.run_id, run.records))
 
 
-def run_payload(run: SealedRun) -> dict:
-    """What the cache keeps for the analysis of a run: ``{"view": view_to_json(...)}``, or
-    ``{"records": condense(run)}`` when ``view_run`` rejects the run."""
-    from ..analysis import view_run, view_to_json
-    from ..errors import FormatError
+class CachedRuns(Mapping):
+    """Cached payloads (JSON bytes, or None) by run id, each parsed into a ``CondensedRun``
+    only when asked for, so an experiment's runs are not all held twice (parsed here and
+    folded by the analysis). None for a run to read again: never cached, or an entry of
+    another shape (a damaged cache costs a read, not a lie)."""
 
-    if run.end.get("status") == "aborted":
-        # An aborted run may hold a call cut off in flight, known only from the ledger's
-        # reservation: its view is built at analysis time from the full records and the
-        # ledgers, as `benchclaw report` does. Aborted runs are few.
-        return {"aborted": True}
-    try:
-        return {"view": view_to_json(view_run(run.run_id, tuple(run.records)))}
-    except FormatError:
-        return {"records": condense(run)}
+    def __init__(self, payloads: dict[str, bytes | None]):
+        self._payloads = payloads
 
-
-def analysis_inputs(payloads: dict[str, dict | None], read_run) -> tuple[dict, dict, dict]:
-    """``(views, records, healed)`` from cached payloads by run id: cached views, records
-    to view now, and fresh payloads for runs whose payload is missing or unreadable (read
-    again with ``read_run(run_id) -> SealedRun``: a damaged cache heals instead of
-    misreporting)."""
-    from ..analysis import view_from_json
-    from ..errors import FormatError
-
-    views, records, healed = {}, {}, {}
-
-    def load(run_id: str, payload: dict) -> None:
-        if "view" in payload:
-            views[run_id] = view_from_json(payload["view"])
-        elif payload.get("aborted") is True:
-            records[run_id] = tuple(read_run(run_id).records)
-        else:
-            records[run_id] = expand(payload["records"])
-
-    for run_id, payload in payloads.items():
+    def __getitem__(self, run_id: str) -> CondensedRun | None:
+        payload = self._payloads[run_id]
         try:
-            load(run_id, payload)
-        except (FormatError, KeyError, TypeError, ValueError):
-            run = read_run(run_id)
-            healed[run_id] = run_payload(run)
-            records[run_id] = tuple(run.records)
-    return views, records, healed
+            row = None if payload is None else jsonio.loads(payload)
+            return None if row is None else condensed_from_json(row)
+        except (FormatError, ValueError):
+            return None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._payloads)
+
+    def __len__(self) -> int:
+        return len(self._payloads)
 
 
-def journal_facts(store: Store, exp: str) -> dict:
-    """Registration, deviations, stops and live trials from the experiment's journal.
-    Raises IntegrityError/FormatError (naming the file) when a journal chain is broken."""
-    entries = store.read_journal(exp)
-    from ..analysis.inputs import registered_digest
-
-    prereg = next((e for e in entries if e.kind == "prereg"), None)
-    latest = registered_digest([e.record for e in entries])
+def journal_facts(journal: tuple[Record, ...]) -> dict:
+    """Registration, deviations, stops and live trials from the experiment's journal records
+    (in reader order)."""
+    prereg = next((r for r in journal if r.kind == "prereg"), None)
+    latest = registered_digest(journal)
     return {
-        "records": tuple(e.record for e in entries),
-        "prereg": None if prereg is None else {"at": prereg.record.at, "digest": prereg.body.get("spec_digest"),
+        "prereg": None if prereg is None else {"at": prereg.at, "digest": prereg.body.get("spec_digest"),
                                                "path": _basename(prereg.body.get("spec_path", ""))},
         "spec_digest": latest if isinstance(latest, str) else None,
-        "invocations": [{"at": e.record.at, "kind": e.kind, **{k: e.body.get(k) for k in ("status", "runs", "rule", "detail")}}
-                        for e in entries if e.kind in ("grid.start", "grid.end", "stop")],
+        "invocations": [{"at": r.at, "kind": r.kind, **{k: r.body.get(k) for k in ("status", "runs", "rule", "detail")}}
+                        for r in journal if r.kind in ("grid.start", "grid.end", "stop")],
     }
 
 
@@ -129,27 +84,11 @@ def _basename(path) -> str:
     return str(path).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
 
 
-def load_spec(store: Store, digest: str | None) -> tuple[dict, str | None]:
-    """The registered spec parsed from its blob, and an error text when it cannot be read."""
-    if not digest:
-        return {}, "no registered spec in the journal"
-    try:
-        return tomllib.loads(store.get_blob(digest).decode("utf-8")), None
-    except Exception as e:  # noqa: BLE001 - a bad spec is shown on the page, not fatal
-        return {}, f"spec {digest}: {e}"
-
-
-def analyse(exp: str, spec: dict, spec_digest: str | None, journal: tuple, runs: dict[str, tuple],
-            lures, *, views: dict | None = None, ledgers: list | None = None) -> dict:
+def analyse(data: ExperimentData) -> dict:
     """``{"summary": summary.json object, "cells": {cell: [policy trial, …]}, "grid",
     "cell_order"}`` (JSON-able). One pass of the analysis gives both the summary and the
     per-cell trials behind its primary policy rows (``summarise_with_trials``), so a cell
-    page cannot disagree with the experiment's table. ``views``: cached ``RunView``s by
-    run id, for runs not in ``runs``."""
-    from ..analysis import ExperimentData, ledger_reservations, summarise_with_trials
-
-    data = ExperimentData(exp, spec, spec_digest, journal, runs, lures, views=views or {},
-                          reservations=ledger_reservations(ledgers or ()))
+    page cannot disagree with the experiment's table."""
     summary, (sel, _tiers, trials) = summarise_with_trials(data)
     cells: dict[str, list] = {}
     for (name, mode), by_cell in trials.items():
@@ -171,6 +110,4 @@ def _trial_obj(name: str, mode: str, trial) -> dict:
 
 @functools.lru_cache(maxsize=4096)  # ~47,000 calls per 10,000-run experiment, few values
 def _usd(d: Decimal) -> str:
-    from ..money import fmt_usd
-
     return fmt_usd(d)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 
-from ..analysis import lured_tasks
-from ._build import Build, digest_of
+from ..analysis import experiment_facts
+from ..report import experiment_input
 from ._charts import pass_vs_cost, throughput_by_quarter, time_per_policy, tokens_per_tier
-from ._experiment import analyse, analysis_inputs, journal_facts, load_spec
+from ._experiment import CachedRuns, analyse, journal_facts
 from ._runpages import render_pages
 from ._render import cell_url, cells_list_url, exp_dir, exp_url
+from ._state import Build, digest_of
 
 __all__ = ["stage_experiments", "CELLS_PER_PAGE", "experiment_ids", "exploratory_ids"]
 
@@ -65,50 +66,43 @@ def _experiment(b: Build, exp: str) -> None:
     cached = b.cache.experiments.get(exp)
     if cached and cached.get("key") == key:
         summary, facts = cached["summary"], cached["facts"]
-        spec, spec_error = load_spec(b.store, facts["spec_digest"])
         for rel in sorted(r for r in b.cache.pages if r.startswith(exp_dir(exp))):
             b.pages.keep(rel)
     else:
-        full = journal_facts(b.store, exp)
-        facts = {k: v for k, v in full.items() if k != "records"}
-        spec, spec_error = load_spec(b.store, facts["spec_digest"])
-        views, records, healed = analysis_inputs({s["id"]: b.payload(s["id"]) for s in runs}, b.store.read_run)
-        b.new_records.update(healed)
-        lures = lured_tasks([{"task": s["task"]} for s in runs], b.store.get_blob)  # run.start's task
-        from ..report import ledger_records
-
-        ledgers = ledger_records(b.store, full["records"], records)
-        result = analyse(exp, spec, facts["spec_digest"], full["records"], records, lures, views=views,
-                         ledgers=ledgers)
+        got = experiment_input(b.store, exp, CachedRuns({s["id"]: b.payload(s["id"]) for s in runs}))
+        result = analyse(got.data)
         summary = result["summary"]
         _cell_pages(b, exp, result, runs, summary)
-        from ..analysis import experiment_facts
-
-        facts["compare"] = experiment_facts(spec, full["records"], ())  # run times: added by the page
+        facts = {**journal_facts(got.data.journal), "spec": _spec_facts(got.data.spec), "spec_error": got.spec_error,
+                 "compare": experiment_facts(got.data.spec, got.data.journal, ())}  # run times: added by the page
     b.experiments[exp] = {"key": key, "summary": summary, "facts": facts}
     for digest in (facts["spec_digest"], (facts["prereg"] or {}).get("digest")):
         if isinstance(digest, str) and b.store.has_blob(digest):
             b.objects.add(digest)
     several = len(experiment_ids(b)) > 1  # then stage 4b writes the comparison page
-    page_key = digest_of({"experiment": key, "summary": summary, "facts": facts, "spec_error": spec_error,
-                          "compare": several})
+    page_key = digest_of({"experiment": key, "summary": summary, "facts": facts, "compare": several})
     if b.pages.unchanged(exp_url(exp), page_key):  # its charts need not be drawn again
         return
-    view = experiment_view(exp, summary, spec, spec_error, facts, runs)
+    view = experiment_view(exp, summary, facts, runs)
     view["compare"] = several
     b.pages.render(exp_url(exp), "experiment.html", key=page_key, title=view["title"],
                    simulated=view["simulated"], exp=view)
 
 
-def experiment_view(exp: str, summary: dict, spec: dict, spec_error, facts: dict, runs: list[dict]) -> dict:
+def _spec_facts(spec) -> dict:
+    """The spec's title and notes (what the experiment page shows of it), as strings or None."""
+    return {k: spec.get(k) if isinstance(spec.get(k), str) else None for k in ("title", "notes")}
+
+
+def experiment_view(exp: str, summary: dict, facts: dict, runs: list[dict]) -> dict:
     """The experiment page's data: the summary as the analysis wrote it, plus the charts."""
     primary = summary.get("primary") or {}
     policies = primary.get("policies") or []
-    title = summary.get("title") or (spec.get("title") if isinstance(spec.get("title"), str) else exp)
+    spec = facts["spec"]
     return {
-        "id": exp, "title": title, "notes": spec.get("notes") if isinstance(spec.get("notes"), str) else "",
+        "id": exp, "title": summary.get("title") or (spec["title"] if spec["title"] is not None else exp), "notes": spec["notes"] or "",
         "simulated": bool(summary.get("simulated")) or any(s["simulated"] for s in runs),
-        "prereg": facts["prereg"], "spec_digest": facts["spec_digest"], "spec_error": spec_error,
+        "prereg": facts["prereg"], "spec_digest": facts["spec_digest"], "spec_error": facts["spec_error"],
         "invocations": facts["invocations"], "summary": summary, "primary": primary,
         "corrections": (facts.get("compare") or {}).get("corrections") or [],
         "secondary": summary.get("secondary"), "policies": policies, "tiers": primary.get("tiers") or [],

@@ -11,11 +11,12 @@ import hashlib
 import shutil
 import tomllib
 
-from ._build import Build, digest_of
+from ..tasks import find_tasks
 from ._exppages import experiment_ids, exploratory_ids, headline
 from ._gallery import gallery
 from ._render import task_url
 from ._runview import TEXT_LIMIT
+from ._state import Build, digest_of
 
 __all__ = ["stage_tasks", "stage_lists", "RUNS_PER_PAGE"]
 
@@ -33,8 +34,6 @@ def _collect_tasks(b: Build) -> dict[tuple[str, int], dict]:
         tier[0] += 1
         tier[1] += s["passed"]
     if b.tasks_dir is not None:
-        from ..tasks import find_tasks
-
         for task in find_tasks(b.tasks_dir):
             entry = tasks.setdefault((task.id, task.version), {"digest": task.digest, "tiers": {}, "files": None})
             if entry["digest"] == task.digest:

@@ -14,9 +14,10 @@ import gc
 import os
 import shutil
 from pathlib import Path
+from typing import Iterator
 
 from ..store import Store
-from ._cache import write_atomic
+from ._cache import fast_dumps, write_atomic
 from ._experiment import run_payload
 from ._render import Scrubber, make_env, object_url, run_url
 from ._runview import Blobs, run_view, summarise_run
@@ -69,7 +70,7 @@ def _one(run_id: str) -> tuple:
     linked = sorted(blobs.linked)
     for digest in linked:
         copy_object(store, out, digest)
-    return run_id, {"s": summary, "l": linked}, run_payload(run)
+    return run_id, {"s": summary, "l": linked}, fast_dumps(run_payload(run))
 
 
 def _page(job: tuple[str, str, dict]) -> None:
@@ -78,27 +79,30 @@ def _page(job: tuple[str, str, dict]) -> None:
     write_atomic(_W["out"] / rel, _W["scrub"](html).encode("utf-8"))
 
 
-def _map(fn, items: list, args: tuple, workers: int) -> list:
+def _map(fn, items: list, args: tuple, workers: int) -> Iterator:
+    """``fn`` over ``items``, results as they come (so a caller keeps only what it needs)."""
     if workers <= 1 or len(items) < POOL_MIN:
         _init(*args)
-        return list(map(fn, items))
+        yield from map(fn, items)
+        return
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
     with ctx.Pool(workers, initializer=_init_worker, initargs=args) as pool:
-        return list(pool.imap_unordered(fn, items, chunksize=32))
+        yield from pool.imap_unordered(fn, items, chunksize=32)
 
 
 def render_pages(jobs: list[tuple[str, str, dict]], *, runs_dir: Path, templates: Path, out: Path,
                  public: bool, scrub: Scrubber, workers: int, renderer: str | None = None) -> None:
     """Render many independent pages ``(rel, template, context)`` (cell pages) in parallel.
     ``renderer``: reuse this process's compiled templates (``make_env``)."""
-    _map(_page, jobs, (str(runs_dir), str(templates), str(out), public, scrub, renderer), workers)
+    for _ in _map(_page, jobs, (str(runs_dir), str(templates), str(out), public, scrub, renderer), workers):
+        pass
 
 
 def render_runs(run_ids: list[str], *, runs_dir: Path, templates: Path, out: Path, public: bool,
-                scrub: Scrubber, workers: int, renderer: str | None = None) -> list[tuple[str, dict, dict]]:
-    """Render the replay page of every run in ``run_ids``; returns (run id, cache entry,
-    analysis payload (``run_payload``)) per run, in no particular order.
+                scrub: Scrubber, workers: int, renderer: str | None = None) -> Iterator[tuple[str, dict, bytes]]:
+    """Render the replay page of every run in ``run_ids``; yields (run id, cache entry,
+    analysis payload (``run_payload``, as JSON bytes)) per run, in no particular order.
     Raises IntegrityError/FormatError (naming the file) for a damaged run log."""
     return _map(_one, run_ids, (str(runs_dir), str(templates), str(out), public, scrub, renderer), workers)

@@ -1,0 +1,209 @@
+"""Build ``ExperimentData`` one run at a time, keeping only what the analysis reads of each.
+
+``experiment_data`` takes every run's records at once; at 20,000 runs that is gigabytes.
+Export and the site read runs one by one instead: ``condense_run`` turns a run's records
+into a ``CondensedRun`` (the analysis's own ``RunView`` of it, plus the two facts that
+are only known once the ledgers are read: the run's attempt id and the keys of its
+calls, and the task it ran, for the lures), the records are dropped, and
+``ExperimentFold.data`` assembles the same ``ExperimentData`` that ``experiment_data``
+builds from the whole records. A run the analysis cannot read keeps its records (they
+are few), so the summary lists it with the analysis's own message.
+
+Because a ``CondensedRun`` is the analysis's type, a builder that caches it
+(``condensed_to_json``/``condensed_from_json``) cannot drop a field the analysis reads.
+"""
+
+from __future__ import annotations
+
+import decimal
+import sys
+from decimal import Decimal
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Mapping, NamedTuple
+
+from ..errors import FormatError
+from ..records import Record
+from .inputs import (ExperimentData, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
+                     merge_journal, registered_digest, spec_from_bytes, task_key, view_from_json, view_run,
+                     view_to_json)
+
+__all__ = ["CondensedRun", "condense_run", "ExperimentFold", "condensed_to_json", "condensed_from_json",
+           "in_experiment"]
+
+
+class CondensedRun(NamedTuple):
+    """One sealed run as the analysis needs it, before the ledgers are read.
+
+    ``view``: ``view_run`` of the run without reservations (None when the analysis cannot
+    read the run: then ``records`` holds them); ``attempt``/``keys``: its attempt id and
+    call keys, which place the ledger's reservations cut off in flight; ``task``: its
+    ``run.start.task`` (for the lures); ``ledger``: the ledger its ``run.start`` names."""
+
+    view: RunView | None
+    attempt: str | None
+    keys: tuple[str, ...]
+    task: Mapping | None
+    ledger: str | None
+    records: tuple[Record, ...] = ()
+
+
+def in_experiment(records, experiment: str) -> bool:
+    """Whether a run belongs to ``experiment`` (its first record's ``policy.experiment``),
+    the rule by which ``experiment_data``'s callers select runs."""
+    policy = records[0].body.get("policy") if records else None
+    return isinstance(policy, dict) and policy.get("experiment") == experiment
+
+
+def condense_run(run_id: str, records: tuple[Record, ...] | list[Record]) -> CondensedRun:
+    """Condense one run's records (never raises: an unreadable run keeps its records)."""
+    records = tuple(records)
+    start = records[0].body if records else {}
+    pol = start.get("policy") if isinstance(start, dict) else None
+    pol = pol if isinstance(pol, dict) else {}
+    attempt = pol.get("attempt") if isinstance(pol.get("attempt"), str) else None
+    task = start.get("task") if isinstance(start, dict) else None
+    ledger = start.get("ledger") if isinstance(start, dict) else None
+    try:
+        view = view_run(run_id, records)
+    except FormatError:
+        return CondensedRun(None, attempt, (), task, ledger, records)
+    return CondensedRun(view, attempt, call_keys(records) if attempt is not None else (), task, ledger)
+
+
+def condensed_to_json(c: CondensedRun) -> list | None:
+    """A readable run's ``CondensedRun`` as JSON (None for an unreadable one: read it again)."""
+    if c.view is None:
+        return None
+    return [view_to_json(c.view), c.attempt, list(c.keys), c.task, c.ledger]
+
+
+def condensed_from_json(row) -> CondensedRun:
+    """The inverse of ``condensed_to_json``. Raises FormatError for another shape."""
+    try:
+        view, attempt, keys, task, ledger = row
+        return CondensedRun(view_from_json(view), attempt, tuple(str(k) for k in keys), task, ledger)
+    except (TypeError, ValueError, decimal.InvalidOperation) as e:
+        raise FormatError(f"cached condensed run: {e}") from None
+
+
+@dataclass
+class ExperimentFold:
+    """The runs of one experiment, added one at a time (in run id order), condensed.
+
+    What is kept per run is its condensed view with repeated strings shared (tier, cell,
+    status, ...); its task is folded at once into one entry per task version."""
+
+    experiment: str
+    runs: dict[str, CondensedRun] = field(default_factory=dict)
+    _tasks: dict[str, Mapping] = field(default_factory=dict)  # task key -> the first run's task
+    _odd_task: Mapping | None = None  # a run.start task without a digest: the lures are unknown
+    _odd: bool = False
+
+    def add(self, run_id: str, records) -> CondensedRun | None:
+        """Condense and keep the run if it belongs to this experiment (None otherwise)."""
+        if not in_experiment(records, self.experiment):
+            return None
+        return self.add_condensed(run_id, condense_run(run_id, records))
+
+    def add_condensed(self, run_id: str, c: CondensedRun) -> CondensedRun:
+        task = c.task
+        if not isinstance(task, Mapping) or not isinstance(task.get("digest"), str):
+            if not self._odd:
+                self._odd, self._odd_task = True, task
+        elif task_key(task) not in self._tasks:
+            self._tasks[task_key(task)] = task
+        kept = CondensedRun(_shared(c.view), _intern(c.attempt), tuple(_intern(k) for k in c.keys), None,
+                            _intern(c.ledger), c.records)
+        self.runs[run_id] = kept
+        return kept
+
+    def ledger_ids(self, journal: Iterable[Record]) -> list[str]:
+        """The ledgers a ``grid.start`` or a run names, sorted: what ``data`` needs."""
+        ids = {rec.body.get("ledger") for rec in journal if rec.kind == "grid.start"}
+        ids |= {c.ledger for c in self.runs.values()}
+        return sorted(i for i in ids if isinstance(i, str))
+
+    def data(self, journal: Iterable[tuple[str, Record]], get_blob: Callable[[str], bytes], *,
+             ledgers: Callable[[], Iterable[Iterable[Record]]] = tuple, spec: Mapping | None = None,
+             tasks_with_lures: frozenset[str] | None = None) -> ExperimentData:
+        """``ExperimentData`` that summarises exactly as what ``experiment_data`` builds from
+        the whole records. ``ledgers()`` gives the records of every ledger the runs or grids
+        name, afresh each time it is called (they are read twice, to keep only the
+        reservations a view needs). With ``spec`` given, the registered spec is not read
+        (nor required). Raises as ``experiment_data`` otherwise."""
+        records = merge_journal(journal)
+        digest = registered_digest(records)
+        if spec is None:
+            if digest is None:
+                raise FormatError(f"experiment {self.experiment}: the journal has no prereg record")
+            spec = spec_from_bytes(get_blob(digest), f"{self.experiment} spec {digest}")
+        reservations = self._reservations(ledgers)
+        views, unread = {}, {}
+        for run_id, c in self.runs.items():
+            if c.view is None:
+                unread[run_id] = c.records
+                continue
+            reserved = reservations.get(c.attempt, ()) if c.attempt is not None else ()
+            extra = cut_off_calls(c.keys, reserved) if reserved else ()
+            views[run_id] = replace(c.view, calls=c.view.calls + tuple(extra)) if extra else c.view
+        if tasks_with_lures is None:
+            tasks_with_lures = lured_tasks(self._starts(), get_blob)
+        return ExperimentData(self.experiment, spec, digest, records, unread, tasks_with_lures,
+                              reservations, views=views)
+
+    def _reservations(self, ledgers: Callable[[], Iterable[Iterable[Record]]]) -> dict[str, tuple]:
+        """``ledger_reservations`` restricted to the reservations that can change a view:
+        not those whose call has a record in every run of its attempt (nearly all of them),
+        all of those of a run held as records. A grid's ledger holds two records per call,
+        so keeping them all would cost more than the runs' views."""
+        seen: dict[str, set | None] = {}  # attempt -> call keys every run of it has (None: keep all)
+        for c in self.runs.values():
+            if c.attempt is not None:
+                keys = None if c.view is None else set(c.keys)
+                had = seen.get(c.attempt, keys)
+                seen[c.attempt] = None if keys is None or had is None else had & keys
+        reserved: dict[str, tuple[str, str, Decimal]] = {}
+        for records in ledgers():  # 1. the latest reservation of each id, if it matters
+            for rec in records:
+                b = rec.body
+                if rec.kind == "reserve" and isinstance(b.get("attempt"), str):
+                    rid, key, att = str(b.get("id")), str(b.get("key")), b["attempt"]
+                    amount = usd(b.get("usd"), f"ledger record {rec.seq}")
+                    if att in seen and (seen[att] is None or key not in seen[att]):
+                        reserved[rid] = (att, key, amount)
+                    else:
+                        reserved.pop(rid, None)
+        settled: dict[str, Decimal] = {}
+        for records in ledgers():  # 2. the latest known settlement of those
+            for rec in records:
+                b = rec.body
+                if rec.kind == "settle" and b.get("known") is True:
+                    amount = usd(b.get("usd"), f"ledger record {rec.seq}")
+                    if str(b.get("id")) in reserved:
+                        settled[str(b.get("id"))] = amount
+        return reservations_of(reserved, settled)
+
+    def _starts(self) -> list[dict]:
+        """One ``run.start``-like body per task key (the first run's, in run order), or an
+        odd one: ``lured_tasks`` gives the same answer over these as over every run's."""
+        if self._odd:
+            return [{"task": self._odd_task}]
+        return [{"task": task} for task in self._tasks.values()]
+
+
+def _intern(s):
+    return sys.intern(s) if type(s) is str else s
+
+
+_VIEW_STRINGS = ("experiment", "cell", "task", "tier", "policy", "spec_digest", "status")
+
+
+def _shared(view: RunView | None) -> RunView | None:
+    """The view with its repeated strings interned: thousands of runs share a few tiers,
+    cells, statuses and one spec digest, which each parsed run held as its own copy."""
+    if view is None:
+        return None
+    calls = tuple(replace(c, outcome=_intern(c.outcome), error_kind=_intern(c.error_kind),
+                          cost_high=c.cost_low if c.cost_high.as_tuple() == c.cost_low.as_tuple() else c.cost_high)
+                  for c in view.calls)
+    return replace(view, calls=calls, **{k: _intern(getattr(view, k)) for k in _VIEW_STRINGS})

@@ -1,0 +1,79 @@
+"""Building the analysis input one run at a time (``analysis.fold``, what export and the site
+do to stay in bounded memory) gives the very summary ``experiment_data`` gives from every
+run's records at once: with reruns, live trials, calls cut off in flight (a ledger
+reservation without a call record), a run the analysis cannot read and a run of another
+experiment; and a condensed run survives the site's JSON cache unchanged."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from benchclaw import jsonio
+from benchclaw.analysis import experiment_data, summarise
+from benchclaw.analysis.fold import (ExperimentFold, condense_run, condensed_from_json,
+                                     condensed_to_json)
+from benchclaw.records import Record
+
+from tests.test_analysis_golden import random_experiment
+
+SPEC = b'title = "fold"\n[grid]\ntiers = ["lightning", "standard", "ultra"]\n'
+
+
+def _ledger(runs: dict, seed: int) -> list[Record]:
+    """Reservations for every seventh run's attempt with a key no call record has (a call
+    cut off in flight), a third of them settled known."""
+    ledger, n = [], 0
+    rng = random.Random(seed)
+    for rid in sorted(runs)[::7]:
+        att = runs[rid][0].body["policy"].get("attempt")
+        if att:
+            ledger.append(Record(n, "0" * 64, "t", "reserve", {"id": f"r{n}", "attempt": att, "key": "9.0",
+                                                                "usd": "0.02"}))
+            if rng.random() < 0.3:
+                ledger.append(Record(n + 1, "0" * 64, "t", "settle", {"id": f"r{n}", "known": True, "usd": "0.0071"}))
+            n += 2
+    return ledger
+
+
+def _odd_runs(runs: dict) -> dict:
+    """A run the analysis rejects (a call without a cost) and a run of another experiment."""
+    start = next(iter(runs.values()))[0]
+    bad_call = Record(1, "0" * 64, "2026-01-01T00:00:00Z", "call", {"turn": 0, "attempt": 0})
+    other = replace(start, body={**start.body, "policy": {**start.body["policy"], "experiment": "E02"}})
+    return {"f" * 64: (start, bad_call), "e" * 64: (other,)}
+
+
+def _both(seed: int) -> tuple[bytes, bytes]:
+    data = random_experiment(30, seed).data()
+    runs = {**data.runs, **_odd_runs(data.runs)}
+    ledger = _ledger(runs, seed)
+    journal = [("w", rec) for rec in data.journal]
+    blobs = {"sha256:" + "0" * 64: SPEC}
+    # the journal names the spec digest of its prereg; serve the same spec under any digest
+    get_blob = lambda d: blobs.get(d, SPEC)  # noqa: E731
+    whole = experiment_data("E01", journal, runs, get_blob, ledgers=[ledger],
+                            tasks_with_lures=data.tasks_with_lures)
+    fold = ExperimentFold("E01")
+    for rid in sorted(runs):
+        fold.add(rid, runs[rid])
+    folded = fold.data(journal, get_blob, ledgers=lambda: [ledger], tasks_with_lures=data.tasks_with_lures)
+    return jsonio.dumps(summarise(whole)), jsonio.dumps(summarise(folded))
+
+
+def test_a_folded_experiment_summarises_exactly_as_the_whole_records():
+    for seed in (1, 2, 3):
+        whole, folded = _both(seed)
+        assert b'"cut_off":' in whole and b'"run":"' + b"f" * 64 + b'"' in whole  # what the test is about
+        assert folded == whole
+
+
+def test_a_condensed_run_survives_the_json_cache():
+    data = random_experiment(10, 4).data()
+    for rid, records in data.runs.items():
+        c = condense_run(rid, records)
+        if c.view is None:  # unreadable: not cached (its records are read again)
+            assert condensed_to_json(c) is None and c.records
+            continue
+        again = condensed_from_json(jsonio.loads(jsonio.dumps(condensed_to_json(c))))
+        assert again == c
