@@ -40,10 +40,10 @@ from ..money import parse_usd
 from ..policies import Attempt, PolicyError, outcome
 from ._context import Bundle, RunData
 from ._errors import VerificationError
-from ._journal import _policy_sequence, _run_times, _times, journal_of
+from ._journal import policy_sequence, run_times, journal_times, journal_of
 from ._ledgers import PREFIX
 from ._report import Section
-from ._shape import BOOL, DICT, INT, LIST, STR, _t, check_body
+from ._shape import BOOL, DICT, INT, LIST, STR, check_body, shape_of as _t
 from .exploratory import STUDIO_KINDS, label_of
 
 __all__ = ["adopt", "SECTIONS", "after"]
@@ -89,7 +89,7 @@ def after(b: Bundle, report) -> None:
 
 # ------------------------------------------------------------------------------ shared reading
 
-def _journal_id(b: Bundle) -> str:
+def studio_journal_id(b: Bundle) -> str:
     return b.manifest.experiments[0]
 
 
@@ -98,7 +98,7 @@ def _journal(b: Bundle) -> list:
     key = "studio journal"
     if key not in b.memo:
         try:
-            journal = journal_of(b, _journal_id(b))
+            journal = journal_of(b, studio_journal_id(b))
             for name, line, rec in journal:
                 check_body(rec.kind, rec.body, SHAPES, name, line)
             b.memo[key] = journal
@@ -109,11 +109,11 @@ def _journal(b: Bundle) -> list:
     return b.memo[key]
 
 
-def _opens(b: Bundle) -> list:
+def ledger_opens(b: Bundle) -> list:
     return [rec for _, _, rec in _journal(b) if rec.kind == "studio.open"]
 
 
-def _in_force(opens: list, at: str):
+def budgets_in_force(opens: list, at: str):
     """The last ``studio.open`` at or before ``at`` (None when the studio had not opened)."""
     found = None
     for rec in opens:
@@ -129,7 +129,7 @@ class _Budgets:
     runs: int
 
 
-def _budgets(rec, where: str, line: int) -> _Budgets:
+def studio_budgets(rec, where: str, line: int) -> _Budgets:
     """The ``budgets`` of a ``studio.open`` as ledger limits. Raises VerificationError."""
     bud = rec.body.get("budgets")
     try:
@@ -164,7 +164,7 @@ def verify_label(b: Bundle, sec: Section) -> None:
                                    journal[0][1]))
     if not journal:
         sec.fail(VerificationError(f"journals/{exp}/", "the exploratory journal is missing or empty"))
-    for rec in _opens(b):
+    for rec in ledger_opens(b):
         if rec.body.get("label") != label_of(exp):
             sec.fail(VerificationError(f"journals/{exp}/", f"studio.open at {rec.at} has label "
                                        f"{rec.body.get('label')!r}, the journal is {exp}"))
@@ -208,12 +208,12 @@ def _run_labelled(exp: str, run: RunData) -> None:
 
 def verify_order(b: Bundle, sec: Section) -> None:
     journal = _journal(b)
-    sec.attempt(_times, journal)
+    sec.attempt(journal_times, journal)
     for run in b.runs.values():
-        sec.attempt(_run_times, run)
-    opens = _opens(b)
+        sec.attempt(run_times, run)
+    opens = ledger_opens(b)
     if not opens:
-        raise VerificationError(f"journals/{_journal_id(b)}/", "the journal has no studio.open: nothing opened it")
+        raise VerificationError(f"journals/{studio_journal_id(b)}/", "the journal has no studio.open: nothing opened it")
     first = opens[0].at
     for key, records in sorted((k, v) for k, v in b.memo.items() if k[0] == "chain" and k[1].startswith(PREFIX)):
         for i, rec in enumerate(records, 1):
@@ -254,7 +254,7 @@ _SAME = (("session", lambda r: r.policy.get("session")), ("job", lambda r: r.pol
 
 def verify_complete(b: Bundle, sec: Section) -> None:
     journal = _journal(b)
-    exp = _journal_id(b)
+    exp = studio_journal_id(b)
     named: set[str] = set()
     ended = {rec.body.get("attempt") for _, _, rec in journal if rec.kind == "studio.run"}
     for name, line, rec in journal:
@@ -271,7 +271,7 @@ def verify_complete(b: Bundle, sec: Section) -> None:
         if rec.kind == "studio.run.start":
             sec.attempt(_start_as_ended, name, line, rec.body, runs_journaled)
     jobs = {rec.body.get("job"): rec.body for _, _, rec in journal if rec.kind == "studio.job"}
-    opens = _opens(b)
+    opens = ledger_opens(b)
     for run in b.runs.values():
         sec.attempt(_ran_its_job, run, jobs)
         sec.attempt(_as_configured, run, jobs, opens)
@@ -313,7 +313,7 @@ def _as_configured(run: RunData, jobs: dict, opens: list) -> None:
     """The run used what the studio offered when its job started (``studio.open`` in force):
     its catalog, one of its tiers, tasks and profiles, and a policy it allowed."""
     job = jobs.get(run.policy.get("job"))
-    opened = _in_force(opens, run.records[0].at)
+    opened = budgets_in_force(opens, run.records[0].at)
     if job is None or opened is None:
         return  # reported by _ran_its_job and step 7
     o, st = opened.body, run.start
@@ -367,11 +367,11 @@ def _job_follows(b: Bundle, journal: list, name: str, line: int, rec, jobs: dict
     runs = [b.runs.get(r.get("run_id")) for r in mine]
     if status not in ("passed", "failed") or job.get("policy") == "memory" or None in runs:
         return  # refused or aborted mid-way; or a run missing (reported above)
-    opened = _in_force(_opens(b), rec.at)
+    opened = budgets_in_force(ledger_opens(b), rec.at)
     tiers = list(opened.body.get("tiers") or []) if opened is not None else []
     try:
         attempts = _attempts(runs)
-        _policy_sequence({"policy": job.get("policy"), "memory_start": None}, tiers, attempts)
+        policy_sequence({"policy": job.get("policy"), "memory_start": None}, tiers, attempts)
         out = outcome(str(job.get("policy")), tiers, attempts)
     except (PolicyError, BenchClawError) as e:
         raise VerificationError(name, f"job {jid}: {e}", line) from None
@@ -392,17 +392,17 @@ def _attempts(runs: list[RunData]) -> list[Attempt]:
 
 def _run_budgets(b: Bundle, journal: list) -> None:
     """No session started more runs than the session run budget in force allowed."""
-    opens = _opens(b)
+    opens = ledger_opens(b)
     used: dict[str, int] = {}
     for name, line, rec in journal:
         if rec.kind != "studio.run.start":
             continue
         sid = rec.body.get("session")
         used[sid] = used.get(sid, 0) + 1
-        opened = _in_force(opens, rec.at)
+        opened = budgets_in_force(opens, rec.at)
         if opened is None:
             raise VerificationError(name, "a run started before the studio opened", line)
-        limit = _budgets(opened, name, line).runs
+        limit = studio_budgets(opened, name, line).runs
         if used[sid] > limit:
             raise VerificationError(name, f"session {sid} started its run number {used[sid]}, past its budget "
                                     f"of {limit} runs", line)

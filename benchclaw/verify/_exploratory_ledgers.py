@@ -9,7 +9,7 @@ reservation (same ``run``, ``key`` and ``attempt``, the n-th with the n-th) with
 bound and the same settlement, or none (the day refused it, or the studio died before
 reserving it) and then is released at zero for a call the run never made; every call of
 every run is reserved and settled in its session's ledger and in a day ledger at its bound
-and its recorded cost (``_ledgers._check_call``); every reservation belongs to a run.
+and its recorded cost (``_ledgers.check_call``); every reservation belongs to a run.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from ..errors import BenchClawError
 from ._context import Bundle, RunData
 from ._costs import catalog_prices
 from ._errors import VerificationError
-from ._exploratory import _budgets, _in_force, _journal_id, _opens
-from ._ledgers import PREFIX, LedgerReplay, _check_call, _named_ledgers_present, _replay_into
+from ._exploratory import studio_budgets, budgets_in_force, studio_journal_id, ledger_opens
+from ._ledgers import PREFIX, LedgerReplay, check_call, named_ledgers_present, replay_into
 from ._report import Section
 from .exploratory import studio_ledger
 
@@ -49,15 +49,15 @@ class _Res:
 
 
 def verify_ledgers(b: Bundle, sec: Section) -> None:
-    exp = _journal_id(b)
+    exp = studio_journal_id(b)
     replays: dict[str, LedgerReplay] = {}
     for name in sorted(n for n in b.view.names if n.startswith(PREFIX)):
         lid = name[len(PREFIX):].removesuffix(".jsonl")
-        if sec.attempt(_studio_ledger_name, exp, name, lid) and sec.attempt(_replay_into, b, name, lid, replays):
+        if sec.attempt(_studio_ledger_name, exp, name, lid) and sec.attempt(replay_into, b, name, lid, replays):
             sec.count("ledgers")
     for lid in replays:
         sec.attempt(_opened_as_configured, b, exp, lid)
-    sec.attempt(_named_ledgers_present, b, replays)
+    sec.attempt(named_ledgers_present, b, replays)
     sessions, days, refused = _books(b, exp, replays)
     released = set()
     for triple, mine in sessions.items():
@@ -105,12 +105,12 @@ def _opened_as_configured(b: Bundle, exp: str, lid: str) -> None:
         raise VerificationError(name, f"the day ledger of {which} was opened at {first.at}: a day's budget "
                                 "opens on its own UTC day", 1)
     try:
-        opened = _in_force(_opens(b), first.at)
+        opened = budgets_in_force(ledger_opens(b), first.at)
     except VerificationError:
         return  # the journal is unreadable: step 6 reports it
     if opened is None:
         return  # step 7 reports a ledger older than the journal
-    budgets = _budgets(opened, f"journals/{exp}/", 0)
+    budgets = studio_budgets(opened, f"journals/{exp}/", 0)
     want = budgets.session if kind == "session" else budgets.day
     if body.get("limits") != want:
         raise VerificationError(name, f"ledger.open limits {body.get('limits')}, the studio's budgets in force "
@@ -195,7 +195,7 @@ def _tie_run(b: Bundle, exp: str, run: RunData, replays: dict, day_reps: list) -
                                 f"ledger is {want!r}", 1)
     session = replays.get(want)
     if session is None:
-        return  # missing (reported by _named_ledgers_present) or broken (reported by its replay)
+        return  # missing (reported by named_ledgers_present) or broken (reported by its replay)
     prices = catalog_prices(b, run)
     for line, rec in run.of_kind("call"):
         key = f"{rec.body.get('turn')}.{rec.body.get('attempt')}"
@@ -204,7 +204,7 @@ def _tie_run(b: Bundle, exp: str, run: RunData, replays: dict, day_reps: list) -
             raise VerificationError(run.path, f"call {key} has no reservation in any day ledger of {exp}", line)
         for rep in (session, day):
             try:
-                _check_call(b, run, line, rec.body, _as_if_open(rep, attempt, key), attempt, prices)
+                check_call(b, run, line, rec.body, _as_if_open(rep, attempt, key), attempt, prices)
             except VerificationError:
                 raise
             except (BenchClawError, ArithmeticError, TypeError, ValueError) as e:

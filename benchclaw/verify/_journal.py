@@ -65,9 +65,9 @@ def _runs_of(b: Bundle, exp: str) -> list[RunData]:
 def verify_prereg(b: Bundle, sec: Section) -> None:
     for exp in b.manifest.experiments:
         journal = journal_of(b, exp)
-        sec.attempt(_times, journal)
+        sec.attempt(journal_times, journal)
         for run in _runs_of(b, exp):
-            sec.attempt(_run_times, run)
+            sec.attempt(run_times, run)
         regs = sec.attempt(_registrations, b, exp, journal) and _regs(journal)
         if not regs:
             continue
@@ -91,7 +91,7 @@ def _check_at(at, name: str, line: int) -> None:
         raise VerificationError(name, f"time {at!r} is not RFC 3339 UTC with microseconds", line)
 
 
-def _times(journal: list) -> None:
+def journal_times(journal: list) -> None:
     last: dict[str, str] = {}
     for name, line, rec in sorted(journal, key=lambda t: (t[0], t[1])):  # file order
         _check_at(rec.at, name, line)
@@ -100,7 +100,7 @@ def _times(journal: list) -> None:
         last[name] = rec.at
 
 
-def _run_times(run: RunData) -> None:
+def run_times(run: RunData) -> None:
     prev = ""
     for i, rec in enumerate(run.records, 1):
         _check_at(rec.at, run.path, i)
@@ -442,7 +442,7 @@ def _trial(b: Bundle, name: str, line: int, body: dict, tiers: list) -> None:
                                 int(run.end.get("elapsed_ms") or 0), run_id,
                                 int(run.policy.get("batch") or 0)))
     try:
-        _policy_sequence(body, tiers, attempts)
+        policy_sequence(body, tiers, attempts)
         out = outcome(str(body.get("policy")), tiers, attempts)
     except PolicyError as e:
         raise VerificationError(name, f"trial {body.get('trial')}: {e}", line) from None
@@ -463,7 +463,7 @@ def _trial(b: Bundle, name: str, line: int, body: dict, tiers: list) -> None:
                                     f"recomputed from its runs {value!r}", line)
 
 
-def _policy_sequence(body: dict, tiers: list, attempts: list) -> None:
+def policy_sequence(body: dict, tiers: list, attempts: list) -> None:
     """The trial's runs, batch by batch, are exactly what its policy asked for, and the
     policy asks for nothing more (FORMAT.md "Summary", policies). Raises PolicyError."""
     policy, memory = str(body.get("policy")), body.get("memory_start")

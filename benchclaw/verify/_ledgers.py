@@ -60,11 +60,11 @@ def verify_ledgers(b: Bundle, sec: Section) -> None:
     replays: dict[str, LedgerReplay] = {}
     for name in sorted(n for n in b.view.names if n.startswith(_PREFIX)):
         lid = name[len(_PREFIX):].removesuffix(".jsonl")
-        if sec.attempt(_replay_into, b, name, lid, replays):
+        if sec.attempt(replay_into, b, name, lid, replays):
             sec.count("ledgers")
     for lid, rep in replays.items():
         sec.attempt(_check_carried, rep, replays)
-    sec.attempt(_named_ledgers_present, b, replays)
+    sec.attempt(named_ledgers_present, b, replays)
     tied = _runs_by_attempt(b, replays, sec)
     for rep in replays.values():
         sec.attempt(_no_orphans, rep, tied.get(rep.name, {}))
@@ -91,7 +91,7 @@ def forget_ledger_lines(b: Bundle) -> None:
                 object.__setattr__(rec, "line", b"")  # frozen: as its own __post_init__ would
 
 
-def _replay_into(b: Bundle, name: str, lid: str, replays: dict) -> None:
+def replay_into(b: Bundle, name: str, lid: str, replays: dict) -> None:
     parse_ledger_chains(b)
     if ("chain-error", name) in b.memo:
         raise b.memo[("chain-error", name)]
@@ -201,7 +201,7 @@ def _check_carried(rep: LedgerReplay, replays: dict) -> None:
                                 f"the ledgers it names spent ${fmt_usd(usd)} / {tokens}", 1)
 
 
-def _named_ledgers_present(b: Bundle, replays: dict) -> None:
+def named_ledgers_present(b: Bundle, replays: dict) -> None:
     names = set()
     for exp in b.manifest.experiments:
         for _, _, rec in journal_of(b, exp):
@@ -233,7 +233,7 @@ def _check_run_calls(b: Bundle, run: RunData, rep: LedgerReplay, attempt) -> Non
     prices = catalog_prices(b, run)
     for line, rec in run.of_kind("call"):
         try:
-            _check_call(b, run, line, rec.body, rep, attempt, prices)
+            check_call(b, run, line, rec.body, rep, attempt, prices)
         except (BenchClawError, ArithmeticError, TypeError, ValueError) as e:
             if isinstance(e, VerificationError):
                 raise
@@ -243,7 +243,7 @@ def _check_run_calls(b: Bundle, run: RunData, rep: LedgerReplay, attempt) -> Non
                                 len(run.records))
 
 
-def _check_call(b: Bundle, run: RunData, line: int, body: dict, rep: LedgerReplay, attempt,
+def check_call(b: Bundle, run: RunData, line: int, body: dict, rep: LedgerReplay, attempt,
                 prices: Prices) -> None:
     key = f"{body.get('turn')}.{body.get('attempt')}"
     found = rep.reserves.get((attempt, key))

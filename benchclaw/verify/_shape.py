@@ -18,8 +18,12 @@ STR, INT, BOOL, DICT, LIST = str, int, bool, dict, list
 OPT = "optional"
 
 
-def _t(*types, optional: bool = False, items=None) -> tuple:
+def shape_of(*types, optional: bool = False, items=None) -> tuple:
+    """A field's shape: its allowed types, whether it may be missing, its items' shape."""
     return (types, optional, items)
+
+
+_t = shape_of  # the short name keeps the tables below one field to a line
 
 
 _POLICY = {"experiment": _t(STR, optional=True), "cell": _t(STR, optional=True),
