@@ -63,7 +63,7 @@ def test_a_whole_verification_imports_nothing_impure_and_no_network(bundle_path)
     assert got["third_party"] == []
     # one definition each: the verifier replays ledgers and reads catalogs with the
     # runtime's own (pure) modules, not with copies of its own
-    assert {"benchclaw.ledger_replay", "benchclaw.catalog_format"} <= set(got["modules"])
+    assert {"benchclaw.ledger_replay", "benchclaw.catalog_format", "benchclaw.sim_rules"} <= set(got["modules"])
 
 
 @pytest.mark.parametrize("module", ["benchclaw.analysis", "benchclaw.checks", "benchclaw.money",

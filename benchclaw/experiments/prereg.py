@@ -10,6 +10,7 @@ step reads the journal afresh, so there is no cached state that could disagree w
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,9 +110,31 @@ def pins(spec: Spec, backends=None) -> dict:
     if hasattr(cat, "require_prices"):
         cat.require_prices(list(spec.grid.tiers))
     chosen = resolve_tasks(spec.grid.tasks, b.tasks(), str(spec.path))
+    sim = _sim_profiles(cat, spec.grid.tiers, b)
     return {"catalog": cat.ref(),
             "tasks": [{"id": t.id, "version": t.version, "digest": t.digest} for t in chosen],
-            "_blobs": _pinned_blobs(cat, chosen)}
+            **({"sim_profiles": "sha256:" + hashlib.sha256(sim).hexdigest()} if sim is not None else {}),
+            "_blobs": _pinned_blobs(cat, chosen) + ([sim] if sim is not None else [])}
+
+
+def _sim_profiles(cat, tiers, b) -> bytes | None:
+    """The bytes of the simulator profiles file the grid's in-process ``sim`` tiers follow
+    (asked of the provider ``benchclaw run`` would build, as each run records it in
+    ``run.start.sim``), or None when no tier of the grid is simulated in process. The
+    registration pins their digest: the reasoning and cache numbers of every simulated
+    reply follow from them (FORMAT.md §6, "Simulated usage")."""
+    found = set()
+    for name in tiers:
+        tier = cat.tier(name)
+        if getattr(tier, "provider", None) != "sim":
+            continue
+        rules = getattr(b.provider(tier), "usage_rules", None)
+        got = rules(tier.model) if callable(rules) else None
+        if got is not None:
+            found.add(got[1])
+    if len(found) > 1:  # one backend serves every tier of a grid, so this is a broken setup
+        raise InputError("the grid's simulated tiers follow different simulator profiles files")
+    return next(iter(found), None)
 
 
 def _pinned_blobs(cat, tasks) -> list[bytes]:
