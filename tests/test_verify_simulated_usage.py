@@ -65,6 +65,30 @@ def test_reasoning_and_completion_lowered_together(genuine, tmp_path):
             "the simulator draws for this request")
 
 
+def test_completion_lowered_where_the_shape_hides_reasoning(genuine, tmp_path):
+    # null_details reports no reasoning: the token rule could only ask completion >= the reply's tokens
+    f = of(genuine[0])
+    rid, line, body, raw = next(_calls(f, lambda b, raw: raw.get("completion_tokens_details", 0) is None
+                                       and b["finish_reason"] == "stop" and raw["completion_tokens"] > 300))
+    raw["completion_tokens"] -= 100
+    raw["total_tokens"] -= 100
+    f.set_usage(rid, line, raw)
+    refused(f.finish(tmp_path), "costs", "reasoning not reported", f"completion {body['usage']['completion'] - 100}",
+            "the simulator draws for this request")
+
+
+def test_a_profiles_blob_that_is_not_toml_is_named(genuine, tmp_path):
+    f = of(genuine[0])
+    bad = f.put_blob(b"v = [1\n")
+    rid, *_ = next(_calls(f, lambda b, raw: True))
+
+    def edit(objs):
+        objs[0]["body"]["sim"]["profiles"] = bad
+        return objs
+    f.edit_run(rid, edit)
+    refused(f.finish(tmp_path), "costs", "not valid TOML")
+
+
 def test_cached_read_raised(genuine, tmp_path):
     f = of(genuine[0])
     rid, line, body, raw = next(_calls(f, lambda b, raw: "prompt_cache_hit_tokens" in raw

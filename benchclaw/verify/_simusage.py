@@ -47,7 +47,13 @@ def check_simulated_usage(b: Bundle, run: RunData, line: int, body: dict, usage:
     rules = _rules(b, run)
     if rules is None:
         return
-    profile, effort = rules
+    try:
+        _check(b, run, line, body, usage, *rules)
+    except (ArithmeticError, ValueError, TypeError, RecursionError) as e:  # a hostile request or profile
+        raise VerificationError(run.path, f"simulated call: cannot recompute its usage ({e})", line) from None
+
+
+def _check(b: Bundle, run: RunData, line: int, body: dict, usage: Usage, profile: Profile, effort: dict) -> None:
     model, seed, messages = _request(b, run, line, body)
     prompt = prompt_tokens(messages)
     cached, written = cache_split(profile, messages, prompt)
@@ -63,10 +69,16 @@ def check_simulated_usage(b: Bundle, run: RunData, line: int, body: dict, usage:
     draws = _draws(b, run, line, body, profile, effort, model, seed, messages)
     raw = _json(b, run, line, body.get("usage_raw"), "usage_raw")
     wants = {r: usage_raw(profile.usage_shape, prompt, cached, written, c, r) for r, c in draws.values()}
-    if raw not in wants.values():
-        told = ", ".join(f"{k} {r} (completion {c})" for k, (r, c) in draws.items())
-        raise VerificationError(run.path, f"{where}: usage reasoning {usage.reasoning}, completion "
-                                f"{usage.completion}; the simulator draws for this request: {told}", line)
+    if raw in wants.values():
+        return
+    same = [r for r, c in draws.values() if c == usage.completion and (not shown[2] or r == usage.reasoning)]
+    if same:  # the numbers follow, the object around them does not
+        raise VerificationError(run.path, f"{where}: the raw usage blob is not the {profile.usage_shape!r} usage "
+                                f"object the simulator sends for these numbers: {wants[same[0]]}", line)
+    told = ", ".join(f"{k} {r} (completion {c})" for k, (r, c) in draws.items())
+    got = f"reasoning {usage.reasoning}" if shown[2] else "reasoning not reported"
+    raise VerificationError(run.path, f"{where}: usage {got}, completion {usage.completion}; the simulator "
+                            f"draws for this request: {told}", line)
 
 
 def _draws(b: Bundle, run: RunData, line: int, body: dict, profile: Profile, effort: dict, model: str,
