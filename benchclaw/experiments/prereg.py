@@ -85,14 +85,16 @@ def prereg(store: Store, path: Path | str, *, backends=None) -> Registration:
                         fresh=True, digest=reg.digest)
 
 
-def pins(spec: Spec, backends=None) -> dict:
+def pins(spec: Spec, backends=None, *, sim: bool = True) -> dict:
     """What a registration pins besides the spec's bytes: the catalog the grid resolves to
     (its ``ref``: name, digest of its exact bytes, prices included, and what it extends)
     and every task version the grid's patterns resolve to (id, version, digest), resolved
     exactly as ``benchclaw run`` resolves them, so prereg refuses what run would refuse
     (a pattern matching nothing, an unknown tier or price, a catalog path outside the
     project). ``backends``: the runner's parts (default: the built-in tasks and shipped
-    catalogs, as ``benchclaw run`` uses). Raises FormatError/InputError/ProviderConfigError."""
+    catalogs, as ``benchclaw run`` uses). ``sim``: also pin the simulator profiles file
+    (``sim_profiles``), which asks ``backends`` for a provider per simulated tier.
+    Raises FormatError/InputError/ProviderConfigError."""
     from .._grid import resolve_tasks
     from .._runner_io import default_backends
 
@@ -110,7 +112,7 @@ def pins(spec: Spec, backends=None) -> dict:
     if hasattr(cat, "require_prices"):
         cat.require_prices(list(spec.grid.tiers))
     chosen = resolve_tasks(spec.grid.tasks, b.tasks(), str(spec.path))
-    sim = _sim_profiles(cat, spec.grid.tiers, b)
+    sim = _sim_profiles(cat, spec.grid.tiers, b) if sim else None
     return {"catalog": cat.ref(),
             "tasks": [{"id": t.id, "version": t.version, "digest": t.digest} for t in chosen],
             **({"sim_profiles": "sha256:" + hashlib.sha256(sim).hexdigest()} if sim is not None else {}),
@@ -247,7 +249,9 @@ def _require_pins(store: Store, spec: Spec, backends) -> None:
             body = entry.body
     if body is None or ("catalog" not in body and "tasks" not in body):
         return
-    now = pins(spec, backends)
+    # Not the simulator profiles: that would build providers in the driver before the grid
+    # starts (the verifier holds every run to the pinned file: FORMAT.md §8).
+    now = pins(spec, backends, sim=False)
     now.pop("_blobs", None)
     for key, what in (("catalog", "the catalog (its prices)"), ("tasks", "the task versions")):
         if key in body and body[key] != now[key]:
