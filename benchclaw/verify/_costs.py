@@ -31,6 +31,7 @@ from ..records import DIGEST_RE
 from ._context import Bundle, RunData
 from ._errors import VerificationError
 from ._report import Section
+from ._simusage import check_simulated_usage
 from .manifest import object_path
 
 __all__ = ["verify_costs", "catalog_prices", "upper_bound", "derive"]
@@ -334,7 +335,13 @@ _SIM_ID = "chatcmpl-sim-"  # the simulator's response ids (a scripted test provi
 
 def _simulated_usage(b: Bundle, run: RunData, line: int, body: dict, usage: Usage, sim: int | None) -> None:
     """A simulated call's usage follows from its request and reply by the simulator's token
-    rule (FORMAT.md §6): a provider's can only be taken on trust, the simulator's cannot."""
+    rule (FORMAT.md §6): a provider's can only be taken on trust, the simulator's cannot.
+    Under a recorded profile, its reasoning and cache numbers follow too (``_simusage``)."""
+    _simulated_counts(b, run, line, body, usage, sim)
+    check_simulated_usage(b, run, line, body, usage)
+
+
+def _simulated_counts(b: Bundle, run: RunData, line: int, body: dict, usage: Usage, sim: int | None) -> None:
     if sim is not None and usage.prompt != sim:
         raise VerificationError(run.path, f"simulated call: usage prompt {usage.prompt}, the simulator "
                                 f"counts {sim} tokens in the request", line)
