@@ -16,7 +16,8 @@ What it does, in order:
      recomputed from its new place;
   3. rewrites the dotted and slashed names of moved modules wherever else they are written:
      ``import benchclaw.x as y``, ``benchclaw.x.attr``, monkeypatch and ``-m`` strings,
-     pyproject entry points, docs paths (``benchclaw/x.py``);
+     pyproject entry points, docs paths (``benchclaw/x.py``), and the distinctive old names
+     written bare in prose (``spec_format.STOP_RULES`` in a comment, docstring or doc);
   4. ``git mv``s the files and writes the new packages' ``__init__.py``.
 Review with ``git status``, then ``git add -A benchclaw tests bench docs && git commit``.
 """
@@ -25,10 +26,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import io
 import os
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 # Old path -> new path, relative to the repository root. The one place the layout is decided
@@ -238,6 +241,47 @@ def rewrite_mentions(text: str) -> tuple[str, int]:
     return NAMES.subn(sub, text)
 
 
+# Old module names distinctive enough to rewrite where they appear bare (``spec_format.X``)
+# in prose: comments, docstrings and docs. ``_grid``/``_progress`` only before ``.name``
+# (``_grid(`` is a function elsewhere). Code is left alone: there a bare name is a local alias.
+BARE = {o.rsplit(".", 1)[1]: n.split(".", 1)[1] for o, n in RENAMES.items() if o.count(".") == 1}
+DISTINCT = [b for b in BARE if "_" in b.strip("_") or b in ("_store_check", "_store_merge")]
+PROSE = re.compile(r"(?<![\w./])(?:(?P<name>%s)(?![\w])|(?P<mod>_grid|_progress)(?=\.\w))"
+                   % "|".join(sorted(DISTINCT, key=len, reverse=True)))
+
+
+def rewrite_prose(text: str) -> tuple[str, int]:
+    return PROSE.subn(lambda m: BARE[m["name"] or m["mod"]], text)
+
+
+def prose_spans(text: str) -> list[tuple[int, int]]:
+    """Offsets of the comments and docstrings of a Python source."""
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for ln in lines:
+        offsets.append(offsets[-1] + len(ln))
+    spans = [(offsets[t.start[0] - 1] + t.start[1], offsets[t.end[0] - 1] + t.end[1])
+             for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            d = body[0]
+            spans.append((offsets[d.lineno - 1] + d.col_offset, offsets[d.end_lineno - 1] + d.end_col_offset))
+    return spans
+
+
+def rewrite_prose_in(path: str, text: str) -> tuple[str, int]:
+    """Bare old names in a doc, or in a Python file's comments and docstrings."""
+    if not path.endswith(".py"):
+        return rewrite_prose(text)
+    total = 0
+    for start, end in sorted(prose_spans(text), reverse=True):
+        new, n = rewrite_prose(text[start:end])
+        text, total = text[:start] + new + text[end:], total + n
+    return text, total
+
+
 # -- 4. the moves ----------------------------------------------------------------------
 
 def main() -> int:
@@ -255,6 +299,8 @@ def main() -> int:
         if path.endswith(".py"):
             text, n_imp = rewrite_imports(path, text)
         text, n_ment = rewrite_mentions(text)
+        text, n_prose = rewrite_prose_in(path, text)
+        n_ment += n_prose
         if text != orig:
             changed[path] = (n_imp, n_ment)
             if not args.dry_run:
