@@ -284,6 +284,20 @@ def rewrite_prose_in(path: str, text: str) -> tuple[str, int]:
 
 # -- 4. the moves ----------------------------------------------------------------------
 
+def leftovers() -> list[str]:
+    """Code that builds a moved file's path from parts (``pkg / "policies.py"``) cannot be
+    rewritten safely; list such literals so a person looks at each one."""
+    leaves = "|".join(re.escape(Path(o).name) for o in MOVES)
+    pattern = re.compile(rf"[\"']({leaves})[\"']")
+    hits = []
+    for path in git("ls-files", "*.py").splitlines():
+        if path != SELF and Path(path).is_file():
+            for no, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+                if pattern.search(line):
+                    hits.append(f"{path}:{no}: {line.strip()}")
+    return hits
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
@@ -317,6 +331,8 @@ def main() -> int:
         if not args.dry_run:
             Path(init).write_text(doc, encoding="utf-8")
             git("add", init)
+    for hit in leftovers():
+        print(f"check by hand (a moved file's name in a string): {hit}")
     print(f"relayout: {len(MOVES)} modules moved, {len(changed)} files rewritten"
           + (" (dry run: nothing changed)" if args.dry_run else "; review `git status`, then commit"))
     return 0
