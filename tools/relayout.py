@@ -14,6 +14,8 @@ What it does, in order:
      ``ast`` (absolute, ``from .x``/``from ..x``, ``from benchclaw import x``), keeping the
      names it binds and the relative/absolute style; a moved file's own relative imports are
      recomputed from its new place;
+     the same for one-line ``from benchclaw... import`` written in strings and docs (a
+     ``python -c`` script in a test);
   3. rewrites the dotted and slashed names of moved modules wherever else they are written:
      ``import benchclaw.x as y``, ``benchclaw.x.attr``, monkeypatch and ``-m`` strings,
      pyproject entry points, docs paths (``benchclaw/x.py``), and the distinctive old names
@@ -222,6 +224,30 @@ def rewrite_imports(path: str, text: str) -> tuple[str, int]:
     return text, len(edits)
 
 
+# -- 2b. from-imports that ast does not see: in strings (a ``python -c`` script) and docs
+
+WRITTEN = re.compile(r"from (?P<src>benchclaw(?:\.\w+)*) import (?P<names>\w+(?: as \w+)?(?:, *\w+(?: as \w+)?)*)")
+
+
+def rewrite_written_imports(text: str) -> tuple[str, int]:
+    """One-line absolute ``from benchclaw... import`` statements anywhere in the text, with
+    the same regrouping as ``rewrite_imports``; one already in its final form is left alone."""
+    count = 0
+
+    def sub(m: re.Match) -> str:
+        nonlocal count
+        names = [ast.alias(*(n.split(" as ") + [None])[:2]) for n in re.split(r", *", m["names"])]
+        node = ast.ImportFrom(module=m["src"], names=names, level=0)
+        groups = new_groups(m["src"], False, node)
+        if groups == [(m["src"], [(a.name, a.asname) for a in names])]:
+            return m[0]
+        count += 1
+        before = m.string[m.string.rfind("\n", 0, m.start()) + 1:m.start()]
+        sep = ("\n" + before) if not before.strip() else "; "
+        return sep.join(render(node, "", False, mod, ns, "") for mod, ns in groups)
+    return WRITTEN.sub(sub, text), count
+
+
 # -- 3. every other mention of a moved module ------------------------------------------
 
 def _name_pattern() -> re.Pattern:
@@ -312,7 +338,9 @@ def main() -> int:
         n_imp = 0
         if path.endswith(".py"):
             text, n_imp = rewrite_imports(path, text)
+        text, n_written = rewrite_written_imports(text)
         text, n_ment = rewrite_mentions(text)
+        n_imp += n_written
         text, n_prose = rewrite_prose_in(path, text)
         n_ment += n_prose
         if text != orig:
