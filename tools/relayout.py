@@ -48,6 +48,8 @@ MOVES = {
     "benchclaw/spec_format.py": "benchclaw/formats/spec.py",
     "benchclaw/ledger_replay.py": "benchclaw/formats/ledger.py",
     "benchclaw/policies.py": "benchclaw/formats/policies.py",
+    # the built-in simulator's usage rules: pure, so the verifier recomputes simulated usage
+    "benchclaw/sim_rules.py": "benchclaw/formats/sim_rules.py",
     # the spec's stopping-rule language and the intervals it decides on: the spec format
     # parses them, so they sit below it rather than in analysis/ above it
     "benchclaw/analysis/rules.py": "benchclaw/formats/rules.py",
