@@ -17,7 +17,7 @@ Why it is built this way:
 
 Trade-off: a write the caller waits for costs a pass (a few ms: concurrent fsyncs share
 the file system's journal commits) instead of one fsync, and the agent orders its writes
-itself (a record only after the commit covering its blobs); in exchange the event loop never
+itself (a settlement only after the commit covering its call record); in exchange the event loop never
 waits on a disk flush, so that latency overlaps with model calls, and 64 runs in flight share
 one pass instead of queuing behind each other's fsyncs. ``fsync=False`` is offered for
 throw-away stores in benchmarks and tests of unrelated behaviour.
@@ -386,7 +386,7 @@ class RunWriter(ChainFile):
 
     An owner on an event loop (the agent) sets ``awaits_commits``: its appends then do not
     wait for their fsync, and it awaits ``Store.commit`` where it needs the records on disk
-    (before every model call) and ``seal_async`` to seal. ``seal`` never renames the file
+    (before it settles the calls they record) and ``seal_async`` to seal. ``seal`` never renames the file
     before every record of it is durable.
 
     The writer holds an exclusive ``flock`` on the file from its creation until it is
@@ -556,7 +556,8 @@ class Store:
     def stage_blob(self, data: bytes) -> str:
         """``put_blob`` without waiting: the bytes are written to ``objects/tmp/`` and moved
         into place, durable, by the next commit (``commit``). Until then this process reads
-        it (``has_blob``, ``get_blob``); a record naming it is written only after that commit."""
+        it (``has_blob``, ``get_blob``). A run record may name it before that commit (the commit
+        making the record durable moves it into place; recovery does after a crash)."""
         return self._stage(data)[0]
 
     def stage_json_blob(self, obj) -> str:
