@@ -46,6 +46,7 @@ __all__ = ["Store", "RunWriter", "SealedRun", "ChainFile", "Journal", "JournalEn
            "make_durable", "shared_lock", "default_writer", "storage_error", "write_atomically"]
 
 VERSION_TEXT = b"benchclaw-runs 1\n"
+_PRESENT_MAX = 65536  # blob digests a Store remembers as present (about 10 MB at most)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -500,6 +501,7 @@ class Store:
         self._ensured = False
         self._blob_dirs: set[str] = set()
         self._objects: str | None = None
+        self._present: set[str] = set()  # hex digests seen in objects/ (``_seen``)
 
     # -- layout ---------------------------------------------------------------------------
     @classmethod
@@ -568,11 +570,14 @@ class Store:
         digest and the ticket to wait for (0: nothing to wait for)."""
         hexd = hashlib.sha256(data).hexdigest()
         digest = "sha256:" + hexd
+        if hexd in self._present:
+            return digest, 0
         name = self._blob_name(hexd)
         c = committer()
         if c.staged(name) is not None:
             return digest, c.ticket
         if os.path.exists(name):
+            self._seen(hexd)
             return digest, 0
         path = Path(name)
         self.ensure()
@@ -601,8 +606,24 @@ class Store:
         committer().wait()
 
     def has_blob(self, digest: str) -> bool:
-        name = self._blob_name(digest.removeprefix("sha256:"))
-        return os.path.isfile(name) or committer().staged(name) is not None
+        hexd = digest.removeprefix("sha256:")
+        if hexd in self._present:
+            return True
+        name = self._blob_name(hexd)
+        if os.path.isfile(name):
+            self._seen(hexd)
+            return True
+        return committer().staged(name) is not None
+
+    def _seen(self, hexd: str) -> None:
+        """Remember that blob ``hexd`` is in ``objects/``, so asking again costs no ``stat``:
+        every run stores its task's files, the catalog and the profile again, and a grid at 64
+        in flight spent seconds of its event loop in those stats. Blobs are never removed
+        (FORMAT.md §1), so what was seen stays true; the set is emptied at ``_PRESENT_MAX``
+        to bound its memory."""
+        if len(self._present) >= _PRESENT_MAX:
+            self._present.clear()
+        self._present.add(hexd)
 
     def _blob_name(self, hexd: str) -> str:
         """``blob_path`` as a string (cheaper: asked before every blob write and record)."""
