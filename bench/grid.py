@@ -16,6 +16,9 @@ real agent, store (fsync on), ledger and the built-in simulator, in a temporary 
         time for N slots = max(sum of every run's serial call time / N, the longest run);
         efficiency = ideal / measured. Target: >= 0.9 at 64 (issue 17). Wall time: other
         work on the machine lowers it; the "schedule bound" line does not depend on CPU.
+        Also prints the process CPU per call (every thread: harness, simulator, fsync
+        workers) and the machine's load average, since wall time on a shared machine
+        depends on both: the line before the last is grid_concurrency cpu_ms_per_call=Y.
         Last line: grid_concurrency efficiency=X
 
     --profile writes a cProfile of the grid to grid.prof and prints the top functions.
@@ -193,6 +196,8 @@ def overhead(calls: int, concurrency: int, profile: bool) -> None:
           f"creation, fsync), of which inside the simulator {totals['sim_cpu']:.2f} s")
     print(f"harness CPU per call {1000 * harness / n:.3f} ms (target < 2 ms); "
           f"including the simulator {1000 * cpu / n:.3f} ms; wall per call {1000 * wall / n:.3f} ms")
+    print(f"load average {_load()} (CPU time per call grows on a busy machine too: shared caches, "
+          "the kernel's own contention)")
     if prof:
         _report_profile(prof)
     print(f"grid_overhead ms_per_call={1000 * harness / n:.3f}")
@@ -229,9 +234,9 @@ def concurrency_efficiency(latency: float, concurrency: int, seeds: int) -> None
     with tempfile.TemporaryDirectory(dir=TMPDIR[0]) as tmp:
         store = _prepare(Path(tmp), seeds, concurrency)
         backends = _backends(lambda p: FixedLatency(p, totals, latency, {}))
-        w0 = time.perf_counter()
+        t0, w0 = os.times(), time.perf_counter()
         res = asyncio.run(run_experiment(store, "BENCH", backends=backends, handle_signals=False))
-        wall = time.perf_counter() - w0
+        t1, wall = os.times(), time.perf_counter() - w0
         started = sorted((_start_of(store, r["run_id"]) for r in res.runs))
     serial = [c * latency for _, c in started]
     ideal = max(sum(serial) / concurrency, max(serial))
@@ -243,8 +248,17 @@ def concurrency_efficiency(latency: float, concurrency: int, seeds: int) -> None
           f"{sum(serial) / concurrency:.2f} s and the longest run = {max(serial):.2f} s)")
     print(f"schedule bound {bound:.3f}: the efficiency of a harness that costs nothing, starting the runs "
           f"in the order this grid started them (CPU-independent; the rest of the gap is harness time)")
+    cpu = (t1.user - t0.user) + (t1.system - t0.system)
+    print(f"process CPU {cpu:.2f} s (user {t1.user - t0.user:.2f}, system {t1.system - t0.system:.2f}), "
+          f"{1000 * cpu / totals['calls']:.3f} ms per call; load average {_load()}")
     print(f"efficiency {eff:.3f} (target >= 0.9)")
+    print(f"grid_concurrency cpu_ms_per_call={1000 * cpu / totals['calls']:.3f}")
     print(f"grid_concurrency efficiency={eff:.3f}")
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages (other work competing for the CPUs)."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _start_of(store: Store, run_id: str) -> tuple[str, int]:

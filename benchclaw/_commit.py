@@ -21,9 +21,12 @@ Why it is built this way (FORMAT.md §1, "Durability"):
   records, its blobs, the ledger and the journal share passes. A forked child starts its own.
 
 Ordering is the callers' part, and it is one rule: *write what refers to a file only after
-the commit covering that file* (a record after its blobs, a settlement after its call
-record, a journal ``run`` record after its sealed run; the agent and runner do so). Within
-one file, a later line is never durable without the earlier ones (it is appended).
+the commit covering that file* (a settlement after its call record, a journal ``run``
+record after its sealed run; the agent and runner do so), with one exception: a run record
+may name blobs still staged, because one pass covers both and moves the blobs into place
+before it is done, and recovery moves into place (or cuts the open run at) what a crash left
+staged (FORMAT.md §5). Within one file, a later line is never durable without the earlier
+ones (it is appended).
 """
 
 from __future__ import annotations

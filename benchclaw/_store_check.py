@@ -292,25 +292,84 @@ def _seal_dead(store: Store, path: Path) -> Recovered:
         dest = quarantine / path.name
         os.replace(path, dest)
         return Recovered(str(path), None, 0, len(torn), str(dest), f"chain broken, file set aside: {e}")
+    lines, records, cut_note = _keep_stored(store, path, lines, records)
     if not records:
         quarantine.mkdir(exist_ok=True)
         dest = quarantine / path.name
         os.replace(path, dest)
         return Recovered(str(path), None, 0, len(torn), str(dest), "no complete record; set aside")
-    run_id = _seal_recovered(store, path, lines, records, torn_note)
-    note = "sealed as aborted" + (f"; torn last line kept at {torn_note}" if torn_note else "")
-    return Recovered(str(path), run_id, len(records), len(torn), torn_note, note)
+    if store.fsync:
+        store.commit_sync()  # a blob this process staged for the run is in place before the seal
+    run_id = _seal_recovered(store, path, lines, records, torn_note, cut_note)
+    note = ("sealed as aborted" + (f"; torn last line kept at {torn_note}" if torn_note else "")
+            + (f"; records naming a missing blob kept at {cut_note}" if cut_note else ""))
+    return Recovered(str(path), run_id, len(records), len(torn), torn_note or cut_note, note)
+
+
+def _keep_stored(store: Store, path: Path, lines: list[bytes],
+                 records: list[Record]) -> tuple[list[bytes], list[Record], str | None]:
+    """The records before the first one naming a blob that is nowhere, and where the rest
+    were set aside (None: nothing was). A record is written before the commit that moves its
+    blobs into place (FORMAT.md "Durability"): after a process was killed its blob waits in
+    ``objects/tmp/`` and is moved into place here; after a power cut it may be gone, and the
+    run is cut before that record, so a sealed run never names a missing blob."""
+    for i, rec in enumerate(records):
+        for digest in blob_refs(rec.body):
+            if store.has_blob(digest) or _adopt_staged(store, digest):
+                continue
+            quarantine = store.root / "quarantine"
+            quarantine.mkdir(exist_ok=True)
+            kept = quarantine / f"{path.stem}.unstored"
+            kept.write_bytes(b"".join(ln + b"\n" for ln in lines[i:]))
+            return lines[:i], records[:i], str(kept)
+    return lines, records, None
+
+
+def _adopt_staged(store: Store, digest: str) -> bool:
+    """Move a staged copy of blob ``digest`` (``objects/tmp/<hex>.<id>``, whole: its bytes
+    hash to its name) into place, durable; False when there is none. It is linked, not
+    renamed, so a live writer that staged the same bytes still finds its file."""
+    hexd = digest.removeprefix("sha256:")
+    for tmp in sorted((store.root / "objects" / "tmp").glob(f"{hexd}.*")):
+        try:
+            data = tmp.read_bytes()
+        except OSError:
+            continue
+        if hashlib.sha256(data).hexdigest() != hexd:
+            continue  # torn by a power cut: not this blob
+        dst = store.blob_path(digest)
+        try:
+            dst.parent.mkdir(exist_ok=True)
+            if store.fsync:
+                with open(tmp, "rb") as f:
+                    make_durable(f.fileno())
+            try:
+                os.link(tmp, dst)
+            except FileExistsError:
+                pass  # moved meanwhile: the same bytes
+            if store.fsync:
+                fd = os.open(dst.parent, os.O_RDONLY)
+                try:
+                    make_durable(fd)
+                finally:
+                    os.close(fd)
+        except OSError as e:
+            raise storage_error(dst, f"move staged blob {digest} into place", e) from None
+        return True
+    return False
 
 
 def _seal_recovered(store: Store, path: Path, lines: list[bytes], records: list[Record],
-                    torn_note: str | None) -> str:
-    if records[-1].kind == "run.end":
+                    torn_note: str | None, cut_note: str | None = None) -> str:
+    if records[-1].kind == "run.end" and cut_note is None:
         body = None  # finished but not renamed: just seal it
     else:
         totals = run_totals(records)
         reason = "recovered after crash: the run was interrupted before run.end"
         if torn_note:
             reason += " (torn last line set aside)"
+        if cut_note:
+            reason += " (records naming a blob lost in the crash set aside)"
         body = {"status": "aborted", "reason": reason, "recovered": True,
                 "turns": sum(1 for r in records if r.kind == "action"),
                 "gate_passed": False, "passed": False, "elapsed_ms": None,

@@ -17,7 +17,7 @@ Why it is built this way:
 
 Trade-off: a write the caller waits for costs a pass (a few ms: concurrent fsyncs share
 the file system's journal commits) instead of one fsync, and the agent orders its writes
-itself (a record only after the commit covering its blobs); in exchange the event loop never
+itself (a settlement only after the commit covering its call record); in exchange the event loop never
 waits on a disk flush, so that latency overlaps with model calls, and 64 runs in flight share
 one pass instead of queuing behind each other's fsyncs. ``fsync=False`` is offered for
 throw-away stores in benchmarks and tests of unrelated behaviour.
@@ -46,6 +46,7 @@ __all__ = ["Store", "RunWriter", "SealedRun", "ChainFile", "Journal", "JournalEn
            "make_durable", "shared_lock", "default_writer", "storage_error", "write_atomically"]
 
 VERSION_TEXT = b"benchclaw-runs 1\n"
+_PRESENT_MAX = 65536  # blob digests a Store remembers as present (about 10 MB at most)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -386,7 +387,7 @@ class RunWriter(ChainFile):
 
     An owner on an event loop (the agent) sets ``awaits_commits``: its appends then do not
     wait for their fsync, and it awaits ``Store.commit`` where it needs the records on disk
-    (before every model call) and ``seal_async`` to seal. ``seal`` never renames the file
+    (before it settles the calls they record) and ``seal_async`` to seal. ``seal`` never renames the file
     before every record of it is durable.
 
     The writer holds an exclusive ``flock`` on the file from its creation until it is
@@ -500,6 +501,7 @@ class Store:
         self._ensured = False
         self._blob_dirs: set[str] = set()
         self._objects: str | None = None
+        self._present: set[str] = set()  # hex digests seen in objects/ (``_seen``)
 
     # -- layout ---------------------------------------------------------------------------
     @classmethod
@@ -556,7 +558,8 @@ class Store:
     def stage_blob(self, data: bytes) -> str:
         """``put_blob`` without waiting: the bytes are written to ``objects/tmp/`` and moved
         into place, durable, by the next commit (``commit``). Until then this process reads
-        it (``has_blob``, ``get_blob``); a record naming it is written only after that commit."""
+        it (``has_blob``, ``get_blob``). A run record may name it before that commit (the commit
+        making the record durable moves it into place; recovery does after a crash)."""
         return self._stage(data)[0]
 
     def stage_json_blob(self, obj) -> str:
@@ -567,11 +570,14 @@ class Store:
         digest and the ticket to wait for (0: nothing to wait for)."""
         hexd = hashlib.sha256(data).hexdigest()
         digest = "sha256:" + hexd
+        if hexd in self._present:
+            return digest, 0
         name = self._blob_name(hexd)
         c = committer()
         if c.staged(name) is not None:
             return digest, c.ticket
         if os.path.exists(name):
+            self._seen(hexd)
             return digest, 0
         path = Path(name)
         self.ensure()
@@ -600,8 +606,24 @@ class Store:
         committer().wait()
 
     def has_blob(self, digest: str) -> bool:
-        name = self._blob_name(digest.removeprefix("sha256:"))
-        return os.path.isfile(name) or committer().staged(name) is not None
+        hexd = digest.removeprefix("sha256:")
+        if hexd in self._present:
+            return True
+        name = self._blob_name(hexd)
+        if os.path.isfile(name):
+            self._seen(hexd)
+            return True
+        return committer().staged(name) is not None
+
+    def _seen(self, hexd: str) -> None:
+        """Remember that blob ``hexd`` is in ``objects/``, so asking again costs no ``stat``:
+        every run stores its task's files, the catalog and the profile again, and a grid at 64
+        in flight spent seconds of its event loop in those stats. Blobs are never removed
+        (FORMAT.md §1), so what was seen stays true; the set is emptied at ``_PRESENT_MAX``
+        to bound its memory."""
+        if len(self._present) >= _PRESENT_MAX:
+            self._present.clear()
+        self._present.add(hexd)
 
     def _blob_name(self, hexd: str) -> str:
         """``blob_path`` as a string (cheaper: asked before every blob write and record)."""

@@ -96,8 +96,10 @@ def test_a_cancelled_waiter_does_not_stop_later_commits(tmp_path):
 
 
 def test_the_agent_writes_in_reference_order_and_reserves_durably(tmp_path, monkeypatch):
-    """Each record lands only when every blob it names is in place; each known settle only
-    once the call record it settles was fsynced; each call only once its reservation was."""
+    """Every blob a written record names is in place by the commit that makes the record
+    durable (checked at each settle and each call, which come after such a commit); each
+    known settle only once the call record it settles was fsynced; each call only once its
+    reservation was."""
     store = Store(tmp_path / "runs")
     ledger = Ledger.create(store, "L", Limits(Decimal("10"), None, None))
     log: list[tuple] = []
@@ -119,18 +121,26 @@ def test_the_agent_writes_in_reference_order_and_reserves_durably(tmp_path, monk
 
         def settle(self, res, **kw):
             run_file = writer_path[0]
-            log.append(("settle", kw["usd"] is not None, run_file.stat().st_size if run_file.exists() else None))
+            missing.extend(r for r in named_by_calls if not store.blob_path(r).is_file())
+            log.append(("settle", kw["usd"] is not None, call_ends[-1] if run_file.exists() else None))
             ledger.settle(res, **kw)
 
     writer_path: list = []
     real_open_run = store.open_run
 
     def open_run(**kw):
-        w = real_open_run(on_append=lambda rec: missing.extend(
-            r for r in blob_refs(rec.body) if not store.blob_path(r).is_file()), **kw)
+        def on_append(rec):
+            named.extend(blob_refs(rec.body))
+            if rec.kind == "call":
+                named_by_calls.extend(blob_refs(rec.body))
+                call_ends.append(writer_path[0].stat().st_size)  # where the call record ends
+        w = real_open_run(on_append=on_append, **kw)
         writer_path.append(w.path)
         return w
-    missing: list[str] = []
+    named: list[str] = []    # every blob a record written so far names
+    named_by_calls: list[str] = []  # by a call record (a settle follows the commit of its call's)
+    call_ends: list[int] = []
+    missing: list[str] = []  # those not in place at a settle or a call
     monkeypatch.setattr(store, "open_run", open_run)
 
     clock = FakeClock()
@@ -140,12 +150,14 @@ def test_the_agent_writes_in_reference_order_and_reserves_durably(tmp_path, monk
 
     async def complete(req):
         log.append(("call", ledger.path.stat().st_size))
+        missing.extend(r for r in named if not store.blob_path(r).is_file())
         return await real_complete(req)
     prov.complete = complete
     result = asyncio.run(run_agent(store=store, task=make_task(), tier="lightning", catalog=load_catalog("sim"),
                                    profile=load_profile("direct"), seed=1, provider=prov, ledger=Watched(),
                                    max_tokens=256, clock=clock))
     assert result.status == "passed" and not missing
+    assert named and all(store.blob_path(r).is_file() for r in named)
 
     def synced(path_end: str, size: int, before: int) -> bool:
         return any(e[0] == "fsync" and e[1].endswith(path_end) and e[2] >= size for e in log[:before])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -215,6 +216,58 @@ def test_sigkill_while_appending_then_recovery_keeps_every_complete_record(tmp_p
     assert run.end["calls"] == len(calls)
     assert check_store(store).ok
     assert recover_store(store) == []  # nothing left open
+
+
+STAGED_CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from benchclaw.store import Store
+    store = Store(sys.argv[1])
+    w = store.open_run()
+    w.awaits_commits = True  # as the agent: records written before the commit that moves their blobs
+    w.append("run.start", {})
+    for i in range(3):
+        w.append("call", {"turn": i, "reply": store.stage_blob(b"reply %d" % i)})
+    os.kill(os.getpid(), signal.SIGKILL)  # before any commit: the blobs are still in objects/tmp/
+""")
+
+
+def test_recovery_moves_staged_blobs_a_killed_run_names_into_place(tmp_path):
+    root = tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "-c", STAGED_CHILD, str(root)], timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    store = Store(root)
+    assert not list((root / "objects").glob("??/*")) and len(list((root / "objects" / "tmp").iterdir())) == 3
+    [result] = recover_store(store)
+    run = store.read_run(result.run_id)
+    assert [r.kind for r in run.records] == ["run.start", "call", "call", "call", "run.end"]
+    assert [store.get_blob(c.body["reply"]) for c in run.of_kind("call")] == [b"reply 0", b"reply 1", b"reply 2"]
+    assert check_store(store).ok
+
+
+def test_recovery_cuts_a_run_before_a_record_whose_blob_was_lost(tmp_path):
+    """A power cut can keep a record and lose the staged blob it names (both are made durable
+    by one commit): the run is sealed without that record and the ones after it, which are
+    set aside; a staged file whose bytes do not hash to its name counts as lost."""
+    store = Store(tmp_path / "runs")
+    w = store.open_run()
+    w.awaits_commits = True
+    w.append("run.start", {})
+    kept = store.put_blob(b"durable")
+    w.append("call", {"turn": 0, "reply": kept})
+    # What a power cut leaves: records on disk naming staged blobs that are not (one file
+    # gone, one torn); nothing moved into place.
+    lost = ["sha256:" + hashlib.sha256(b"lost %d" % i).hexdigest() for i in range(2)]
+    (tmp_path / "runs" / "objects" / "tmp" / f"{lost[1].removeprefix('sha256:')}.x").write_bytes(b"torn")
+    w.append("call", {"turn": 1, "reply": lost[0]})
+    w.append("call", {"turn": 2, "reply": lost[1]})
+    w.close_unsealed()
+    [result] = recover_store(store)
+    run = store.read_run(result.run_id)
+    assert [r.kind for r in run.records] == ["run.start", "call", "run.end"]
+    assert run.end["status"] == "aborted" and "lost in the crash" in run.end["reason"]
+    aside = (tmp_path / "runs" / "quarantine" / f"{w.path.stem}.unstored").read_bytes().splitlines()
+    assert [json.loads(line)["body"]["turn"] for line in aside] == [1, 2]
+    assert check_store(store).ok
 
 
 def test_torn_last_line_is_set_aside_not_dropped(tmp_path):

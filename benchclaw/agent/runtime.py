@@ -7,14 +7,17 @@ one JSON observation. Everything that happens is a record, written before the ne
 call and durable before it (below), so a crash loses nothing the ledger does not count.
 
 Durability without blocking the event loop (``benchclaw._commit``, FORMAT.md "Durability"):
-blobs are staged and records queued as the run decides; before each model call the agent
-awaits one commit (the staged blobs durable and in place), writes the queued records,
-awaits another (those records durable), writes the settlements of the calls they record,
-reserves the next call, and awaits a third: the reservation is durable before its call, a
-record is never on disk before its blobs, a known settlement never before its call record.
-Each commit is a group commit shared with every run in flight. Sealing awaits the rename's.
-Trade-off: a turn's records wait in memory until the next call, so a process killed mid-turn
-loses them (its reservation stays in the ledger, counted at its upper bound).
+blobs are staged and records written as the run decides, without waiting; a commit makes
+both durable, each blob moved into place before the commit is done (a run cut off before
+it is sealed by recovery, which moves the staged blobs its records name into place, or cuts
+the run before a record naming a blob that is nowhere). Before each model call the agent
+awaits the commit covering its records so far and then writes the settlements of the calls
+they record (a known settlement never before its call record), reserves the next call and
+awaits a second commit: the reservation is durable before its call. Each commit is a group
+commit shared with every run in flight. Sealing awaits the commit of the records and then
+the rename's. Trade-off: the two waits are in order (a reservation decides on the previous
+call settled, and a settlement follows the commit of its call record), so a turn waits for
+two passes, one fewer than when records waited for their blobs' commit too.
 
 Where the guarantees come from:
 - permissions: every path goes through ``paths.decide``; the workspace holds only the
@@ -154,8 +157,7 @@ class _Run:
         self.start = 0.0
         self.ended = False
         self.blobs = _Staged(self.store)
-        self.queued: list[tuple[str, dict, tuple | None]] = []  # records (and their call's settlement)
-        self.settles: list[tuple] = []                           # settlements whose call record is written
+        self.settles: list[tuple[int, tuple]] = []  # (mark of its call record, the settlement) to write once durable
 
     def _first_message(self) -> str:
         readable = sorted(p for p in self.task.inputs if path_allowed(self.task.readable, p))
@@ -230,49 +232,31 @@ class _Run:
         return {"sim": {"profile": name, "profiles": "sha256:" + hashlib.sha256(data).hexdigest()}}
 
     def _append(self, kind: str, body: dict, settle: tuple | None = None) -> None:
-        """Queue a record (written by ``_write_out`` once its blobs are durable); ``settle``
-        is the ledger settlement of the call it records, written once the record is durable."""
-        self.queued.append((kind, body, settle))
-
-    # -- writing out, in reference order (module docstring) --------------------------------
-    async def _write_out(self) -> None:
-        # Each wait is for this run's own writes (a pass already under way may cover them).
-        if self.queued:
-            await self.store.commit(self.blobs.ticket)
-            self._write_records()
-        if self.settles:
-            await self.store.commit(self.writer.ticket)
-            self._write_settles()
-
-    def _write_out_sync(self) -> None:
-        """``_write_out`` blocking the thread (the abort path, which may not await)."""
-        if self.queued:
-            self.store.commit_sync()
-            self._write_records()
-        if self.settles:
-            self.store.commit_sync()
-            self._write_settles()
-
-    def _write_records(self) -> None:
+        """Write a record now; its blobs are staged, and the commit that makes it durable moves
+        them into place first (recovery does for a run cut off before: FORMAT.md "Durability").
+        ``settle`` is the ledger settlement of the call it records: written once a commit has
+        made the record durable (``_write_settles``)."""
         try:
-            while self.queued:
-                kind, body, settle = self.queued[0]
-                evidence.append(self.writer, self.store, kind, body)
-                self.queued.pop(0)
-                if settle is not None:
-                    self.settles.append(settle)
-        except BaseException:  # a record that could not be written (a full disk): its call stays at its bound
-            for _, _, settle in self.queued:
-                if settle is not None:
-                    with contextlib.suppress(Exception):  # the ledger may be on the same full disk
-                        self.ledger.settle(settle[0], tokens=None, usd=None,
-                                           reason="the call's record could not be written")
-            self.queued.clear()
+            evidence.append(self.writer, self.blobs, kind, body)
+        except BaseException:  # not written (a full disk): its call stays at its bound
+            if settle is not None:
+                with contextlib.suppress(Exception):  # the ledger may be on the same full disk
+                    self.ledger.settle(settle[0], tokens=None, usd=None,
+                                       reason="the call's record could not be written")
             raise
+        if settle is not None:
+            self.settles.append((self.writer.ticket, settle))
+
+    async def _settle_recorded(self) -> None:
+        """Write the settlements of the calls recorded so far, once their records are durable."""
+        if self.settles:
+            await self.store.commit(self.settles[-1][0])
+            self._write_settles()
 
     def _write_settles(self) -> None:
+        """The queued settlements; the caller has awaited a commit covering their records."""
         while self.settles:
-            reservation, tokens, usd, reason = self.settles.pop(0)
+            _, (reservation, tokens, usd, reason) = self.settles.pop(0)
             self.ledger.settle(reservation, tokens=tokens, usd=usd, reason=reason)
 
     # -- time -----------------------------------------------------------------------------
@@ -296,7 +280,7 @@ class _Run:
             req = ChatRequest(model=self.tier.model, messages=messages, max_tokens=self.max_tokens,
                               temperature=self.temperature, seed=self.seed, json_mode=True, timeout_s=remaining,
                               params=self.tier.params, stall_s=self.tier.stall_seconds, stream=self.tier.stream)
-            await self._write_out()
+            await self._settle_recorded()  # settled before the next reservation decides
             try:
                 reservation = self._reserve(turn, attempt, estimate)
             except BudgetError as e:
@@ -484,10 +468,7 @@ class _Run:
             status = "passed" if passed else "failed"
             reason = "every check passed" if passed else f"check {', '.join(failed)} failed"
         result = self._end(status, reason, gate_passed=gate_passed, passed=passed)
-        if self.queued:
-            await self.store.commit(self.blobs.ticket)
-            self._write_records()
-        run_id = await self.writer.seal_async()
+        run_id = await self.writer.seal_async()  # its commit covers every record and blob first
         self._write_settles()  # their call records are durable: the seal's commit covered them
         return result(run_id)
 
@@ -533,13 +514,14 @@ class _Run:
         else:
             what = f"internal error: {type(exc).__name__}"
         try:
-            self._write_out_sync()
+            if self.settles:
+                self.store.commit_sync()  # their call records durable first
+                self._write_settles()
             if not self.writer.records:  # nothing happened: leave no empty open run behind
                 self.writer.close_unsealed()
                 self.writer.path.unlink(missing_ok=True)
                 return
             self._end("aborted", what, gate_passed=False, passed=False)
-            self._write_out_sync()
             self.writer.seal()
         except Exception:  # the original error matters more; recovery will seal the file
             self.writer.close_unsealed()
@@ -576,19 +558,24 @@ _RUN_FLAGS = (("usage_doubted", lambda c: bool(c["doubts"])),
               ("simulated_replies", lambda c: c["simulated"]))
 class _Staged:
     """The store as the agent writes blobs: staged (``Store.stage_blob``), moved into place
-    and durable by the next commit, which the agent awaits before writing a record naming one."""
+    and durable by the commit that makes the first record naming one durable. Remembers what
+    this run staged, so checking a record's references (``evidence.append``) asks the disk
+    only for blobs it did not store itself."""
 
     def __init__(self, store):
         self.store = store
-        self.ticket = 0  # the commit that makes every blob staged so far durable
+        self.mine: set[str] = set()
 
     def put_blob(self, data: bytes) -> str:
-        digest, ticket = self.store.stage_blob_ticket(data)
-        self.ticket = max(self.ticket, ticket)
+        digest = self.store.stage_blob(data)
+        self.mine.add(digest)
         return digest
 
     def put_json_blob(self, obj) -> str:
         return self.put_blob(jsonio.dumps(obj))
+
+    def has_blob(self, digest: str) -> bool:
+        return digest in self.mine or self.store.has_blob(digest)
 
 
 _HANDLERS = {"read": _Run._read, "write": _Run._write, "check": _Run._check, "finish": _Run._finish_action}
