@@ -239,8 +239,9 @@ def _run_log(name: str, data: bytes, limits: Limits, roles: dict) -> RunLog | Ve
         except VerificationError as e:
             bad_line, bad = i, e
             break
-        refs.append(tuple(_refs(rec.line, rec.body)))
-        _note_roles(rec, refs[-1], roles)
+        mine = _refs(rec.line, rec.body)
+        refs.append(b"".join(bytes.fromhex(d[7:]) for d in mine))  # 32 bytes a digest, not 120
+        _note_roles(rec, mine, roles)
         _forget_line(rec)
     return RunLog(tuple(records), bad_line, bad, tuple(refs))
 
@@ -294,9 +295,11 @@ def _refs(raw: bytes, body: dict):
 
 
 def _forget_line(rec) -> None:
-    """Drop a record's line bytes once its chain and references are checked: no step reads
-    them (``Record.hash`` would re-encode), and they are the file's size again."""
+    """Drop a record's line bytes and its link to the one before once its chain and
+    references are checked: no step reads them (``Record.hash`` would re-encode), and they
+    are the file's size again."""
     object.__setattr__(rec, "line", b"")  # a frozen dataclass: as its own __post_init__ would
+    object.__setattr__(rec, "prev", "")
 
 
 def _ledger(name: str, data: bytes) -> tuple | VerificationError:

@@ -106,7 +106,7 @@ def _check_records(ix: Index, name: str, parsed: RunLog, good: set, sec: Section
     for i, rec in enumerate(parsed.records, 1):
         if i == parsed.bad_line:
             raise parsed.bad
-        for digest in parsed.refs[i - 1]:
+        for digest in RunLog.digests_of(parsed.refs[i - 1]):
             if "objects/" + digest[7:9] + "/" + digest[7:] not in good:
                 _check_ref(ix, name, i, digest)
         if rec.kind not in _KNOWN:
