@@ -42,7 +42,7 @@ from ..errors import BenchClawError
 from ..records import blob_refs, split_lines, verify_chain
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError
-from ._index import Index, ObjectReading, RunLog, frozen
+from ._index import Index, ObjectReading, Rec, RunLog, frozen
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import start
 from ._zip import Limits, ZipView
@@ -228,9 +228,9 @@ def _run_log(name: str, data: bytes, limits: Limits, roles: dict) -> RunLog | Ve
     except VerificationError as e:
         return e
     if not records or records[0].kind != "run.start":
-        return RunLog(tuple(records), 0, None, (), VerificationError(name, "a run must start with run.start", 1))
+        return RunLog(_compact(records), 0, None, (), VerificationError(name, "a run must start with run.start", 1))
     if records[-1].kind != "run.end":
-        return RunLog(tuple(records), 0, None, (),
+        return RunLog(_compact(records), 0, None, (),
                       VerificationError(name, "a sealed run must end with run.end", len(records)))
     refs, bad_line, bad = [], 0, None
     for i, rec in enumerate(records, 1):
@@ -242,8 +242,7 @@ def _run_log(name: str, data: bytes, limits: Limits, roles: dict) -> RunLog | Ve
         mine = _refs(rec.line, rec.body)
         refs.append(b"".join(bytes.fromhex(d[7:]) for d in mine))  # 32 bytes a digest, not 120
         _note_roles(rec, mine, roles)
-        _forget_line(rec)
-    return RunLog(tuple(records), bad_line, bad, tuple(refs))
+    return RunLog(_compact(records), bad_line, bad, tuple(refs))
 
 
 def _note_roles(rec, refs, roles: dict) -> None:
@@ -294,12 +293,10 @@ def _refs(raw: bytes, body: dict):
     return [m.decode() for m in _REF.findall(raw)]
 
 
-def _forget_line(rec) -> None:
-    """Drop a record's line bytes and its link to the one before once its chain and
-    references are checked: no step reads them (``Record.hash`` would re-encode), and they
-    are the file's size again."""
-    object.__setattr__(rec, "line", b"")  # a frozen dataclass: as its own __post_init__ would
-    object.__setattr__(rec, "prev", "")
+def _compact(records: list) -> tuple[Rec, ...]:
+    """The records without their line bytes and links, once the chain and references are
+    checked: no step reads them, and they are the file's size again."""
+    return tuple(Rec(r.seq, r.at, r.kind, r.body) for r in records)
 
 
 def _ledger(name: str, data: bytes) -> tuple | VerificationError:
@@ -307,9 +304,7 @@ def _ledger(name: str, data: bytes) -> tuple | VerificationError:
         records = chain_records({name: data}, name)
     except VerificationError as e:
         return e
-    for rec in records:
-        _forget_line(rec)
-    return tuple(records)
+    return _compact(records)
 
 
 def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
@@ -340,7 +335,7 @@ def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, d
         cut += 1
     pending = start(_objects_in_worker, pages, view, names[:cut], roles, timeout=view.limits.worker_seconds)
     try:
-        here = _objects(pages, view, names[cut:], roles)
+        here = _objects(pages, view, names[cut:], roles, as_json=False)
         there = pending.result()
     finally:
         pending.cancel()
@@ -351,12 +346,13 @@ def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, d
 
 
 def _objects_in_worker(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> dict:
-    return _objects(pages, view, names, roles)
+    return _objects(pages, view, names, roles, as_json=True)
 
 
-def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> dict:
-    """As JSON values: the SHA-256 hexes as one string (a fraction of the memory of a list),
-    read errors by entry, and each object's reading ([derived, text, bytes as latin-1])."""
+def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, *, as_json: bool) -> dict:
+    """The SHA-256 hexes as one string (a fraction of the memory of a list), read errors
+    by entry, and each object's reading ([derived, text, bytes]); ``as_json``: every value
+    a JSON value (the bytes as a latin-1 string), for the worker's pipe."""
     hexes, errors, kept = [], {}, {}
     for name in names:
         try:
@@ -367,13 +363,13 @@ def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> dic
             continue
         hexd = hashlib.sha256(data).hexdigest()
         hexes.append(hexd)
-        got = _reading_of(roles.get("sha256:" + hexd, _WHOLE) if name.endswith(hexd) else _WHOLE, data)
+        got = _reading_of(roles.get("sha256:" + hexd, _WHOLE) if name.endswith(hexd) else _WHOLE, data, as_json)
         if got is not None:
             kept[name] = got
     return {"digests": "".join(hexes), "errors": errors, "kept": kept}
 
 
-def _reading_of(needs: int, data: bytes) -> list | None:
+def _reading_of(needs: int, data: bytes, as_json: bool) -> list | None:
     """What is kept of an object the run records need as ``needs`` (``_ROLES``)."""
     if needs == _DIGEST:
         return None
@@ -389,7 +385,7 @@ def _reading_of(needs: int, data: bytes) -> list | None:
         except UnicodeDecodeError:
             needs |= _WHOLE
     if needs & _WHOLE:
-        whole = data.decode("latin-1")  # bytes as a JSON string, one character per byte
+        whole = data.decode("latin-1") if as_json else data  # a JSON string: a character a byte
     return [derived, text, whole]
 
 
@@ -405,4 +401,4 @@ def _adopt(names: list[str], got: dict, digests: dict, unread: dict, readings: d
         unread[name] = VerificationError(e["path"], e["message"], e["record"])
     for name, (derived, text, data) in got["kept"].items():
         readings[name] = ObjectReading(tuple(derived) if derived is not None else None, text,
-                                       data.encode("latin-1") if data is not None else None)
+                                       data.encode("latin-1") if isinstance(data, str) else data)

@@ -81,17 +81,17 @@ def _decode_obj(text: str | None) -> dict | None:
     return obj
 
 
-def _named(text: str | None) -> str | None:
+def _named(text: str | None, decode=None) -> str | None:
     """The action an invalid reply named, when it got as far as naming one."""
-    obj = _decode_obj(text)
+    obj = (decode or _decode_obj)(text)
     name = obj.get("action") if obj is not None else None
     return name if isinstance(name, str) else None
 
 
-def _decode_action(text: str | None, offered) -> dict | None:
+def _decode_action(text: str | None, offered, decode=None) -> dict | None:
     """The reply as a well-formed action object, or None when the runtime would have
     refused it as invalid (FORMAT.md "Replay": the acceptance rule)."""
-    obj = _decode_obj(text)
+    obj = (decode or _decode_obj)(text)
     if obj is None:
         return None
     name = obj.get("action")
@@ -238,7 +238,7 @@ class _Run:
         cline, call = got
         reply = call.get("reply")
         text = None if reply is None else self.reply(reply, cline)
-        obj = _decode_action(text, self.offered)
+        obj = _decode_action(text, self.offered, self.decode)
         if name == "invalid":
             if obj is not None:
                 raise self.fail(line, f"recorded as an invalid reply, but the reply of call {cline} is a "
@@ -264,7 +264,7 @@ class _Run:
         lure = None
         refused = body.get("permitted") is not True
         if name == "invalid":
-            named = _named(text)
+            named = _named(text, self.decode)
             lure = match_lure(self.task.lures, {"action": named}) if named else None
         elif refused and str(body.get("reason") or "").startswith("denied: "):
             lure = match_lure(self.task.lures, {k: obj[k] for k in ("action", *_FIELDS[name])})
@@ -377,6 +377,14 @@ class _Run:
         return {"ok": True, "action": "check",
                 "results": [{"id": r.id, "passed": r.passed, "detail": r.detail} for r in results]}
 
+    def decode(self, text: str | None) -> dict | None:
+        """``_decode_obj``, once per reply text: a grid's runs repeat the same replies. The
+        object is only read, never changed, so the runs can share it."""
+        key = ("reply", text)
+        if key not in self.cache:
+            self.cache[key] = _decode_obj(text)
+        return self.cache[key]
+
     def gate_results(self) -> list:
         """The gate checks on the workspace now: pure, so once per (task, workspace) across
         the runs (a grid's runs often check the very same files)."""
@@ -393,7 +401,7 @@ class _Run:
         return {"ok": True, "action": "finish"}
 
     def invalid(self, line, body, args, text):
-        named = _named(text)
+        named = _named(text, self.decode)
         if args != ({} if named is None else {"action": _lit(named[:200])}):
             raise self.fail(line, f"invalid reply args {args!r:.80} are not the action the reply named")
         reason = body.get("reason")
