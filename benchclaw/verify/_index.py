@@ -52,7 +52,7 @@ class Rec(NamedTuple):
 class RunLog:
     """A run log as read: its records, the first record whose body is ill-typed (its line
     and error, or 0 and None), and the digests each record before it references (as raw
-    32-byte SHA-256 values, one after another: ``digests_of``); ``fault``:
+    32-byte SHA-256 values, one after another); ``fault``:
     a first record that is not ``run.start`` or a last that is not ``run.end``. A log whose
     chain is broken is its ``VerificationError`` instead."""
 
@@ -62,10 +62,6 @@ class RunLog:
     refs: tuple[bytes, ...]
     fault: VerificationError | None = None
 
-    @staticmethod
-    def digests_of(refs: bytes) -> list[str]:
-        """``sha256:<hex>`` of each digest packed in one record's ``refs``."""
-        return ["sha256:" + refs[i:i + 32].hex() for i in range(0, len(refs), 32)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,9 @@ def verify_runs(ix: Index, sec: Section) -> Runs:
     for name in ix.names:
         if name.startswith("objects/"):
             sec.attempt(_check_object, ix, name)
-    good = {n for n in ix.names if n.startswith("objects/") and ix.digests.get(n) == "sha256:" + n[11:]}
+    # the objects whose bytes hash to their name, as raw digests (a record's refs are packed so)
+    good = {bytes.fromhex(n[11:]) for n in ix.names
+            if n.startswith("objects/") and ix.digests.get(n) == "sha256:" + n[11:]}
     names = [n for n in ix.names if n.startswith("runs/")]
     accepted: dict[str, Run] = {}
     rejected: set[str] = set()
@@ -106,9 +108,10 @@ def _check_records(ix: Index, name: str, parsed: RunLog, good: set, sec: Section
     for i, rec in enumerate(parsed.records, 1):
         if i == parsed.bad_line:
             raise parsed.bad
-        for digest in RunLog.digests_of(parsed.refs[i - 1]):
-            if "objects/" + digest[7:9] + "/" + digest[7:] not in good:
-                _check_ref(ix, name, i, digest)
+        refs = parsed.refs[i - 1]
+        for at in range(0, len(refs), 32):
+            if refs[at:at + 32] not in good:
+                _check_ref(ix, name, i, "sha256:" + refs[at:at + 32].hex())
         if rec.kind not in _KNOWN:
             sec.count(f"unknown kind {rec.kind}"[:80])
 
