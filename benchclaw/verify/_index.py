@@ -13,9 +13,10 @@ zip. What the index keeps of an entry is what some step reads of it, and no more
   observations, written contents and artifacts are not kept: the steps compare what they
   recompute with the object's digest;
 - a ledger: its chained records, or its chain error; each experiment's journal;
-- every other entry (tasks, journals, summary, site pages, manifest rows): its bytes.
+- every other entry (tasks, journals, summary, spec) but the site pages (read by no step):
+  its bytes.
 
-Nothing here changes after ``_reading.read_bundle`` returns: the mappings are read-only.
+Nothing here changes once ``_reading.reading`` yields it: the mappings are read-only.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ Memory tactics: a bundle given as a path is memory-mapped, not read, and the pag
 inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the page
 cache, out of this process's resident set); a run log's and a ledger's line bytes are
 dropped once their chain is checked; an object's bytes are dropped once hashed unless a
-step reads them (``_index``). GC tactics: the collector is off while millions of acyclic
-records are built, and what was read is frozen out of its later passes.
+step reads them (``_index``). GC tactics: the collector is off for the whole ``with`` (the
+index holds millions of acyclic records, built here and read by every step).
 
 An unreadable container or manifest, a worker that crashed or overran
 ``Limits.worker_seconds`` raise ``UnreadableBundle`` (exit 2); an entry that fails to inflate
@@ -80,16 +80,13 @@ def reading(source: str | os.PathLike | bytes, limits: Limits,
     """The index of the bundle at ``source`` (a path or its bytes), for the steps to read
     inside the ``with``. Raises UnreadableBundle."""
     paused = gc.isenabled()
-    gc.disable()  # millions of acyclic records: cyclic GC passes would only cost time
-    with _archive(source, limits) as data:
-        try:
-            ix = _read(_Pages(data), limits, registered)
-            gc.freeze()  # what was read lives to the end: later passes skip it
-            yield ix
-        finally:
-            gc.unfreeze()
-            if paused:
-                gc.enable()
+    gc.disable()  # millions of acyclic records, read and then read again: GC passes only cost time
+    try:
+        with _archive(source, limits) as data:
+            yield _read(_Pages(data), limits, registered)
+    finally:
+        if paused:
+            gc.enable()
 
 
 # ------------------------------------------------------------------------------ the archive
@@ -157,7 +154,7 @@ def _read(pages: _Pages, limits: Limits, registered) -> Index:
     digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
     unread: dict[str, VerificationError] = {}
     run_logs, ledgers, content = {}, {}, {}
-    roles: dict[str, str] = {}
+    roles: dict[str, int] = {}  # object digest -> what the run records need of it (_ROLES)
     objects = []
     for name in view.names:  # A: everything but the objects, here
         if name.startswith("objects/"):
@@ -172,7 +169,7 @@ def _read(pages: _Pages, limits: Limits, registered) -> Index:
             run_logs[name] = _run_log(name, data, limits, roles)
         elif name.startswith("ledgers/"):
             ledgers[name] = _ledger(name, data)
-        else:
+        elif not name.startswith("site/"):  # the pages: hashed for step 1, read by no step
             content[name] = data
     readings = _read_objects(pages, view, objects, roles, digests, unread)  # B: on two cores
     pages.release()
