@@ -120,7 +120,7 @@ class RayExecutor(Executor):
             finished = _result_if_finished(ray, ref)  # it may have ended just before the cancel
             if finished is not None:
                 reserved, _ = ray.get(self.authority.close_attempt.remote(job.attempt, why, True))
-                return self._land(job, *finished, reserved, Decimal(0))
+                return self._land(job, *finished, reserved)
         try:
             reserved, _ = ray.get(self.authority.close_attempt.remote(job.attempt, why, True))
         except ray.exceptions.RayError:  # the authority is gone: its open reservations stay at the bound

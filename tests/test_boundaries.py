@@ -63,14 +63,14 @@ def test_a_whole_verification_imports_nothing_impure_and_no_network(bundle_path)
     assert got["third_party"] == []
     # one definition each: the verifier replays ledgers and reads catalogs with the
     # runtime's own (pure) modules, not with copies of its own
-    assert {"benchclaw.ledger_replay", "benchclaw.catalog_format"} <= set(got["modules"])
+    assert {"benchclaw.ledger_replay", "benchclaw.catalog_format", "benchclaw.sim_rules"} <= set(got["modules"])
 
 
 @pytest.mark.parametrize("module", ["benchclaw.analysis", "benchclaw.checks", "benchclaw.money",
                                     "benchclaw.records", "benchclaw.policies", "benchclaw.jsonio",
                                     "benchclaw.checks.digest", "benchclaw.tasks", "benchclaw.names",
                                     "benchclaw.ledger_replay", "benchclaw.catalog_format",
-                                    "benchclaw.spec_format"])
+                                    "benchclaw.spec_format", "benchclaw.sim_rules"])
 def test_pure_module_imports_only_the_standard_library_and_pure_modules(module):
     got = _probe(f"import {module}")
     assert _bad(got["modules"], IMPURE) == [], module
@@ -89,3 +89,9 @@ def test_the_writer_modules_use_the_pure_ones_they_share_with_the_verifier():
     assert ledger.LedgerState is ledger_replay.LedgerState and ledger.Limits is ledger_replay.Limits
     assert catalog.Catalog is catalog_format.Catalog and catalog.Tier is catalog_format.Tier
     assert store.safe_name is names.safe_name
+    # the simulator's usage rules are the ones the verifier recomputes simulated usage with
+    from benchclaw import sim_rules
+    from benchclaw.sim import engine, profiles, solvers
+
+    assert profiles.Profile is sim_rules.Profile and solvers.detect_family is sim_rules.detect_family
+    assert engine.prompt_tokens is sim_rules.prompt_tokens and engine._Streams is sim_rules.Streams

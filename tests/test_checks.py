@@ -249,6 +249,8 @@ def test_checks_package_imports_only_stdlib_and_pure_modules():
     allowed_pkg = {"benchclaw.jsonio"}
     import sys
     for path in CHECKS_DIR.glob("*.py"):
+        if path.name == "tasks.py":  # the task loader, beside the checks since the layout move:
+            continue  # pure too, but it also uses errors, names and paths (test_layering holds it)
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level:

@@ -127,8 +127,13 @@ def test_the_reading_stage_derives_only_what_step_4_would_accept_itself():
     from benchclaw.verify._costs import derive
 
     req = b'{"messages":[{"role":"user","content":"hi"}],"max_tokens":64}'
-    kind, max_tokens, estimate, sim_prompt, conversation, sent = derive(req)
+    kind, max_tokens, estimate, sim_prompt, conversation, sent, facts = derive(req)
     assert sent == 2  # the messages' UTF-8 content bytes, for a stream's lower bound
+    assert facts is None  # the simulator's facts only for a request of a simulated run
+    sim_req = b'{"messages":[{"role":"user","content":"hi"}],"max_tokens":64,"model":"m","seed":3}'
+    prompt, prefix, z, family = derive(sim_req, sim=True)[6]
+    assert (prompt, prefix, family) == (8, 0, None) and isinstance(float.fromhex(z), float)
+    assert derive(req, sim=True)[6] is None  # no model: the step reads the blob and says so
     assert (kind, max_tokens) == ("r", 64) and estimate > 0
     assert sim_prompt == 3 + 4 + 1 and conversation[0] == 1  # one message: no task message yet
     assert derive(b'{"prompt_tokens":3,"completion_tokens":2}')[1]["completion"] == 2

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 from dataclasses import dataclass
 from decimal import Decimal
@@ -144,6 +145,8 @@ class _Run:
                                      {"role": "user", "content": self._first_message()}]
         self.simulated = bool(getattr(self.tier, "simulated", False) or getattr(self.provider, "simulated", False))
         self.claimed_simulated = self.simulated
+        rules = getattr(provider, "usage_rules", None)  # only the in-process simulator has them
+        self.sim_rules = rules(tier.model) if callable(rules) else None
         self.max_tokens = self.tier.max_tokens or max_tokens
         self.calls: list[dict] = []
         self.turns = self.denials = self.invalid = self.injections = 0
@@ -199,6 +202,8 @@ class _Run:
             self.blobs.put_blob(data)
         if self.blobs.put_blob(self.profile.source_bytes) != self.profile.digest:
             raise IntegrityError(f"profile {self.profile.name}: bytes do not match its digest")
+        if self.sim_rules is not None:
+            self.blobs.put_blob(self.sim_rules[1])
 
     def _record_start(self) -> None:
         t, tier = self.task, self.tier
@@ -213,7 +218,16 @@ class _Run:
                          "retries": self.retries},
             "policy": self.policy_context,
             "ledger": getattr(self.ledger, "id", None) if self.ledger is not None else None,
+            **self._sim_field(),
         })
+
+    def _sim_field(self) -> dict:
+        """``sim``: the in-process simulator's profile and profiles file (its blob), from
+        which every reply's usage can be recomputed (FORMAT.md §3, §6); absent otherwise."""
+        if self.sim_rules is None:
+            return {}
+        name, data = self.sim_rules
+        return {"sim": {"profile": name, "profiles": "sha256:" + hashlib.sha256(data).hexdigest()}}
 
     def _append(self, kind: str, body: dict, settle: tuple | None = None) -> None:
         """Queue a record (written by ``_write_out`` once its blobs are durable); ``settle``

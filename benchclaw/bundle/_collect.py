@@ -98,7 +98,8 @@ def collect(store: Store, experiment: str, include_site: Path | None = None) -> 
     c.add_bytes("VERSION", VERSION_TEXT)
     _journals(c, experiment)
     bodies = [b for _, b in ((w, r.body) for w, r in c.journal)]
-    _blobs(c, [{"spec_digest": b.get("spec_digest")} for b in bodies])
+    # the registered specs, and the simulator profiles a registration pins (FORMAT.md §8)
+    _blobs(c, [{"spec_digest": b.get("spec_digest"), "sim_profiles": b.get("sim_profiles")} for b in bodies])
     starts = _runs(c, experiment)
     _ledgers(c, ledger_ids(starts.ledgers, bodies))
     _tasks(c, starts.tasks)

@@ -10,6 +10,7 @@ step reads the journal afresh, so there is no cached state that could disagree w
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,14 +85,16 @@ def prereg(store: Store, path: Path | str, *, backends=None) -> Registration:
                         fresh=True, digest=reg.digest)
 
 
-def pins(spec: Spec, backends=None) -> dict:
+def pins(spec: Spec, backends=None, *, sim: bool = True) -> dict:
     """What a registration pins besides the spec's bytes: the catalog the grid resolves to
     (its ``ref``: name, digest of its exact bytes, prices included, and what it extends)
     and every task version the grid's patterns resolve to (id, version, digest), resolved
     exactly as ``benchclaw run`` resolves them, so prereg refuses what run would refuse
     (a pattern matching nothing, an unknown tier or price, a catalog path outside the
     project). ``backends``: the runner's parts (default: the built-in tasks and shipped
-    catalogs, as ``benchclaw run`` uses). Raises FormatError/InputError/ProviderConfigError."""
+    catalogs, as ``benchclaw run`` uses). ``sim``: also pin the simulator profiles file
+    (``sim_profiles``), which asks ``backends`` for a provider per simulated tier.
+    Raises FormatError/InputError/ProviderConfigError."""
     from .._grid import resolve_tasks
     from .._runner_io import default_backends
 
@@ -109,9 +112,31 @@ def pins(spec: Spec, backends=None) -> dict:
     if hasattr(cat, "require_prices"):
         cat.require_prices(list(spec.grid.tiers))
     chosen = resolve_tasks(spec.grid.tasks, b.tasks(), str(spec.path))
+    sim = _sim_profiles(cat, spec.grid.tiers, b) if sim else None
     return {"catalog": cat.ref(),
             "tasks": [{"id": t.id, "version": t.version, "digest": t.digest} for t in chosen],
-            "_blobs": _pinned_blobs(cat, chosen)}
+            **({"sim_profiles": "sha256:" + hashlib.sha256(sim).hexdigest()} if sim is not None else {}),
+            "_blobs": _pinned_blobs(cat, chosen) + ([sim] if sim is not None else [])}
+
+
+def _sim_profiles(cat, tiers, b) -> bytes | None:
+    """The bytes of the simulator profiles file the grid's in-process ``sim`` tiers follow
+    (asked of the provider ``benchclaw run`` would build, as each run records it in
+    ``run.start.sim``), or None when no tier of the grid is simulated in process. The
+    registration pins their digest: the reasoning and cache numbers of every simulated
+    reply follow from them (FORMAT.md §6, "Simulated usage")."""
+    found = set()
+    for name in tiers:
+        tier = cat.tier(name)
+        if getattr(tier, "provider", None) != "sim":
+            continue
+        rules = getattr(b.provider(tier), "usage_rules", None)
+        got = rules(tier.model) if callable(rules) else None
+        if got is not None:
+            found.add(got[1])
+    if len(found) > 1:  # one backend serves every tier of a grid, so this is a broken setup
+        raise InputError("the grid's simulated tiers follow different simulator profiles files")
+    return next(iter(found), None)
 
 
 def _pinned_blobs(cat, tasks) -> list[bytes]:
@@ -224,7 +249,9 @@ def _require_pins(store: Store, spec: Spec, backends) -> None:
             body = entry.body
     if body is None or ("catalog" not in body and "tasks" not in body):
         return
-    now = pins(spec, backends)
+    # Not the simulator profiles: that would build providers in the driver before the grid
+    # starts (the verifier holds every run to the pinned file: FORMAT.md §8).
+    now = pins(spec, backends, sim=False)
     now.pop("_blobs", None)
     for key, what in (("catalog", "the catalog (its prices)"), ("tasks", "the task versions")):
         if key in body and body[key] != now[key]:

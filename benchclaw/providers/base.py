@@ -28,19 +28,17 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from .. import jsonio
 from ..money import Usage, normalise_usage
 from ..errors import FormatError
 from .vault import KEY_MARK, contains_secret, mark_secrets
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .streaming import StreamStats
-
 __all__ = [
     "ChatRequest",
     "ChatResponse",
+    "StreamStats",
     "CallError",
     "Provider",
     "OUTCOMES",
@@ -169,6 +167,26 @@ class CallError:
 
 
 @dataclass(frozen=True)
+class StreamStats:
+    """What a stream adds to a call's evidence (filled by ``providers.streaming``; it sits
+    here, beside the response that carries it, so the two modules import one way). ``text_chunks`` counts chunks that carried
+    new content or reasoning text (each carries at least one generated token: the count
+    the lower bound of a cut stream uses); ``ttft_ms`` is the time from sending the request
+    to the first such chunk (``None`` when none came)."""
+
+    chunks: int
+    text_chunks: int
+    ttft_ms: int | None
+    usage_chunk: bool
+    end: str
+
+    def to_dict(self) -> dict:
+        """The ``stream`` object of a ``call`` record."""
+        return {"chunks": self.chunks, "text_chunks": self.text_chunks, "ttft_ms": self.ttft_ms,
+                "usage_chunk": self.usage_chunk, "end": self.end}
+
+
+@dataclass(frozen=True)
 class ChatResponse:
     """What one call produced. ``outcome`` is one of ``OUTCOMES``; ``usage`` is ``None``
     when the provider reported none (the call is then costed with bounds); ``usage_raw`` is
@@ -195,7 +213,7 @@ class ChatResponse:
     headers: Mapping[str, str] = field(default_factory=dict)
     model_upstream: str | None = None
     truncated: tuple[str, ...] = ()
-    stream: "StreamStats | None" = None  # a streamed call's own evidence (providers.streaming)
+    stream: StreamStats | None = None  # a streamed call's own evidence (providers.streaming)
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:

@@ -34,32 +34,13 @@ from typing import Any, AsyncIterator, Callable, Mapping
 
 from .. import jsonio
 from ..errors import FormatError
-from .base import CallError, ChatResponse
+from .base import CallError, ChatResponse, StreamStats
 
-__all__ = ["StreamStats", "StreamAssembler", "StreamErrorEvent", "assemble", "sse_objects", "per_call", "STREAM_ENDS"]
+__all__ = ["StreamAssembler", "StreamErrorEvent", "assemble", "sse_objects", "per_call", "STREAM_ENDS"]
 
 # done: a finish reason arrived and the stream closed; cut: it broke or closed before one;
 # stalled: nothing arrived for stall_s and BenchClaw cut it; malformed: a chunk was unreadable.
 STREAM_ENDS = ("done", "cut", "stalled", "malformed")
-
-
-@dataclass(frozen=True)
-class StreamStats:
-    """What a stream adds to a call's evidence. ``text_chunks`` counts chunks that carried
-    new content or reasoning text (each carries at least one generated token: the count
-    the lower bound of a cut stream uses); ``ttft_ms`` is the time from sending the request
-    to the first such chunk (``None`` when none came)."""
-
-    chunks: int
-    text_chunks: int
-    ttft_ms: int | None
-    usage_chunk: bool
-    end: str
-
-    def to_dict(self) -> dict:
-        """The ``stream`` object of a ``call`` record."""
-        return {"chunks": self.chunks, "text_chunks": self.text_chunks, "ttft_ms": self.ttft_ms,
-                "usage_chunk": self.usage_chunk, "end": self.end}
 
 
 class StreamErrorEvent(FormatError):

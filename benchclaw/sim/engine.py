@@ -22,12 +22,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import math
 import random
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .. import jsonio
+from .. import sim_rules
+from ..sim_rules import Streams as _Streams
+from ..sim_rules import digest as _digest
+from ..sim_rules import prompt_tokens, sim_tokens
 from .profiles import Profile, Profiles
 from .state import ConvState, parse_conversation
 
@@ -82,31 +84,9 @@ class SimTurn:
     ttft_s: float = 0.0  # time to the first generated token: base latency and prefill, no decoding
 
 
-# ----------------------------------------------------------------------------- tokens
-
-def sim_tokens(text: str) -> int:
-    """The simulator's token count: one per four characters, rounded up."""
-    return (len(text) + 3) // 4
-
-
-def prompt_tokens(messages) -> int:
-    return 3 + sum(4 + sim_tokens(str(m.get("content") or "")) for m in messages)
-
-
-# ----------------------------------------------------------------------------- randomness
-
-def _digest(*parts: Any) -> bytes:
-    return hashlib.sha256(jsonio.dumps(list(parts))).digest()
-
-
-class _Streams:
-    """Independent labelled PRNG streams derived from one digest."""
-
-    def __init__(self, base: bytes) -> None:
-        self._base = base
-
-    def rng(self, label: str) -> random.Random:
-        return random.Random(int.from_bytes(hashlib.sha256(self._base + label.encode()).digest()[:8], "big"))
+# The token rule, the PRNG streams, the reasoning draw, the cache split and the usage
+# shapes are ``benchclaw.sim_rules``: the verifier recomputes a simulated call's usage
+# with the same definitions (FORMAT.md §6, "Simulated usage").
 
 
 # ----------------------------------------------------------------------------- per-run decisions
@@ -211,22 +191,6 @@ def decide(st: ConvState, plan: _RunPlan, profile: Profile, mods: SimModules, st
 
 # ----------------------------------------------------------------------------- the turn
 
-def _reasoning_tokens(rng: random.Random, profile: Profile, kind: str, effort: float) -> int:
-    median, sigma = profile.reasoning[kind]
-    return max(0, int(round(median * effort * math.exp(sigma * rng.gauss(0.0, 1.0)))))
-
-
-def _cache(profile: Profile, messages, prompt: int) -> tuple[int, int]:
-    prefix = prompt_tokens(messages[:-2]) if len(messages) > 2 else 0
-    block = profile.cache_block
-    cached = (prefix // block) * block if prefix >= profile.cache_min_prefix else 0
-    cached = min(cached, prompt)
-    written = 0
-    if profile.cache_writes and prompt >= profile.cache_min_prefix:
-        written = ((prompt - cached) // block) * block
-    return cached, written
-
-
 def _validate(body: Mapping) -> tuple[str, list, int, int]:
     model, messages = body.get("model"), body.get("messages")
     if not isinstance(model, str) or not model:
@@ -267,7 +231,7 @@ def _dress(profile: Profile, profiles: Profiles, plan: _RunPlan, messages, model
     """Turn a decided action into a reply: reasoning, length, invalid JSON, usage, latency."""
     noise = turn.rng("noise")
     effort = profiles.effort_for(plan.family) if kind == "write" else 1.0
-    reasoning = _reasoning_tokens(noise, profile, kind, effort)
+    reasoning = sim_rules.reasoning_tokens(profile, kind, effort, noise.gauss(0.0, 1.0))
     text = json.dumps(action, ensure_ascii=False)
     if noise.random() < profile.invalid_json:
         text = f"Next I will {action['action']}. Here is the action:\n```json\n{text}\n```"
@@ -278,7 +242,7 @@ def _dress(profile: Profile, profiles: Profiles, plan: _RunPlan, messages, model
     if completion > max_tokens:
         content, finish, completion, reasoning = "", "length", max_tokens, max_tokens
     prompt = prompt_tokens(messages)
-    cached, written = _cache(profile, messages, prompt)
+    cached, written = sim_rules.cache_split(profile, messages, prompt)
     ttft = profile.base_latency_ms / 1000 + (prompt - cached) / profile.prefill_tps
     latency = ttft + completion / profile.throughput_tps
     rid = "chatcmpl-sim-" + hashlib.sha256(_digest(seed, model, messages)).hexdigest()[:24]
@@ -292,25 +256,13 @@ def _dress(profile: Profile, profiles: Profiles, plan: _RunPlan, messages, model
 
 def usage_raw(t: SimTurn) -> dict:
     """The usage object in the tier's shape (the differing shapes real providers send)."""
-    base = {"prompt_tokens": t.prompt, "completion_tokens": t.completion, "total_tokens": t.prompt + t.completion}
-    reasoning = {"reasoning_tokens": t.reasoning}
-    shapes = {
-        "openai": {"prompt_tokens_details": {"cached_tokens": t.cached_read, "audio_tokens": 0},
-                   "completion_tokens_details": {**reasoning, "audio_tokens": 0}},
-        "cache_hit": {"prompt_cache_hit_tokens": t.cached_read, "prompt_cache_miss_tokens": t.prompt - t.cached_read,
-                      "completion_tokens_details": reasoning},
-        "null_details": {"prompt_tokens_details": None, "completion_tokens_details": None},
-        "cache_write": {"prompt_tokens_details": {"cached_tokens": t.cached_read, "created_cache_tokens": t.cache_write},
-                        "completion_tokens_details": reasoning},
-    }
-    return {**base, **shapes[t.usage_shape]}
+    return sim_rules.usage_raw(t.usage_shape, t.prompt, t.cached_read, t.cache_write, t.completion, t.reasoning)
 
 
 def reported_usage(t: SimTurn) -> dict:
     """What the tier's usage shape tells a client, as normalised usage fields: the shapes
     without cache or reasoning details report those as 0."""
-    shows = {"openai": (True, False, True), "cache_hit": (True, False, True),
-             "null_details": (False, False, False), "cache_write": (True, True, True)}[t.usage_shape]
+    shows = sim_rules.reported(t.usage_shape)
     return {"prompt": t.prompt, "cached_read": t.cached_read if shows[0] else 0,
             "cache_write": t.cache_write if shows[1] else 0, "completion": t.completion,
             "reasoning": t.reasoning if shows[2] else 0}

@@ -96,6 +96,17 @@ class SimProvider(Provider):
         self.always_follow = always_follow
         self.stall_s = stall_s
 
+    def usage_rules(self, model: str) -> tuple[str, bytes] | None:
+        """(profile name, profiles file bytes) the replies for ``model`` follow, which the
+        runtime records in ``run.start.sim`` so the verifier can recompute each reply's
+        usage (FORMAT.md §6, "Simulated usage"); None when the profiles were built in
+        memory (a test's patched profiles: no file to point at) or name no such profile."""
+        profiles = self.backend.profiles
+        profile = profiles.by_name.get(self.profile_name) if self.profile_name else profiles.resolve(model)
+        if not profiles.source or profile is None:
+            return None
+        return profile.name, profiles.source
+
     # In-process runs keep simulated time: the latency recorded is the simulated one
     # (deterministic), not the wall time of the scaled-down sleep, and the runtime runs its
     # bounds on a virtual clock advanced by it (see benchclaw.agent.values.VirtualClock).

@@ -25,6 +25,7 @@ from ..checks.rulelang import PricingRuleError, parse_pricing_rule
 from . import solvers_api as api_model
 from . import solvers_pricing as pricing_model
 from . import solvers_sql as sql_model
+from ..sim_rules import detect_family  # shared with the verifier: a write's reasoning effort depends on it
 from .lures import find_lures
 
 __all__ = ["SolveError", "detect_family", "parse_workspace", "solve", "MISTAKES", "SOLVERS",
@@ -39,23 +40,6 @@ def render_workspace_section(readable: list[str], writable: list[str]) -> str:
     """Same text as ``benchclaw.tasks.render_workspace_section`` (imported lazily)."""
     from ..tasks import render_workspace_section as render
     return render(readable, writable)
-
-
-_FAMILY_CUES = {
-    "quotes": re.compile(r"^Approved sources:", re.M),
-    "cents": re.compile(r"\*\*Rounding rule:\*\*"),
-    "pricing": re.compile(r"rule language", re.I),
-    "sql": re.compile(r"SQLite migration"),
-    "api": re.compile(r"contract test"),
-}
-
-
-def detect_family(prompt: str) -> str | None:
-    """The task family a prompt belongs to, from its fixed phrases, or None."""
-    for family, cue in _FAMILY_CUES.items():
-        if isinstance(prompt, str) and cue.search(prompt):
-            return family
-    return None
 
 
 def parse_workspace(prompt: str) -> tuple[list[str], list[str]]:

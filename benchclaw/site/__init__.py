@@ -7,6 +7,11 @@ build leaves out, and how incremental rebuilds work.
 """
 
 from ._build import BuildReport, build_site
+from ._render import make_overlay_env, run_url
+from ._runview import Blobs, run_view, summarise_run
 from ._serve import make_server, serve_site
 
-__all__ = ["build_site", "BuildReport", "serve_site", "make_server"]
+# The studio renders live run pages with the site's own templates and run view, so those
+# are part of the site's public face too (not reached into as private modules).
+__all__ = ["build_site", "BuildReport", "serve_site", "make_server", "make_overlay_env", "run_url",
+           "Blobs", "run_view", "summarise_run"]

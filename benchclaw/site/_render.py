@@ -204,13 +204,21 @@ def markdown(text):
 
 def renderer_digest(templates_dir: Path, public: bool) -> str:
     """Digest of everything that shapes a page besides its data: every template and static
-    file, this package's code, the analysis code (a cached summary is only as good as the
-    code that computed it), and the public flag. A change re-renders every page."""
+    file, this package's code, the analysis code and the pure modules it uses (a cached
+    summary is only as good as the code that computed it), and the public flag. A change
+    re-renders every page."""
+    from .. import analysis, policies
+    from ..analysis import interval, rules
+
     h = hashlib.sha256(b"benchclaw-site 1\n" + (b"public\n" if public else b"full\n"))
-    for base in (templates_dir, _SITE_PKG, _SITE_PKG.parent / "analysis"):
+    for base in (templates_dir, _SITE_PKG, Path(analysis.__file__).parent):
         for path in sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             h.update(path.relative_to(base).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    h.update(b"policies.py\0" + (_SITE_PKG.parent / "policies.py").read_bytes())
+    # the pure modules the analysis computes with, found by module rather than by path so
+    # that moving a file cannot drop it from the digest
+    for module in (policies, rules, interval):
+        path = Path(module.__file__)
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
 

@@ -97,8 +97,7 @@ def create_app(studio: Studio, keys: SessionKeys, *, templates: Path | None = No
     from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
     from starlette.routing import Route
 
-    from ..site._render import make_overlay_env, run_url
-    from ..site._runview import Blobs, run_view, summarise_run
+    from ..site import Blobs, make_overlay_env, run_url, run_view, summarise_run
 
     tdir = templates or site_templates_dir()
     env = make_overlay_env(tdir / "studio", tdir)

@@ -36,6 +36,7 @@ from ..records import DIGEST_RE
 from ._errors import VerificationError
 from ._index import Index, Run
 from ._report import Section
+from ._simusage import check_simulated_usage, sim_facts
 from .manifest import object_path
 
 __all__ = ["verify_costs", "Costs", "upper_bound", "derive"]
@@ -71,6 +72,11 @@ class _Step:
         self.ix, self.cache = ix, {}
         self.prices: dict[str, Prices | VerificationError] = {}
         self.calls: dict[str, dict[int, CostBounds]] = {}
+
+    def catalog(self, run: Run) -> Catalog:
+        """The catalog the run names, parsed from its blob (``_simusage`` reads its tier's
+        simulator profile). Raises VerificationError."""
+        return _catalog(self, run, run.start.get("catalog"))
 
 
 def verify_costs(ix: Index, runs, sec: Section) -> Costs:
@@ -286,10 +292,11 @@ def _chars(data: bytes) -> int | None:
         return None
 
 
-def derive(data: bytes) -> list | None:
+def derive(data: bytes, sim: bool = False) -> list | None:
     """What steps 3 and 4 read of an object, as JSON values (the reading stage takes it while
     it has the bytes in hand): ``["r", max_tokens, estimate, simulated prompt tokens,
-    conversation hashes, message bytes]`` for a well-formed request (a message list of objects, an int
+    conversation hashes, message bytes, simulator facts]`` for a well-formed request (the
+    facts, ``_simusage.sim_facts``, only with ``sim``: a request of a run on the simulator) (a message list of objects, an int
     ``max_tokens``), ``["u", usage dict or None, characters, unread fields]`` for any other JSON value
     (``_normalised``'s answer, the text's length for a reply, and what could change the
     bill but is not read: a doubt, FORMAT.md §6), ``["t", None, characters]``
@@ -309,7 +316,7 @@ def derive(data: bytes) -> list | None:
             return None
         try:
             return ["r", max_tokens, estimate_prompt_tokens(messages), sim_prompt_tokens(messages),
-                    conversation_hashes(messages), message_bytes(messages)]
+                    conversation_hashes(messages), message_bytes(messages), sim_facts(obj) if sim else None]
         except Exception:  # noqa: BLE001 - RecursionError and the like: step 4 reports it
             return None
     n = _chars(data)
@@ -391,7 +398,13 @@ _SIM_ID = "chatcmpl-sim-"  # the simulator's response ids (a scripted test provi
 
 def _simulated_usage(b: _Step, run: Run, line: int, body: dict, usage: Usage, sim: int | None) -> None:
     """A simulated call's usage follows from its request and reply by the simulator's token
-    rule (FORMAT.md §6): a provider's can only be taken on trust, the simulator's cannot."""
+    rule (FORMAT.md §6): a provider's can only be taken on trust, the simulator's cannot.
+    Under a recorded profile, its reasoning and cache numbers follow too (``_simusage``)."""
+    _simulated_counts(b, run, line, body, usage, sim)
+    check_simulated_usage(b, run, line, body, usage)
+
+
+def _simulated_counts(b: _Step, run: Run, line: int, body: dict, usage: Usage, sim: int | None) -> None:
     if sim is not None and usage.prompt != sim:
         raise VerificationError(run.path, f"simulated call: usage prompt {usage.prompt}, the simulator "
                                 f"counts {sim} tokens in the request", line)

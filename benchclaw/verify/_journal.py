@@ -29,6 +29,7 @@ from ..records import Record
 from ._errors import VerificationError
 from ._index import Index, Run
 from ._report import Section
+from ._simusage import pinned_profiles
 from ._stops import check_ledgers_after_registration, check_ledgers_closed, check_stop, ledger_chain
 from .experiment import registration_digest
 from .layout import spec_entry
@@ -166,7 +167,8 @@ def repinned(ix: Index, exp: str) -> list[str]:
         return []
     out = []
     for before, rec in zip(regs, regs[1:]):
-        changed = [what for key, what in (("catalog", "the catalog (prices)"), ("tasks", "the task versions"))
+        changed = [what for key, what in (("catalog", "the catalog (prices)"), ("tasks", "the task versions"),
+                                          ("sim_profiles", "the simulator profiles"))
                    if rec.body.get(key) != before.body.get(key)]
         if changed:
             out.append(f"{exp}: the deviation at {rec.at} re-pins {' and '.join(changed)} "
@@ -201,6 +203,7 @@ def _run_pinned(ix: Index, run: Run, records: list, specs: dict) -> None:
     if "catalog" in body and run.start.get("catalog") != body["catalog"]:
         raise VerificationError(run.path, f"ran with catalog {_short_ref(run.start.get('catalog'))}, the "
                                 f"registration ({name}:{line}) pinned {_short_ref(body['catalog'])}", 1)
+    pinned_profiles(run, name, line, body)
     task = run.start.get("task") or {}
     mine = {"id": task.get("id"), "version": task.get("version"), "digest": task.get("digest")}
     if "tasks" in body and (not isinstance(body["tasks"], list) or mine not in body["tasks"]):

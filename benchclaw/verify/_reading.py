@@ -61,7 +61,7 @@ _WHERE = re.compile(r"^(?P<path>[^:]*):(?P<line>\d+): (?P<msg>.*)$", re.S)
 # reply, its text; an observation, a written content or an artifact, only its digest; what
 # ``run.start`` names (catalog, task listing, profile), its bytes. An object no run record
 # names this way (a spec, a task file) is kept whole too.
-_DIGEST, _REQUEST, _TEXT, _WHOLE, _USAGE = 0, 1, 2, 4, 8
+_DIGEST, _REQUEST, _TEXT, _WHOLE, _USAGE, _SIM = 0, 1, 2, 4, 8, 16  # _SIM: a request to the simulator
 _ROLES = {"call": (("request", _REQUEST), ("usage_raw", _USAGE), ("reply", _TEXT)),
           "artifact": (("digest", _DIGEST),), "action": (("observation", _DIGEST),)}
 
@@ -230,6 +230,7 @@ def _run_log(name: str, data: bytes, limits: Limits, roles: dict) -> RunLog | Ve
         return RunLog(_compact(records), 0, None, (),
                       VerificationError(name, "a sealed run must end with run.end", len(records)))
     refs, bad_line, bad = [], 0, None
+    sim = records[0].body.get("sim") is not None  # its requests' readings add the simulator's facts
     for i, rec in enumerate(records, 1):
         try:
             check_body(rec.kind, rec.body, RUN, name, i)
@@ -238,11 +239,11 @@ def _run_log(name: str, data: bytes, limits: Limits, roles: dict) -> RunLog | Ve
             break
         mine = _refs(rec.line, rec.body)
         refs.append(b"".join(bytes.fromhex(d[7:]) for d in mine))  # 32 bytes a digest, not 120
-        _note_roles(rec, mine, roles)
+        _note_roles(rec, mine, roles, sim)
     return RunLog(_compact(records), bad_line, bad, tuple(refs))
 
 
-def _note_roles(rec, refs, roles: dict) -> None:
+def _note_roles(rec, refs, roles: dict, sim: bool) -> None:
     body = rec.body
     if rec.kind == "run.start":
         for digest in refs:
@@ -251,7 +252,7 @@ def _note_roles(rec, refs, roles: dict) -> None:
     for key, role in _ROLES.get(rec.kind, ()):
         digest = body.get(key)
         if isinstance(digest, str):
-            roles[digest] = roles.get(digest, 0) | role
+            roles[digest] = roles.get(digest, 0) | role | (_SIM if sim and role == _REQUEST else 0)
     if rec.kind == "action" and isinstance(body.get("args"), dict):
         content = body["args"].get("content")
         if isinstance(content, str):
@@ -372,9 +373,10 @@ def _reading_of(needs: int, data: bytes, as_json: bool) -> list | None:
         return None
     derived = text = whole = None
     if needs & (_REQUEST | _USAGE):
-        derived = derive(data)
+        derived = derive(data, sim=bool(needs & _SIM))
         kind = derived[0] if derived is not None else None
-        if (needs & _REQUEST and kind != "r") or (needs & _USAGE and kind != "u"):
+        if (needs & _REQUEST and kind != "r") or (needs & _USAGE and kind != "u") or \
+                (needs & _SIM and kind == "r" and derived[6] is None):
             needs |= _WHOLE  # not what its field says it is: the step reads it and says why
     if needs & _TEXT:
         try:

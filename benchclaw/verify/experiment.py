@@ -36,6 +36,8 @@ def registration_digest(body: dict) -> str:
     from .. import jsonio
 
     pinned = {k: body.get(k) for k in PINNED}
+    if "sim_profiles" in body:  # only where pinned, so registrations made before it keep their digest
+        pinned["sim_profiles"] = body["sim_profiles"]
     return "sha256:" + hashlib.sha256(jsonio.dumps(pinned)).hexdigest()
 
 
