@@ -27,7 +27,7 @@ from .errors import FormatError
 
 __all__ = ["Profile", "USAGE_SHAPES", "TURN_KINDS", "parse_profiles", "effort_for", "sim_tokens",
            "prompt_tokens", "digest", "Streams", "turn_noise", "FAMILY_CUES", "detect_family", "first_prompt",
-           "reasoning_tokens", "cache_split", "usage_raw", "reported", "action_kinds"]
+           "reasoning_tokens", "cache_split", "cache_split_of", "usage_raw", "reported", "action_kinds"]
 
 USAGE_SHAPES = ("openai", "cache_hit", "null_details", "cache_write")
 TURN_KINDS = ("read", "write", "check", "finish")
@@ -231,7 +231,11 @@ def cache_split(profile: Profile, messages, prompt: int) -> tuple[int, int]:
     """(cached_read, cache_write): whole blocks of the prefix the previous request sent
     (all but the last two messages) are read from cache once long enough; a tier that
     writes caches writes the whole blocks of the rest."""
-    prefix = prompt_tokens(messages[:-2]) if len(messages) > 2 else 0
+    return cache_split_of(profile, prompt_tokens(messages[:-2]) if len(messages) > 2 else 0, prompt)
+
+
+def cache_split_of(profile: Profile, prefix: int, prompt: int) -> tuple[int, int]:
+    """``cache_split`` from the prefix's token count (what the verifier keeps of a request)."""
     block = profile.cache_block
     cached = (prefix // block) * block if prefix >= profile.cache_min_prefix else 0
     cached = min(cached, prompt)

@@ -1,8 +1,6 @@
-"""The forked verification worker: steps 6-8 run on a second core, and whatever goes wrong
-in that child is a clean answer (exit 2, or a failed section), never a hang or a traceback.
-
-Each case swaps one of the steps that run in the child for a misbehaving one; the parent
-runs steps 1-5 as usual.
+"""The reading stage's forked worker (half the objects on a second core), and the steps
+after it: whatever goes wrong in the child is a clean answer (exit 2), never a hang or a
+traceback; whatever goes wrong in a step fails its section only.
 """
 
 import os
@@ -11,7 +9,7 @@ import time
 import pytest
 
 from benchclaw.bundle import export_bundle
-from benchclaw.verify import Limits, verify_bundle, verifier
+from benchclaw.verify import Limits, verify_bundle
 
 from tests.test_bundle_support import EXP, honest_runs
 
@@ -26,29 +24,37 @@ def bundle(tmp_path_factory) -> bytes:
     return (root / "b.zip").read_bytes()
 
 
-def _with_summary_step(monkeypatch, step) -> None:
-    steps = verifier.STEPS()
-    swapped = tuple((name, step if name == "summary" else fn) for name, fn in steps)
-    monkeypatch.setattr(verifier, "STEPS", lambda: swapped)
+def test_every_step_runs_in_its_numbered_order_on_the_reading_stage_index(bundle, monkeypatch):
+    from benchclaw.verify import _summary, _journal, _ledgers
 
-
-def test_the_sections_computed_in_the_worker_reach_the_report(bundle):
+    order = []
+    for mod, name in ((_ledgers, "verify_ledgers"), (_summary, "verify_summary"),
+                      (_journal, "verify_prereg"), (_journal, "verify_completeness")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _real=real, _n=name: (order.append(_n), _real(*a))[1])
     rep = verify_bundle(bundle)
     assert rep.exit_code == 0, rep.to_dict()
+    assert order == ["verify_ledgers", "verify_summary", "verify_prereg", "verify_completeness"]
     for name in ("summary", "prereg", "complete"):
         assert rep.section(name).ran and rep.section(name).counts, name
 
 
-def test_a_worker_that_dies_is_a_clean_exit_2(bundle, monkeypatch):
-    _with_summary_step(monkeypatch, lambda b, sec: os._exit(7))
+def test_a_reading_worker_that_dies_is_a_clean_exit_2(bundle, monkeypatch):
+    from benchclaw.verify import _reading
+
+    monkeypatch.setattr(_reading, "_objects_in_worker", lambda *a: os._exit(9))
     rep = verify_bundle(bundle)
     assert rep.exit_code == 2
-    assert "worker crashed" in rep.fatal.message and "exit status 7" in rep.fatal.message
-    assert rep.section("ledgers").ran  # the parent's steps still ran
+    assert "worker crashed" in rep.fatal.message and "exit status 9" in rep.fatal.message
+    assert not rep.section("container").ran  # nothing was verified on a half-read bundle
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # no child left behind
 
 
-def test_a_worker_that_hangs_is_stopped_at_the_limit(bundle, monkeypatch):
-    _with_summary_step(monkeypatch, lambda b, sec: time.sleep(60))
+def test_a_reading_worker_that_hangs_is_stopped_at_the_limit(bundle, monkeypatch):
+    from benchclaw.verify import _reading
+
+    monkeypatch.setattr(_reading, "_objects_in_worker", lambda *a: time.sleep(60))
     t0 = time.monotonic()
     rep = verify_bundle(bundle, limits=Limits(worker_seconds=1))
     assert time.monotonic() - t0 < 30
@@ -58,42 +64,56 @@ def test_a_worker_that_hangs_is_stopped_at_the_limit(bundle, monkeypatch):
         os.waitpid(-1, os.WNOHANG)  # the child was reaped, no zombie left
 
 
-def test_a_step_that_raises_in_the_worker_fails_its_section_only(bundle, monkeypatch):
-    def broken(b, sec):
+def test_a_reading_worker_that_raises_is_a_clean_exit_2(bundle, monkeypatch):
+    from benchclaw.verify import _reading
+
+    def broken(*a):
         raise KeyError("boom")
-    _with_summary_step(monkeypatch, broken)
+    monkeypatch.setattr(_reading, "_objects_in_worker", broken)
+    rep = verify_bundle(bundle)
+    assert rep.exit_code == 2 and "worker failed: KeyError" in rep.fatal.message
+
+
+def test_a_step_that_raises_fails_its_section_only(bundle, monkeypatch):
+    from benchclaw.verify import _summary
+
+    def broken(ix, runs, sec):
+        raise KeyError("boom")
+    monkeypatch.setattr(_summary, "verify_summary", broken)
     rep = verify_bundle(bundle)
     assert rep.exit_code == 1
     assert [f.message for f in rep.section("summary").failures] == ["recomputation failed: KeyError: 'boom'"]
     assert rep.section("prereg").ok and rep.section("complete").ok
 
 
-def test_an_unreadable_verdict_in_the_worker_stops_the_verification(bundle, monkeypatch):
-    from benchclaw.verify import UnreadableBundle
+def test_an_unreadable_verdict_in_a_step_stops_the_verification(bundle, monkeypatch):
+    from benchclaw.verify import UnreadableBundle, _summary
 
-    def unreadable(b, sec):
+    def unreadable(ix, runs, sec):
         raise UnreadableBundle("summary.json", "not a readable bundle: crafted")
-    _with_summary_step(monkeypatch, unreadable)
+    monkeypatch.setattr(_summary, "verify_summary", unreadable)
     rep = verify_bundle(bundle)
     assert rep.exit_code == 2
     assert (rep.fatal.path, rep.fatal.message) == ("summary.json", "not a readable bundle: crafted")
 
 
-def test_an_object_hashing_worker_that_dies_is_a_clean_exit_2(bundle, monkeypatch):
-    from benchclaw.verify import _container
+def test_the_index_is_read_only(bundle):
+    from benchclaw.verify._reading import reading
 
-    monkeypatch.setattr(_container, "_hash_objects", lambda b, names: os._exit(9))
-    rep = verify_bundle(bundle)
-    assert rep.exit_code == 2
-    assert "worker crashed" in rep.fatal.message and "exit status 9" in rep.fatal.message
-    with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)  # no child left behind
+    with reading(bundle, Limits()) as ix:
+        with pytest.raises(TypeError):
+            ix.digests["manifest.json"] = "sha256:" + "0" * 64
+        with pytest.raises(AttributeError):
+            ix.names = ()
+        assert ix.run_logs and all(n in ix.digests for n in ix.run_logs)
 
 
-def test_a_corrupt_object_is_reported_by_the_container_step_from_the_worker(bundle):
-    import zipfile, io
+@pytest.mark.parametrize("which", [0, -1], ids=["worker's half", "parent's half"])
+def test_a_corrupt_object_is_reported_by_the_container_step_from_either_half(bundle, which):
+    import io
+    import zipfile
     src = zipfile.ZipFile(io.BytesIO(bundle))
-    name = next(n for n in src.namelist() if n.startswith("objects/"))
+    name = [n for n in src.namelist() if n.startswith("objects/")][which]
     info = src.getinfo(name)
     data = bytearray(bundle)
     start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
@@ -103,11 +123,17 @@ def test_a_corrupt_object_is_reported_by_the_container_step_from_the_worker(bund
     assert any(f.path == name for f in rep.section("container").failures), rep.to_dict()
 
 
-def test_step_4_reads_from_the_hashing_worker_only_what_it_would_accept_itself():
+def test_the_reading_stage_derives_only_what_step_4_would_accept_itself():
     from benchclaw.verify._costs import derive
 
     req = b'{"messages":[{"role":"user","content":"hi"}],"max_tokens":64}'
-    kind, max_tokens, estimate, sim_prompt, conversation = derive(req)
+    kind, max_tokens, estimate, sim_prompt, conversation, sent, facts = derive(req)
+    assert sent == 2  # the messages' UTF-8 content bytes, for a stream's lower bound
+    assert facts is None  # the simulator's facts only for a request of a simulated run
+    sim_req = b'{"messages":[{"role":"user","content":"hi"}],"max_tokens":64,"model":"m","seed":3}'
+    prompt, prefix, z, family = derive(sim_req, sim=True)[6]
+    assert (prompt, prefix, family) == (8, 0, None) and isinstance(float.fromhex(z), float)
+    assert derive(req, sim=True)[6] is None  # no model: the step reads the blob and says so
     assert (kind, max_tokens) == ("r", 64) and estimate > 0
     assert sim_prompt == 3 + 4 + 1 and conversation[0] == 1  # one message: no task message yet
     assert derive(b'{"prompt_tokens":3,"completion_tokens":2}')[1]["completion"] == 2

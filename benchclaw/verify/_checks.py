@@ -17,13 +17,15 @@ their recomputation, and the run may claim no pass.
 
 from __future__ import annotations
 
+import hashlib
+
 from ..records import DIGEST_RE
 from ..tasks import Task, check_artifacts
-from ._context import Bundle, RunData
 from ._errors import VerificationError
+from ._index import Index, Run
 from ._replay import replay_run
 from ._report import Section
-from ._runs import task_files
+from ._runs import Runs
 from .layout import task_entry
 from .manifest import object_path
 
@@ -33,23 +35,24 @@ _LITERAL = "literal:"
 _FIELDS = ("id", "type", "gate", "heldout", "passed", "detail")
 
 
-def verify_checks(b: Bundle, sec: Section) -> None:
-    for run in b.runs.values():
-        sec.attempt(_check_run, b, run, sec)
-    sec.count("runs", len(b.runs))
+def verify_checks(ix: Index, runs: Runs, sec: Section) -> None:
+    cache: dict = {}  # pure recomputations of this step, by their inputs (tasks, check results)
+    for run in runs.values():
+        sec.attempt(_check_run, ix, run, cache, sec)
+    sec.count("runs", len(runs))
 
 
-def load_task(b: Bundle, prefix: str) -> Task:
-    """The task version under ``prefix`` (cached). Raises VerificationError naming it."""
-    cache = b.tasks
-    if prefix not in cache:
+def load_task(ix: Index, prefix: str, cache: dict) -> Task:
+    """The task version under ``prefix`` (once per version). Raises VerificationError naming it."""
+    key = ("task", prefix)
+    if key not in cache:
         try:
-            cache[prefix] = Task.from_files(task_files(b, prefix), prefix)
+            cache[key] = Task.from_files(dict(ix.task_files.get(prefix) or {}), prefix)
         except Exception as e:  # FormatError, or anything a crafted task file trips
-            cache[prefix] = VerificationError(prefix, f"not a loadable task version: {e}")
-    if isinstance(cache[prefix], VerificationError):
-        raise cache[prefix]
-    return cache[prefix]
+            cache[key] = VerificationError(prefix, f"not a loadable task version: {e}")
+    if isinstance(cache[key], VerificationError):
+        raise cache[key]
+    return cache[key]
 
 
 def _lit(detail: str) -> str:
@@ -57,51 +60,54 @@ def _lit(detail: str) -> str:
     return _LITERAL + detail if DIGEST_RE.match(detail) else detail
 
 
-def _blob(b: Bundle, run: RunData, digest, line: int) -> bytes:
-    if not isinstance(digest, str) or not DIGEST_RE.match(digest):
-        raise VerificationError(run.path, f"{digest!r} is not a blob digest", line)
-    return b.read(object_path(digest), run.path, line)
-
-
-def _artifacts(b: Bundle, run: RunData) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
+def _artifacts(ix: Index, run: Run) -> dict[str, str]:
+    """Each recorded artifact's digest, by path. Its bytes are not read: step 2 tied the
+    object to its digest, so comparing digests compares the bytes."""
+    out: dict[str, str] = {}
     for line, rec in run.of_kind("artifact"):
-        path, size = rec.body.get("path"), rec.body.get("size")
+        path, size, digest = rec.body.get("path"), rec.body.get("size"), rec.body.get("digest")
         if not isinstance(path, str) or path in out:
             raise VerificationError(run.path, f"artifact path {path!r} is not a new path", line)
-        data = _blob(b, run, rec.body.get("digest"), line)
-        if size != len(data):
+        if not isinstance(digest, str) or not DIGEST_RE.match(digest):
+            raise VerificationError(run.path, f"{digest!r} is not a blob digest", line)
+        if not ix.has(object_path(digest)):
+            raise VerificationError(run.path, f"{object_path(digest)} is missing from the bundle", line)
+        if size != ix.sizes[object_path(digest)]:
             raise VerificationError(run.path, f"artifact {path}: size says {size!r}, the blob has "
-                                    f"{len(data)} bytes", line)
-        out[path] = data
+                                    f"{ix.sizes[object_path(digest)]} bytes", line)
+        out[path] = digest
     return out
 
 
-def _same_as_replay(run: RunData, task: Task, artifacts: dict[str, bytes], written: dict[str, bytes], *,
+def _digest(data: bytes | None) -> str | None:
+    return None if data is None else "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _same_as_replay(run: Run, task: Task, artifacts: dict[str, str], written: dict[str, bytes], *,
                     every_write: bool) -> None:
     """The recorded artifacts are what the replay left: every written file (once the run
     reached its end), and each artifact's bytes the replayed workspace's."""
     for path in written if every_write else ():
         if path not in artifacts:
             raise VerificationError(run.path, f"{path} was written but is not a recorded artifact")
-    for path, data in artifacts.items():
-        if written.get(path, task.inputs.get(path)) != data:
+    for path, digest in artifacts.items():
+        if _digest(written.get(path, task.inputs.get(path))) != digest:
             raise VerificationError(run.path, f"artifact {path} differs from what the run's "
                                     "write actions left in the workspace (replayed)")
 
 
-def _check_run(b: Bundle, run: RunData, sec: Section) -> None:
+def _check_run(ix: Index, run: Run, cache: dict, sec: Section) -> None:
     prefix = task_entry(run.start.get("task"))
-    task = load_task(b, prefix)
-    artifacts = _artifacts(b, run)
+    task = load_task(ix, prefix, cache)
+    artifacts = _artifacts(ix, run)
     recorded = run.of_kind("check")
-    written = replay_run(b, run, task)
+    written = replay_run(ix, run, task, cache)
     # a run that reached its end records every written file; an aborted one records none
     _same_as_replay(run, task, artifacts, written, every_write=bool(recorded))
     if not recorded:
         _no_checks(run)
         return
-    results = _recompute(b, prefix, task, run, written)  # on the replay, not the blobs
+    results = _recompute(cache, prefix, task, written)  # on the replay, not the blobs
     aborted = run.end.get("status") == "aborted"
     if len(recorded) != len(results) and not (aborted and len(recorded) < len(results)):
         raise VerificationError(run.path, f"{len(recorded)} check records, the task has "
@@ -120,16 +126,16 @@ def _check_run(b: Bundle, run: RunData, sec: Section) -> None:
     _end_claims(run, passed, gate)
 
 
-def _recompute(b: Bundle, prefix: str, task: Task, run: RunData, artifacts: dict[str, bytes]) -> list:
+def _recompute(cache: dict, prefix: str, task: Task, artifacts: dict[str, bytes]) -> list:
     """``check_artifacts`` is pure, so identical replayed files of one task version are
     checked once."""
     key = ("checks", prefix, tuple(sorted(artifacts.items())))
-    if key not in b.memo:
-        b.memo[key] = check_artifacts(task, artifacts, include_heldout=True)
-    return b.memo[key]
+    if key not in cache:
+        cache[key] = check_artifacts(task, artifacts, include_heldout=True)
+    return cache[key]
 
 
-def _same_result(run: RunData, line: int, got: dict, want: dict) -> None:
+def _same_result(run: Run, line: int, got: dict, want: dict) -> None:
     if got == want:
         return
     label = f"check {want['id']}"
@@ -141,7 +147,7 @@ def _same_result(run: RunData, line: int, got: dict, want: dict) -> None:
     raise VerificationError(run.path, f"{label}: unexpected field(s) {extra}", line)
 
 
-def _end_claims(run: RunData, passed: bool, gate: bool) -> None:
+def _end_claims(run: Run, passed: bool, gate: bool) -> None:
     end, last = run.end, len(run.records)
     for key, want in (("passed", passed), ("gate_passed", gate)):
         if end.get(key) is not want:
@@ -153,7 +159,7 @@ def _end_claims(run: RunData, passed: bool, gate: bool) -> None:
                                 f"give {'passed' if passed else 'failed'}", last)
 
 
-def _no_checks(run: RunData) -> None:
+def _no_checks(run: Run) -> None:
     end, last = run.end, len(run.records)
     if end.get("status") != "aborted":
         raise VerificationError(run.path, f"run ended {end.get('status')!r} but holds no check "
@@ -161,7 +167,7 @@ def _no_checks(run: RunData) -> None:
     _no_claims(run)
 
 
-def _no_claims(run: RunData) -> None:
+def _no_claims(run: Run) -> None:
     """An aborted run's claims are fixed at false (FORMAT.md §3, crash recovery)."""
     if run.end.get("passed") or run.end.get("gate_passed"):
         raise VerificationError(run.path, "an aborted run claims a pass", len(run.records))

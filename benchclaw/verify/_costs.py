@@ -13,13 +13,18 @@ catalogs with (pure, so the verifier imports nothing from ``benchclaw.providers`
 ``extends`` is resolved from the bundle by the digest the run recorded. Results that later
 steps need again (a call's confirmed cost, an upper bound) are kept, never recomputed.
 
-A request's estimate and a usage blob's normalised usage are derived (``derive``) while
-step 1's worker has the object's bytes in hand, so the objects are inflated once; only
-the fully well-formed readings are kept, and anything else is read again here and fails
-with the same message as without the worker.
+A request's estimate and a usage blob's normalised usage are derived (``derive``) by the
+reading stage while it has the object's bytes in hand, so the objects are inflated once;
+only the fully well-formed readings are kept, and of anything else the bytes, which this
+step reads and fails on with the message it always gave. The step returns what step 5
+ties to the ledgers (``Costs``): each run's confirmed prices and each call's cost.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
 
 from .. import jsonio
 from ..catalog_format import MAX_EXTENDS, Catalog, parse_catalog
@@ -28,28 +33,67 @@ from ..money import (USAGE_FIELDS, CostBounds, Prices, Usage, call_cost_of, cost
                      estimate_prompt_tokens, fmt_usd, message_bytes, normalise_usage, stream_floor, sum_usage,
                      usage_unread)
 from ..records import DIGEST_RE
-from ._context import Bundle, RunData
 from ._errors import VerificationError
+from ._index import Index, Run
 from ._report import Section
-from ._simusage import check_simulated_usage
+from ._simusage import check_simulated_usage, sim_facts
 from .manifest import object_path
 
-__all__ = ["verify_costs", "catalog_prices", "upper_bound", "derive"]
+__all__ = ["verify_costs", "Costs", "upper_bound", "derive"]
 
 
-def verify_costs(b: Bundle, sec: Section) -> None:
-    for run in b.runs.values():
+@dataclass(frozen=True)
+class Costs:
+    """What step 4 hands step 5: each run's prices (or why they are not the catalog's), and
+    each call's cost as recomputed, by run id and line."""
+
+    prices: Mapping[str, Prices | VerificationError]
+    calls: Mapping[str, Mapping[int, CostBounds]]
+
+    @classmethod
+    def none(cls) -> "Costs":
+        return cls(MappingProxyType({}), MappingProxyType({}))
+
+    def prices_of(self, run: Run) -> Prices:
+        """The run's confirmed prices. Raises VerificationError when step 4 refused them."""
+        got = self.prices.get(run.run_id)
+        if got is None:
+            raise VerificationError(run.path, "step 4 did not confirm the run's prices", 1)
+        if isinstance(got, VerificationError):
+            raise got
+        return got
+
+
+class _Step:
+    """Step 4's state: the index, its pure recomputations by their inputs (a catalog's tier,
+    a usage blob's normalisation), and what it hands step 5."""
+
+    def __init__(self, ix: Index):
+        self.ix, self.cache = ix, {}
+        self.prices: dict[str, Prices | VerificationError] = {}
+        self.calls: dict[str, dict[int, CostBounds]] = {}
+
+    def catalog(self, run: Run) -> Catalog:
+        """The catalog the run names, parsed from its blob (``_simusage`` reads its tier's
+        simulator profile). Raises VerificationError."""
+        return _catalog(self, run, run.start.get("catalog"))
+
+
+def verify_costs(ix: Index, runs, sec: Section) -> Costs:
+    b = _Step(ix)
+    for run in runs.values():
         sec.attempt(_run_costs, b, run, sec)
-    sec.count("runs", len(b.runs))
+    sec.count("runs", len(runs))
+    return Costs(MappingProxyType(b.prices), MappingProxyType(b.calls))
 
 
-def _blob(b: Bundle, run: RunData, digest, line: int, what: str) -> bytes:
+def _blob(b: _Step, run: Run, digest, line: int, what: str) -> bytes:
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
         raise VerificationError(run.path, f"{what} {digest!r} is not a blob digest", line)
-    return b.read(object_path(digest), run.path, line)
+    return b.ix.read(object_path(digest), run.path, line)
 
 
-def _catalog(b: Bundle, run: RunData, ref, depth: int = 0) -> Catalog:
+def _catalog(b: _Step, run: Run, ref, depth: int = 0) -> Catalog:
     """The catalog ``ref`` ({name, digest, extends?}) names, parsed from its blob."""
     if not isinstance(ref, dict) or depth > MAX_EXTENDS:
         raise VerificationError(run.path, "run.start.catalog is not {name, digest}", 1)
@@ -70,38 +114,39 @@ def _catalog(b: Bundle, run: RunData, ref, depth: int = 0) -> Catalog:
     return cat
 
 
-def _cached_prices(b: Bundle, run: RunData, tier) -> Prices:
+def _cached_prices(b: _Step, run: Run, tier) -> Prices:
     """A catalog is parsed once per (catalog, tier), not once per run."""
     key = ("prices", jsonio.dumps(run.start.get("catalog")), tier)
-    if key not in b.memo:
+    if key not in b.cache:
         try:
             t = _catalog(b, run, run.start.get("catalog")).tier(tier if isinstance(tier, str) else "")
-            b.memo[key] = t.prices
-            b.memo[("model", key[1], tier)] = (t.model, t.provider)
+            b.cache[key] = t.prices
+            b.cache[("model", key[1], tier)] = (t.model, t.provider)
         except VerificationError as e:
-            b.memo[key] = e
+            b.cache[key] = e
         except (BenchClawError, ValueError) as e:
-            b.memo[key] = VerificationError(run.path, str(e), 1)
-    if isinstance(b.memo[key], VerificationError):
-        err = b.memo[key]
+            b.cache[key] = VerificationError(run.path, str(e), 1)
+    if isinstance(b.cache[key], VerificationError):
+        err = b.cache[key]
         raise VerificationError(run.path, err.message, 1)
-    return b.memo[key]
+    return b.cache[key]
 
 
-def catalog_prices(b: Bundle, run: RunData) -> Prices:
+def catalog_prices(b: _Step, run: Run) -> Prices:
     """The prices of the run's tier in the catalog it names; must equal ``run.start.prices``.
-    Raises VerificationError. Once confirmed for a run, kept (step 5 asks again)."""
-    key = ("run prices", run.run_id)
-    got = b.memo.get(key)
-    if got is None:
-        got = b.memo[key] = _confirmed_prices(b, run)
+    Raises VerificationError. Kept, confirmed or refused, for step 5."""
+    try:
+        got = b.prices[run.run_id] = _confirmed_prices(b, run)
+    except VerificationError as e:
+        b.prices[run.run_id] = e
+        raise
     return got
 
 
-def _confirmed_prices(b: Bundle, run: RunData) -> Prices:
+def _confirmed_prices(b: _Step, run: Run) -> Prices:
     tier = run.start.get("tier")
     prices = _cached_prices(b, run, tier)
-    model = b.memo.get(("model", jsonio.dumps(run.start.get("catalog")), tier))
+    model = b.cache.get(("model", jsonio.dumps(run.start.get("catalog")), tier))
     if model is not None and (run.start.get("model"), run.start.get("provider")) != model:
         raise VerificationError(run.path, f"run.start model/provider {run.start.get('model')!r}/"
                                 f"{run.start.get('provider')!r}, tier {tier!r} of the catalog is "
@@ -116,26 +161,28 @@ def _confirmed_prices(b: Bundle, run: RunData) -> Prices:
     return prices
 
 
-def _run_costs(b: Bundle, run: RunData, sec: Section) -> None:
+def _run_costs(b: _Step, run: Run, sec: Section) -> None:
     prices = catalog_prices(b, run)
     usages, total = [], CostBounds.zero()
     calls = run.of_kind("call")
+    costs = b.calls[run.run_id] = {}
     for line, rec in calls:
-        usage, cost = _call(b, run, line, rec.body, prices)
+        usage, cost = _call(b, run, line, rec.body, prices, costs)
         usages.append(usage)
         total = total + cost
     sec.count("calls", len(calls))
     _totals(run, len(calls), [u for u in usages if u is not None], total)
 
 
-def _call(b: Bundle, run: RunData, line: int, body: dict, prices: Prices) -> tuple[Usage | None, CostBounds]:
+def _call(b: _Step, run: Run, line: int, body: dict, prices: Prices,
+          costs: dict[int, CostBounds]) -> tuple[Usage | None, CostBounds]:
     params = body.get("params") if isinstance(body.get("params"), dict) else {}
     max_tokens, estimate = params.get("max_tokens"), body.get("prompt_estimate")
     if type(max_tokens) is not int or type(estimate) is not int or max_tokens < 0 or estimate < 0:
         raise VerificationError(run.path, "call: params.max_tokens or prompt_estimate is not a count", line)
-    _check_estimate(b, run, line, body, estimate, max_tokens)
-    usage = _check_usage(b, run, line, body)
-    unread = b.memo.get(("unread", body.get("usage_raw")), ()) if usage is not None else ()
+    sim = _check_estimate(b, run, line, body, estimate, max_tokens)
+    usage = _check_usage(b, run, line, body, sim)
+    unread = b.cache.get(("unread", body.get("usage_raw")), ()) if usage is not None else ()
     floor = _stream_floor(b, run, line, body, max_tokens) if usage is None and "stream" in body else None
     try:
         got = call_cost_of(usage, estimate, max_tokens, prices, unread=unread, error=body.get("error"), floor=floor)
@@ -148,11 +195,11 @@ def _call(b: Bundle, run: RunData, line: int, body: dict, prices: Prices) -> tup
     if body.get("usage_doubts") != (list(got.doubts) or None):  # written only when there are some
         raise VerificationError(run.path, f"call usage_doubts {body.get('usage_doubts')} differ from the "
                                 f"recomputed {list(got.doubts)}", line)
-    run.call_costs[line] = want
+    costs[line] = want
     return usage, want
 
 
-def _stream_floor(b: Bundle, run: RunData, line: int, body: dict, max_tokens: int) -> Usage:
+def _stream_floor(b: _Step, run: Run, line: int, body: dict, max_tokens: int) -> Usage:
     """The recorded lower bound of a streamed call without usage, recounted from its request
     and reply blobs and its ``stream.text_chunks`` (FORMAT §6, ``money.stream_floor``). A
     reply with text but no text chunk is an inconsistent record."""
@@ -160,26 +207,40 @@ def _stream_floor(b: Bundle, run: RunData, line: int, body: dict, max_tokens: in
     chunks = stream.get("text_chunks") if isinstance(stream, dict) else None
     if type(chunks) is not int or chunks < 0:
         raise VerificationError(run.path, "call: stream.text_chunks is not a count", line)
-    request = _json_blob(b, run, line, body.get("request"), "request")
-    messages = request.get("messages") if isinstance(request, dict) else None
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise VerificationError(run.path, "call: the request blob holds no message list", line)
-    reply = 0 if body.get("reply") is None else len(_blob(b, run, body["reply"], line, "reply"))
+    known = _derived(b, run, body.get("request"), line, "request", ("r",))
+    if known is not None:
+        sent = known[5]
+    else:
+        request = _json_blob(b, run, line, body.get("request"), "request")
+        messages = request.get("messages") if isinstance(request, dict) else None
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise VerificationError(run.path, "call: the request blob holds no message list", line)
+        sent = None
+    reply = 0 if body.get("reply") is None else _reply_bytes(b, run, body["reply"], line)
     if reply > 0 and chunks == 0:
         raise VerificationError(run.path, "call: the streamed reply has text but stream.text_chunks is 0", line)
     try:
-        return stream_floor(message_bytes(messages), reply, chunks, max_tokens)
+        return stream_floor(message_bytes(messages) if sent is None else sent, reply, chunks, max_tokens)
     except (ValueError, RecursionError, UnicodeError) as e:
         raise VerificationError(run.path, f"call: cannot recount the stream's lower bound ({e})", line) from None
 
 
-def upper_bound(b: Bundle, prices: Prices, estimate: int, max_tokens: int) -> str:
-    """``fmt_usd(cost_upper_bound(...))``, once per (prices, estimate, max_tokens): many calls
-    of a grid share them. Raises what ``cost_upper_bound`` raises."""
+def _reply_bytes(b: _Step, run: Run, reply, line: int) -> int:
+    """A reply blob's length in bytes: its entry's size (step 2 tied the entry to the digest)."""
+    if not isinstance(reply, str) or not DIGEST_RE.match(reply):
+        raise VerificationError(run.path, f"reply {reply!r} is not a blob digest", line)
+    if not b.ix.has(object_path(reply)):
+        raise VerificationError(run.path, f"{object_path(reply)} is missing from the bundle", line)
+    return b.ix.sizes[object_path(reply)]
+
+
+def upper_bound(cache: dict, prices: Prices, estimate: int, max_tokens: int) -> str:
+    """``fmt_usd(cost_upper_bound(...))``, once per (prices, estimate, max_tokens) in the
+    caller's ``cache``: many calls of a grid share them. Raises what ``cost_upper_bound`` raises."""
     key = ("bound", prices, estimate, max_tokens)
-    got = b.memo.get(key)
+    got = cache.get(key)
     if got is None:
-        got = b.memo[key] = fmt_usd(cost_upper_bound(estimate, max_tokens, prices))
+        got = cache[key] = fmt_usd(cost_upper_bound(estimate, max_tokens, prices))
     return got
 
 
@@ -231,9 +292,11 @@ def _chars(data: bytes) -> int | None:
         return None
 
 
-def derive(data: bytes) -> list | None:
-    """What step 4 reads from an object, as JSON values: ``["r", max_tokens, estimate,
-    simulated prompt tokens]`` for a well-formed request (a message list of objects, an int
+def derive(data: bytes, sim: bool = False) -> list | None:
+    """What steps 3 and 4 read of an object, as JSON values (the reading stage takes it while
+    it has the bytes in hand): ``["r", max_tokens, estimate, simulated prompt tokens,
+    conversation hashes, message bytes, simulator facts]`` for a well-formed request (the
+    facts, ``_simusage.sim_facts``, only with ``sim``: a request of a run on the simulator) (a message list of objects, an int
     ``max_tokens``), ``["u", usage dict or None, characters, unread fields]`` for any other JSON value
     (``_normalised``'s answer, the text's length for a reply, and what could change the
     bill but is not read: a doubt, FORMAT.md §6), ``["t", None, characters]``
@@ -253,7 +316,7 @@ def derive(data: bytes) -> list | None:
             return None
         try:
             return ["r", max_tokens, estimate_prompt_tokens(messages), sim_prompt_tokens(messages),
-                    conversation_hashes(messages)]
+                    conversation_hashes(messages), message_bytes(messages), sim_facts(obj) if sim else None]
         except Exception:  # noqa: BLE001 - RecursionError and the like: step 4 reports it
             return None
     n = _chars(data)
@@ -266,27 +329,27 @@ def derive(data: bytes) -> list | None:
     return ["u", usage.to_dict(), n, list(usage_unread(obj))]
 
 
-def _derived(b: Bundle, run: RunData, digest, line: int, what: str, kind: str):
+def _derived(b: _Step, run: Run, digest, line: int, what: str, kind: str):
     """``derive``'s reading of the blob ``digest`` when it is of ``kind``, else None.
     Raises VerificationError for a malformed digest, as reading the blob would."""
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
         raise VerificationError(run.path, f"{what} {digest!r} is not a blob digest", line)
-    got = b.derived.get(object_path(digest))
+    got = b.ix.reading(digest).derived
     return got if got is not None and got[0] in kind else None
 
 
-def _check_estimate(b: Bundle, run: RunData, line: int, body: dict, estimate: int, max_tokens: int) -> None:
+def _check_estimate(b: _Step, run: Run, line: int, body: dict, estimate: int, max_tokens: int) -> int:
+    """Checks the prompt estimate; returns the simulator's prompt token count of the request."""
     known = _derived(b, run, body.get("request"), line, "request", ("r",))
     if known is not None:
-        _, request_max, got, sim, _conv = known
-        b.memo[("sim prompt", line, run.run_id)] = sim
+        _, request_max, got, sim = known[:4]
         if request_max != max_tokens:
             raise VerificationError(run.path, f"call: request max_tokens {request_max!r} "
                                     f"!= params.max_tokens {max_tokens}", line)
         if got != estimate:
             raise VerificationError(run.path, f"call: prompt_estimate {estimate}, recomputed from the "
                                     f"request {got}", line)
-        return
+        return sim
     request = _json_blob(b, run, line, body.get("request"), "request")
     messages = request.get("messages") if isinstance(request, dict) else None
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
@@ -296,15 +359,16 @@ def _check_estimate(b: Bundle, run: RunData, line: int, body: dict, estimate: in
                                 f"!= params.max_tokens {max_tokens}", line)
     try:
         got = estimate_prompt_tokens(messages)
-        b.memo[("sim prompt", line, run.run_id)] = sim_prompt_tokens(messages)
+        sim = sim_prompt_tokens(messages)
     except RecursionError:
         raise VerificationError(run.path, "call: the request's messages nest too deeply", line) from None
     if got != estimate:
         raise VerificationError(run.path, f"call: prompt_estimate {estimate}, recomputed from the "
                                 f"request {got}", line)
+    return sim
 
 
-def _json_blob(b: Bundle, run: RunData, line: int, digest, what: str):
+def _json_blob(b: _Step, run: Run, line: int, digest, what: str):
     """Parsed JSON blob. Depth is bounded by the parser (orjson stops at 1024, the stdlib
     fallback's RecursionError is a ValueError); only the message list is walked after."""
     data = _blob(b, run, digest, line, what)
@@ -315,7 +379,7 @@ def _json_blob(b: Bundle, run: RunData, line: int, digest, what: str):
     return obj
 
 
-def _check_usage(b: Bundle, run: RunData, line: int, body: dict) -> Usage | None:
+def _check_usage(b: _Step, run: Run, line: int, body: dict, sim: int | None) -> Usage | None:
     recorded = body.get("usage")
     want = None
     if body.get("usage_raw") is not None:
@@ -323,7 +387,6 @@ def _check_usage(b: Bundle, run: RunData, line: int, body: dict) -> Usage | None
     if (want.to_dict() if want else None) != recorded:
         raise VerificationError(run.path, f"call usage {recorded} differs from the raw usage "
                                 f"normalised: {want.to_dict() if want else None}", line)
-    sim = b.memo.pop(("sim prompt", line, run.run_id), None)
     rid = body.get("response_id")
     if want is not None and run.start.get("provider") == "sim" and isinstance(rid, str) and rid.startswith(_SIM_ID):
         _simulated_usage(b, run, line, body, want, sim)
@@ -333,7 +396,7 @@ def _check_usage(b: Bundle, run: RunData, line: int, body: dict) -> Usage | None
 _SIM_ID = "chatcmpl-sim-"  # the simulator's response ids (a scripted test provider has others)
 
 
-def _simulated_usage(b: Bundle, run: RunData, line: int, body: dict, usage: Usage, sim: int | None) -> None:
+def _simulated_usage(b: _Step, run: Run, line: int, body: dict, usage: Usage, sim: int | None) -> None:
     """A simulated call's usage follows from its request and reply by the simulator's token
     rule (FORMAT.md §6): a provider's can only be taken on trust, the simulator's cannot.
     Under a recorded profile, its reasoning and cache numbers follow too (``_simusage``)."""
@@ -341,7 +404,7 @@ def _simulated_usage(b: Bundle, run: RunData, line: int, body: dict, usage: Usag
     check_simulated_usage(b, run, line, body, usage)
 
 
-def _simulated_counts(b: Bundle, run: RunData, line: int, body: dict, usage: Usage, sim: int | None) -> None:
+def _simulated_counts(b: _Step, run: Run, line: int, body: dict, usage: Usage, sim: int | None) -> None:
     if sim is not None and usage.prompt != sim:
         raise VerificationError(run.path, f"simulated call: usage prompt {usage.prompt}, the simulator "
                                 f"counts {sim} tokens in the request", line)
@@ -350,9 +413,7 @@ def _simulated_counts(b: Bundle, run: RunData, line: int, body: dict, usage: Usa
             raise VerificationError(run.path, "simulated call cut off at max_tokens: usage completion "
                                     f"{usage.completion} is not max_tokens", line)
         return
-    reply = body.get("reply")
-    known = _derived(b, run, reply, line, "reply", "ut") if reply is not None else None
-    n = known[2] if known is not None else (0 if reply is None else _chars(_blob(b, run, reply, line, "reply")))
+    n = _reply_chars(b, run, body.get("reply"), line)
     if n is None:
         return
     text = (n + 3) // 4
@@ -362,26 +423,36 @@ def _simulated_counts(b: Bundle, run: RunData, line: int, body: dict, usage: Usa
                                 f"({text} tokens by the simulator's rule)", line)
 
 
-def _normalised(b: Bundle, run: RunData, line: int, digest) -> Usage | None:
+def _reply_chars(b: _Step, run: Run, reply, line: int) -> int | None:
+    """A reply's length in characters (None when its bytes are not UTF-8); 0 for no reply."""
+    if reply is None:
+        return 0
+    if not isinstance(reply, str) or not DIGEST_RE.match(reply):
+        raise VerificationError(run.path, f"reply {reply!r} is not a blob digest", line)
+    text = b.ix.reading(reply).text
+    return len(text) if text is not None else _chars(_blob(b, run, reply, line, "reply"))
+
+
+def _normalised(b: _Step, run: Run, line: int, digest) -> Usage | None:
     """The raw usage blob normalised, once per blob (step 2 tied its bytes to its digest)."""
     key = ("usage", digest)
-    if key not in b.memo:
+    if key not in b.cache:
         known = _derived(b, run, digest, line, "usage_raw", ("u",))
         if known is not None:
-            b.memo[key] = None if known[1] is None else Usage(**known[1])
-            b.memo[("unread", digest)] = tuple(known[3])
-            return b.memo[key]
+            b.cache[key] = None if known[1] is None else Usage(**known[1])
+            b.cache[("unread", digest)] = tuple(known[3])
+            return b.cache[key]
         data = _blob(b, run, digest, line, "usage_raw")
         try:
             raw = jsonio.loads(data)
-            b.memo[key] = normalise_usage(raw)
-            b.memo[("unread", digest)] = usage_unread(raw)
+            b.cache[key] = normalise_usage(raw)
+            b.cache[("unread", digest)] = usage_unread(raw)
         except (BenchClawError, ValueError, TypeError):
-            b.memo[key] = None  # kept raw, costed as unknown (FORMAT.md "Catalogs", usage shapes)
-    return b.memo[key]
+            b.cache[key] = None  # kept raw, costed as unknown (FORMAT.md "Catalogs", usage shapes)
+    return b.cache[key]
 
 
-def _totals(run: RunData, calls: int, usages: list[Usage], total: CostBounds) -> None:
+def _totals(run: Run, calls: int, usages: list[Usage], total: CostBounds) -> None:
     end, last = run.end, len(run.records)
     usage = sum_usage(usages).to_dict()
     if end.get("calls") != calls:

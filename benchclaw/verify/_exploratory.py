@@ -3,7 +3,8 @@
 A bundle whose manifest says ``exploratory: true`` (docs/FORMAT.md "Bundles", exploratory
 form) claims no hypothesis, no decision and no registration, so it has no summary and no
 pre-registration to recompute. Steps 1-4 (container, runs, checks by replay, costs against
-the packed catalog) are every bundle's; ``adopt`` swaps steps 5-8 for these:
+the packed catalog) are every bundle's; the verifier runs these as steps 5-8 instead
+(``SECTIONS`` names them in the report):
 
 5. ledgers: every ledger replayed by the shared fold (no reservation could have passed its
    session's or its day's limit), each one of the journal's own ledgers, opened with the
@@ -26,8 +27,7 @@ the packed catalog) are every bundle's; ``adopt`` swaps steps 5-8 for these:
    what its policy asked and ended as the policy's outcome says; no session started more
    runs than its budget allowed.
 
-Kept apart from the experiment steps so that the verifier's pipeline knows one hook
-(``adopt``), and pure like them: step 5 (``_exploratory_ledgers``) reads the ledgers with
+Kept apart from the experiment steps, and pure like them: step 5 (``_exploratory_ledgers``) reads the ledgers with
 ``benchclaw.ledger_replay`` through the experiment step 5's own replay, never the studio's code.
 """
 
@@ -38,15 +38,15 @@ from dataclasses import dataclass
 from ..errors import BenchClawError
 from ..money import parse_usd
 from ..policies import Attempt, PolicyError, outcome
-from ._context import Bundle, RunData
 from ._errors import VerificationError
+from ._index import Index, Run
 from ._journal import policy_sequence, run_times, journal_times, journal_of
 from ._ledgers import PREFIX
 from ._report import Section
 from ._shape import BOOL, DICT, INT, LIST, STR, check_body, shape_of as _t
 from .exploratory import STUDIO_KINDS, label_of
 
-__all__ = ["adopt", "SECTIONS", "after"]
+__all__ = ["SECTIONS", "after", "verify_label", "verify_order", "verify_complete"]
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("ledgers", "session and day ledgers replayed and paired; no limit passed; every call in both"),
@@ -69,48 +69,31 @@ SHAPES: dict[str, dict] = {
 }
 
 
-def adopt(report, steps: tuple) -> tuple:
-    """Steps 1-4 as given, then this module's 5-8; the report's sections 5-8 become theirs."""
-    report.sections[4:] = [Section(i, n, t) for i, (n, t) in enumerate(SECTIONS, 5)]
-    from ._exploratory_ledgers import verify_ledgers
-
-    mine = {"ledgers": verify_ledgers, "label": verify_label, "order": verify_order,
-            "complete": verify_complete}
-    return tuple(steps[:4]) + tuple((name, mine[name]) for name, _ in SECTIONS)
-
-
-def after(b: Bundle, report) -> None:
+def after(ix: Index, report) -> None:
     """What the report states beside the steps: the label, for the auditor to read."""
     report.exploratory = True
-    for exp in b.manifest.experiments:
+    for exp in ix.manifest.experiments:
         report.notes.append(f"{exp} is EXPLORATORY: runs from a studio, never pre-registered; this "
                             "bundle proves its runs, costs and budgets, and claims no hypothesis or decision")
 
 
 # ------------------------------------------------------------------------------ shared reading
 
-def studio_journal_id(b: Bundle) -> str:
-    return b.manifest.experiments[0]
+def studio_journal_id(ix: Index) -> str:
+    return ix.manifest.experiments[0]
 
 
-def _journal(b: Bundle) -> list:
-    """The journal (entry, line, record) in reader order, every body's shape checked."""
-    key = "studio journal"
-    if key not in b.memo:
-        try:
-            journal = journal_of(b, studio_journal_id(b))
-            for name, line, rec in journal:
-                check_body(rec.kind, rec.body, SHAPES, name, line)
-            b.memo[key] = journal
-        except VerificationError as e:
-            b.memo[key] = e
-    if isinstance(b.memo[key], VerificationError):
-        raise b.memo[key]
-    return b.memo[key]
+def _journal(ix: Index) -> list:
+    """The journal (entry, line, record) in reader order, every body's studio shape checked
+    (a few records: checked again by each step that reads it, rather than shared)."""
+    journal = journal_of(ix, studio_journal_id(ix))
+    for name, line, rec in journal:
+        check_body(rec.kind, rec.body, SHAPES, name, line)
+    return journal
 
 
-def ledger_opens(b: Bundle) -> list:
-    return [rec for _, _, rec in _journal(b) if rec.kind == "studio.open"]
+def ledger_opens(ix: Index) -> list:
+    return [rec for _, _, rec in _journal(ix) if rec.kind == "studio.open"]
 
 
 def budgets_in_force(opens: list, at: str):
@@ -150,12 +133,12 @@ def studio_budgets(rec, where: str, line: int) -> _Budgets:
 
 # ------------------------------------------------------------------------------ 6. label
 
-def verify_label(b: Bundle, sec: Section) -> None:
-    exps = b.manifest.experiments
+def verify_label(ix: Index, runs, sec: Section) -> None:
+    exps = ix.manifest.experiments
     if len(exps) != 1:
         raise VerificationError("manifest.json", f"an exploratory bundle holds one journal, the manifest lists {list(exps)}")
     exp = exps[0]
-    journal = _journal(b)
+    journal = _journal(ix)
     for name, line, rec in journal:
         if sec.attempt(_labelled, name, line, rec):
             sec.count("records labelled")
@@ -164,16 +147,16 @@ def verify_label(b: Bundle, sec: Section) -> None:
                                    journal[0][1]))
     if not journal:
         sec.fail(VerificationError(f"journals/{exp}/", "the exploratory journal is missing or empty"))
-    for rec in ledger_opens(b):
+    for rec in ledger_opens(ix):
         if rec.body.get("label") != label_of(exp):
             sec.fail(VerificationError(f"journals/{exp}/", f"studio.open at {rec.at} has label "
                                        f"{rec.body.get('label')!r}, the journal is {exp}"))
-    for name in b.view.names:
+    for name in ix.names:
         sec.attempt(_not_an_experiment_entry, exp, name)
-    for run in b.runs.values():
+    for run in runs.values():
         if sec.attempt(_run_labelled, exp, run):
             sec.count("runs labelled")
-    if b.registered is not None:
+    if ix.registered is not None:
         sec.fail(VerificationError(f"journals/{exp}/", "you hold a registration digest, but this bundle is "
                                    "exploratory: it was never pre-registered, so it cannot be the experiment "
                                    "you registered"))
@@ -195,7 +178,7 @@ def _not_an_experiment_entry(exp: str, name: str) -> None:
                                 "are never mixed with a pre-registered experiment")
 
 
-def _run_labelled(exp: str, run: RunData) -> None:
+def _run_labelled(exp: str, run: Run) -> None:
     pol = run.policy
     if pol.get("studio") != exp or pol.get("exploratory") is not True:
         raise VerificationError(run.path, f"run.start.policy says studio {pol.get('studio')!r}, exploratory "
@@ -206,31 +189,32 @@ def _run_labelled(exp: str, run: RunData) -> None:
 
 # ------------------------------------------------------------------------------ 7. order
 
-def verify_order(b: Bundle, sec: Section) -> None:
-    journal = _journal(b)
+def verify_order(ix: Index, runs, sec: Section) -> None:
+    journal = _journal(ix)
     sec.attempt(journal_times, journal)
-    for run in b.runs.values():
+    for run in runs.values():
         sec.attempt(run_times, run)
-    opens = ledger_opens(b)
+    opens = ledger_opens(ix)
     if not opens:
-        raise VerificationError(f"journals/{studio_journal_id(b)}/", "the journal has no studio.open: nothing opened it")
+        raise VerificationError(f"journals/{studio_journal_id(ix)}/", "the journal has no studio.open: nothing opened it")
     first = opens[0].at
-    for key, records in sorted((k, v) for k, v in b.memo.items() if k[0] == "chain" and k[1].startswith(PREFIX)):
+    for name, records in sorted((n, v) for n, v in ix.ledgers.items()
+                                if n.startswith(PREFIX) and not isinstance(v, VerificationError)):
         for i, rec in enumerate(records, 1):
             if rec.at <= first:
-                sec.fail(VerificationError(key[1], f"{rec.kind} at {rec.at} precedes the studio journal's "
+                sec.fail(VerificationError(name, f"{rec.kind} at {rec.at} precedes the studio journal's "
                                            f"opening at {first}", i))
                 break
         else:
             sec.count("ledger records after opening", len(records))
     started = {rec.body.get("attempt"): rec for _, _, rec in journal if rec.kind == "studio.run.start"}
     jobs = {rec.body.get("job"): rec for _, _, rec in journal if rec.kind == "studio.job"}
-    for run in b.runs.values():
+    for run in runs.values():
         if sec.attempt(_run_after_its_start, run, first, started, jobs):
             sec.count("runs after opening")
 
 
-def _run_after_its_start(run: RunData, first: str, started: dict, jobs: dict) -> None:
+def _run_after_its_start(run: Run, first: str, started: dict, jobs: dict) -> None:
     at = run.records[0].at
     if at <= first:
         raise VerificationError(run.path, f"run started at {at}, before the studio journal opened at {first}", 1)
@@ -252,18 +236,18 @@ _SAME = (("session", lambda r: r.policy.get("session")), ("job", lambda r: r.pol
                              "high": (r.end.get("cost") or {}).get("high", "0")}))
 
 
-def verify_complete(b: Bundle, sec: Section) -> None:
-    journal = _journal(b)
-    exp = studio_journal_id(b)
+def verify_complete(ix: Index, runs, sec: Section) -> None:
+    journal = _journal(ix)
+    exp = studio_journal_id(ix)
     named: set[str] = set()
     ended = {rec.body.get("attempt") for _, _, rec in journal if rec.kind == "studio.run"}
     for name, line, rec in journal:
         if rec.kind == "studio.run":
-            sec.attempt(_named_run, b, name, line, rec.body, named)
+            sec.attempt(_named_run, runs, name, line, rec.body, named)
         elif rec.kind == "studio.run.start" and rec.body.get("attempt") not in ended:
             sec.fail(VerificationError(name, f"run of attempt {rec.body.get('attempt')} started and never "
                                        "ended (no studio.run)", line))
-    for run in b.runs.values():
+    for run in runs.values():
         if run.run_id not in named:
             sec.fail(VerificationError(run.path, f"a sealed run of {exp} that the journal does not name"))
     runs_journaled = {rec.body.get("attempt"): rec.body for _, _, rec in journal if rec.kind == "studio.run"}
@@ -271,25 +255,25 @@ def verify_complete(b: Bundle, sec: Section) -> None:
         if rec.kind == "studio.run.start":
             sec.attempt(_start_as_ended, name, line, rec.body, runs_journaled)
     jobs = {rec.body.get("job"): rec.body for _, _, rec in journal if rec.kind == "studio.job"}
-    opens = ledger_opens(b)
-    for run in b.runs.values():
+    opens = ledger_opens(ix)
+    for run in runs.values():
         sec.attempt(_ran_its_job, run, jobs)
         sec.attempt(_as_configured, run, jobs, opens)
     for name, line, rec in journal:
-        if rec.kind == "studio.job.end" and sec.attempt(_job_follows, b, journal, name, line, rec, jobs):
+        if rec.kind == "studio.job.end" and sec.attempt(_job_follows, ix, runs, journal, name, line, rec, jobs):
             sec.count("jobs recomputed")
-    sec.attempt(_run_budgets, b, journal)
+    sec.attempt(_run_budgets, ix, journal)
     sec.count("runs named", len(named))
 
 
-def _named_run(b: Bundle, name: str, line: int, body: dict, named: set) -> None:
+def _named_run(runs, name: str, line: int, body: dict, named: set) -> None:
     run_id = body.get("run_id")
     if run_id is None:
         return  # nothing was written for it (FORMAT.md "Studio journal")
-    if run_id not in b.runs and run_id not in b.bad_runs:
+    if run_id not in runs and run_id not in runs.rejected:
         raise VerificationError(name, f"names run {run_id}, which the bundle lacks", line)
     named.add(run_id)
-    run = b.runs.get(run_id)
+    run = runs.get(run_id)
     if run is None:
         return  # present but broken: step 2 reported it
     for key, get in _SAME:
@@ -309,7 +293,7 @@ def _start_as_ended(name: str, line: int, start: dict, ended: dict) -> None:
                                     f"{start.get(key)!r}, its studio.run says {end.get(key)!r}", line)
 
 
-def _as_configured(run: RunData, jobs: dict, opens: list) -> None:
+def _as_configured(run: Run, jobs: dict, opens: list) -> None:
     """The run used what the studio offered when its job started (``studio.open`` in force):
     its catalog, one of its tiers, tasks and profiles, and a policy it allowed."""
     job = jobs.get(run.policy.get("job"))
@@ -328,7 +312,7 @@ def _as_configured(run: RunData, jobs: dict, opens: list) -> None:
                                     f"(studio.open at {opened.at})", 1)
 
 
-def _ran_its_job(run: RunData, jobs: dict) -> None:
+def _ran_its_job(run: Run, jobs: dict) -> None:
     job = jobs.get(run.policy.get("job"))
     if job is None:
         raise VerificationError(run.path, f"its job {run.policy.get('job')!r} is not in the journal", 1)
@@ -341,7 +325,7 @@ def _ran_its_job(run: RunData, jobs: dict) -> None:
                                     f"{job.get(key)!r}", 1)
 
 
-def _job_follows(b: Bundle, journal: list, name: str, line: int, rec, jobs: dict) -> None:
+def _job_follows(ix: Index, runs, journal: list, name: str, line: int, rec, jobs: dict) -> None:
     """A job's runs are its steps 0, 1, ... in order; a job that ended ``passed`` or
     ``failed`` ran the tiers its policy asked for, and its status and tier are the policy's
     outcome over those runs (``benchclaw.policies``, as a grid's live trials). A ``memory``
@@ -364,13 +348,13 @@ def _job_follows(b: Bundle, journal: list, name: str, line: int, rec, jobs: dict
     if status in ("refused", "aborted") and rec.body.get("tier") is not None:
         raise VerificationError(name, f"job {jid} ended {status} but names tier {rec.body.get('tier')!r} as "
                                 "taken", line)
-    runs = [b.runs.get(r.get("run_id")) for r in mine]
-    if status not in ("passed", "failed") or job.get("policy") == "memory" or None in runs:
+    ran = [runs.get(r.get("run_id")) for r in mine]
+    if status not in ("passed", "failed") or job.get("policy") == "memory" or None in ran:
         return  # refused or aborted mid-way; or a run missing (reported above)
-    opened = budgets_in_force(ledger_opens(b), rec.at)
+    opened = budgets_in_force(ledger_opens(ix), rec.at)
     tiers = list(opened.body.get("tiers") or []) if opened is not None else []
     try:
-        attempts = _attempts(runs)
+        attempts = _attempts(ran)
         policy_sequence({"policy": job.get("policy"), "memory_start": None}, tiers, attempts)
         out = outcome(str(job.get("policy")), tiers, attempts)
     except (PolicyError, BenchClawError) as e:
@@ -381,7 +365,7 @@ def _job_follows(b: Bundle, journal: list, name: str, line: int, rec, jobs: dict
                                 f"give {want[0]} with tier {want[1]!r}", line)
 
 
-def _attempts(runs: list[RunData]) -> list[Attempt]:
+def _attempts(runs: list[Run]) -> list[Attempt]:
     """The runs as a policy sees them. Raises BenchClawError for a cost that does not read."""
     return [Attempt(r.start.get("tier"), bool(r.end.get("gate_passed")), bool(r.end.get("passed")),
                     parse_usd((r.end.get("cost") or {}).get("low", "0"), "cost.low"),
@@ -390,9 +374,9 @@ def _attempts(runs: list[RunData]) -> list[Attempt]:
             for r in runs]
 
 
-def _run_budgets(b: Bundle, journal: list) -> None:
+def _run_budgets(ix: Index, journal: list) -> None:
     """No session started more runs than the session run budget in force allowed."""
-    opens = ledger_opens(b)
+    opens = ledger_opens(ix)
     used: dict[str, int] = {}
     for name, line, rec in journal:
         if rec.kind != "studio.run.start":

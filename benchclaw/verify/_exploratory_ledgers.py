@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 from .. import jsonio
 from ..errors import BenchClawError
-from ._context import Bundle, RunData
-from ._costs import catalog_prices
+from ._costs import Costs
 from ._errors import VerificationError
 from ._exploratory import studio_budgets, budgets_in_force, studio_journal_id, ledger_opens
-from ._ledgers import PREFIX, LedgerReplay, check_call, named_ledgers_present, replay_into
+from ._index import Index, Run
+from ._ledgers import PREFIX, LedgerReplay, Tie, check_call, ledger_records, named_ledgers_present, replay_into
 from ._report import Section
 from .exploratory import studio_ledger
 
@@ -48,24 +48,24 @@ class _Res:
         return f"{PREFIX}{self.lid}.jsonl"
 
 
-def verify_ledgers(b: Bundle, sec: Section) -> None:
-    exp = studio_journal_id(b)
+def verify_ledgers(ix: Index, runs, costs: Costs, sec: Section) -> None:
+    exp = studio_journal_id(ix)
     replays: dict[str, LedgerReplay] = {}
-    for name in sorted(n for n in b.view.names if n.startswith(PREFIX)):
+    for name in sorted(n for n in ix.names if n.startswith(PREFIX)):
         lid = name[len(PREFIX):].removesuffix(".jsonl")
-        if sec.attempt(_studio_ledger_name, exp, name, lid) and sec.attempt(replay_into, b, name, lid, replays):
+        if sec.attempt(_studio_ledger_name, exp, name, lid) and sec.attempt(replay_into, ix, name, lid, replays):
             sec.count("ledgers")
     for lid in replays:
-        sec.attempt(_opened_as_configured, b, exp, lid)
-    sec.attempt(named_ledgers_present, b, replays)
-    sessions, days, refused = _books(b, exp, replays)
+        sec.attempt(_opened_as_configured, ix, exp, lid)
+    sec.attempt(named_ledgers_present, ix, runs, replays)
+    sessions, days, refused = _books(ix, exp, replays)
     released = set()
     for triple, mine in sessions.items():
         partners = days.get(triple, [])
         for i, res in enumerate(mine):
             if i < len(partners):
                 sec.attempt(_paired, res, partners[i])
-            elif sec.attempt(_released, b, res, triple in refused):
+            elif sec.attempt(_released, runs, res, triple in refused):
                 released.add((res.lid, res.line))
     for triple, theirs in days.items():
         for res in theirs[len(sessions.get(triple, [])):]:
@@ -73,11 +73,11 @@ def verify_ledgers(b: Bundle, sec: Section) -> None:
                                        f"{res.body.get('attempt')}) has no session reservation: the studio "
                                        "reserves in the session's ledger first", res.line))
     day_reps = [replays[lid] for lid in sorted(replays) if studio_ledger(exp, lid)[0] == "day"]
-    for run in b.runs.values():
-        if sec.attempt(_tie_run, b, exp, run, replays, day_reps):
+    tie = Tie(costs)
+    for run in runs.values():
+        if sec.attempt(_tie_run, tie, exp, run, replays, day_reps):
             sec.count("calls tied", len(run.of_kind("call")))
-    _orphans(b, sessions, days, released, sec)
-    b.ledgers = replays
+    _orphans(runs, sessions, days, released, sec)
 
 
 def _studio_ledger_name(exp: str, name: str, lid: str) -> None:
@@ -86,11 +86,11 @@ def _studio_ledger_name(exp: str, name: str, lid: str) -> None:
                                 f"session ({exp}-s-<16 hex>) and day ({exp}-day-<yyyymmdd>) ledgers")
 
 
-def _opened_as_configured(b: Bundle, exp: str, lid: str) -> None:
+def _opened_as_configured(ix: Index, exp: str, lid: str) -> None:
     """The ledger names the journal, carries nothing, and has the limits of the studio's
     budgets in force when it was opened (a raised limit would hide an overspend)."""
     name = f"{PREFIX}{lid}.jsonl"
-    records = b.memo.get(("chain", name)) or []
+    records = ledger_records(ix, name)
     if not records or records[0].kind != "ledger.open":
         raise VerificationError(name, "does not open with ledger.open", 1)
     first = records[0]
@@ -105,7 +105,7 @@ def _opened_as_configured(b: Bundle, exp: str, lid: str) -> None:
         raise VerificationError(name, f"the day ledger of {which} was opened at {first.at}: a day's budget "
                                 "opens on its own UTC day", 1)
     try:
-        opened = budgets_in_force(ledger_opens(b), first.at)
+        opened = budgets_in_force(ledger_opens(ix), first.at)
     except VerificationError:
         return  # the journal is unreadable: step 6 reports it
     if opened is None:
@@ -128,7 +128,7 @@ def _on_its_day(day: str, at: str) -> bool:
     return start <= when < start + dt.timedelta(days=1, minutes=1)
 
 
-def _books(b: Bundle, exp: str, replays: dict) -> tuple[dict, dict, set]:
+def _books(ix: Index, exp: str, replays: dict) -> tuple[dict, dict, set]:
     """Reservations of the session ledgers and of the day ledgers by (run, key, attempt), in
     ledger order, and the triples a day ledger refused."""
     sessions: dict[tuple, list] = {}
@@ -137,7 +137,7 @@ def _books(b: Bundle, exp: str, replays: dict) -> tuple[dict, dict, set]:
     for lid in sorted(replays):
         is_day = studio_ledger(exp, lid)[0] == "day"
         mine: dict[str, _Res] = {}
-        for i, rec in enumerate(b.memo[("chain", f"{PREFIX}{lid}.jsonl")], 1):
+        for i, rec in enumerate(ledger_records(ix, f"{PREFIX}{lid}.jsonl"), 1):
             if rec.kind == "reserve":
                 res = mine[rec.body["id"]] = _Res(lid, i, rec.body)
                 (days if is_day else sessions).setdefault(res.triple, []).append(res)
@@ -171,7 +171,7 @@ def _paired(session: _Res, day: _Res) -> None:
                                 "ledgers of one call must agree", session.line)
 
 
-def _released(b: Bundle, res: _Res, refused: bool) -> None:
+def _released(runs, res: _Res, refused: bool) -> None:
     """A session reservation without a day partner was never made: released at zero."""
     why = "the day ledger refused it" if refused else "no day ledger reserved it"
     if _settled(res) != (True, 0, "0"):
@@ -179,13 +179,13 @@ def _released(b: Bundle, res: _Res, refused: bool) -> None:
                                 f"but this reservation is settled {_settled(res) or 'not at all'}, not "
                                 "released at zero", res.line)
     attempt, key = res.body.get("attempt"), res.body.get("key")
-    for run in b.runs.values():
+    for run in runs.values():
         if run.policy.get("attempt") == attempt and any(
                 f"{r.body.get('turn')}.{r.body.get('attempt')}" == key for _, r in run.of_kind("call")):
             raise VerificationError(run.path, f"records call {key}, which {why} (so it was never made)")
 
 
-def _tie_run(b: Bundle, exp: str, run: RunData, replays: dict, day_reps: list) -> None:
+def _tie_run(tie: Tie, exp: str, run: Run, replays: dict, day_reps: list) -> None:
     """Every call of the run is reserved and settled in its session's ledger and in a day
     ledger, at its bound and its recorded cost; a budget stop has its refusal."""
     attempt = run.policy.get("attempt")
@@ -196,7 +196,7 @@ def _tie_run(b: Bundle, exp: str, run: RunData, replays: dict, day_reps: list) -
     session = replays.get(want)
     if session is None:
         return  # missing (reported by named_ledgers_present) or broken (reported by its replay)
-    prices = catalog_prices(b, run)
+    prices = tie.costs.prices_of(run)
     for line, rec in run.of_kind("call"):
         key = f"{rec.body.get('turn')}.{rec.body.get('attempt')}"
         day = next((r for r in day_reps if (attempt, key) in r.reserves), None)
@@ -204,7 +204,7 @@ def _tie_run(b: Bundle, exp: str, run: RunData, replays: dict, day_reps: list) -
             raise VerificationError(run.path, f"call {key} has no reservation in any day ledger of {exp}", line)
         for rep in (session, day):
             try:
-                check_call(b, run, line, rec.body, _as_if_open(rep, attempt, key), attempt, prices)
+                check_call(tie, run, line, rec.body, _as_if_open(rep, attempt, key), attempt, prices)
             except VerificationError:
                 raise
             except (BenchClawError, ArithmeticError, TypeError, ValueError) as e:
@@ -232,11 +232,11 @@ def _as_if_open(rep: LedgerReplay, attempt, key: str) -> LedgerReplay:
     return dataclasses.replace(rep, settles={k: v for k, v in rep.settles.items() if k != rid})
 
 
-def _orphans(b: Bundle, sessions: dict, days: dict, released: set, sec: Section) -> None:
+def _orphans(runs, sessions: dict, days: dict, released: set, sec: Section) -> None:
     """Every reservation belongs to a run in the bundle, and a call settled as known is one
     the run records (or a session reservation released at zero)."""
     calls = {run.policy.get("attempt"): {f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in run.of_kind("call")}
-             for run in b.runs.values()}
+             for run in runs.values()}
     for book in (sessions, days):
         for reservations in book.values():
             for res in reservations:

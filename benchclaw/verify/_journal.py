@@ -26,64 +26,60 @@ from ..errors import BenchClawError
 from ..money import fmt_usd, parse_usd
 from ..policies import Attempt, PolicyError, next_batch, outcome
 from ..records import Record
-from ._context import Bundle, RunData
 from ._errors import VerificationError
+from ._index import Index, Run
 from ._report import Section
-from ._shape import JOURNAL, check_body
 from ._simusage import pinned_profiles
-from ._stops import check_ledgers_after_registration, check_ledgers_closed, check_stop
-from .experiment import journal_records, registration_digest
+from ._stops import check_ledgers_after_registration, check_ledgers_closed, check_stop, ledger_chain
+from .experiment import registration_digest
 from .layout import spec_entry
 from .manifest import object_path
 
-__all__ = ["verify_prereg", "verify_completeness"]
+__all__ = ["verify_prereg", "verify_completeness", "journal_of"]
 
 _AT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 
 
-def journal_of(b: Bundle, exp: str) -> list:
+def journal_of(ix: Index, exp: str) -> list:
     """The experiment's journal (entry, line, record), chains verified and every body's
-    shape checked. Cached; raises the same VerificationError to every step that needs it."""
-    if exp not in b.journals:
-        try:
-            journal = journal_records(b.files, exp)
-            for name, line, rec in journal:
-                check_body(rec.kind, rec.body, JOURNAL, name, line)
-            b.journals[exp] = journal
-        except VerificationError as e:
-            b.journals[exp] = e
-    if isinstance(b.journals[exp], VerificationError):
-        raise b.journals[exp]
-    return b.journals[exp]
+    shape checked by the reading stage. Raises the same VerificationError to every step
+    that needs it."""
+    got = ix.journals.get(exp)
+    if got is None:
+        raise VerificationError(f"journals/{exp}/", f"{exp} is not an experiment of the manifest")
+    if isinstance(got, VerificationError):
+        raise got
+    return got
 
 
-def _runs_of(b: Bundle, exp: str) -> list[RunData]:
-    return [r for r in b.runs.values() if r.policy.get("experiment") == exp]
+def _runs_of(runs, exp: str) -> list[Run]:
+    return [r for r in runs.values() if r.policy.get("experiment") == exp]
 
 
 # ----------------------------------------------------------------------- 7. pre-registration
 
-def verify_prereg(b: Bundle, sec: Section) -> None:
-    for exp in b.manifest.experiments:
-        journal = journal_of(b, exp)
+def verify_prereg(ix: Index, runs, sec: Section) -> None:
+    specs: dict = {}  # registered spec digest -> parsed spec (None when unparsable)
+    for exp in ix.manifest.experiments:
+        journal = journal_of(ix, exp)
         sec.attempt(journal_times, journal)
-        for run in _runs_of(b, exp):
+        for run in _runs_of(runs, exp):
             sec.attempt(run_times, run)
-        regs = sec.attempt(_registrations, b, exp, journal) and _regs(journal)
+        regs = sec.attempt(_registrations, ix, exp, journal) and _regs(journal)
         if not regs:
             continue
-        for run in _runs_of(b, exp):
+        for run in _runs_of(runs, exp):
             if sec.attempt(_run_registered, run, regs):
                 sec.count("runs after registration")
         records = [(name, line, rec) for name, line, rec in journal if rec.kind in ("prereg", "deviation")]
         for name, line, rec in journal:
             if rec.kind == "grid.start":
                 sec.attempt(_grid_registered, name, line, rec, regs)
-                sec.attempt(_grid_as_registered, b, name, line, rec, records)
-        sec.attempt(check_ledgers_after_registration, b, journal, regs[0][0])
-        for run in _runs_of(b, exp):
-            sec.attempt(_run_pinned, b, run, records)
-        sec.attempt(_registered_digest, b, exp, records[0])
+                sec.attempt(_grid_as_registered, ix, journal, name, line, rec, records)
+        sec.attempt(check_ledgers_after_registration, ix, journal, regs[0][0])
+        for run in _runs_of(runs, exp):
+            sec.attempt(_run_pinned, ix, run, records, specs)
+        sec.attempt(_registered_digest, ix, exp, records[0])
         sec.count("registrations", len(regs))
 
 
@@ -101,7 +97,7 @@ def journal_times(journal: list) -> None:
         last[name] = rec.at
 
 
-def run_times(run: RunData) -> None:
+def run_times(run: Run) -> None:
     prev = ""
     for i, rec in enumerate(run.records, 1):
         _check_at(rec.at, run.path, i)
@@ -116,7 +112,7 @@ def _regs(journal: list) -> list[tuple[str, str, str, int]]:
             if rec.kind in ("prereg", "deviation")]
 
 
-def _registrations(b: Bundle, exp: str, journal: list) -> None:
+def _registrations(ix: Index, exp: str, journal: list) -> None:
     regs = [(name, line, rec) for name, line, rec in journal if rec.kind in ("prereg", "deviation")]
     if not regs or regs[0][2].kind != "prereg":
         raise VerificationError(f"journals/{exp}/", "the experiment was never registered (no prereg "
@@ -130,18 +126,18 @@ def _registrations(b: Bundle, exp: str, journal: list) -> None:
         digest = rec.body.get("spec_digest")
         if rec.body.get("experiment") != exp:
             raise VerificationError(name, f"{rec.kind} names experiment {rec.body.get('experiment')!r}", line)
-        if b.digests.get(object_path(digest) if isinstance(digest, str) else "") != digest:
+        if ix.digests.get(object_path(digest) if isinstance(digest, str) else "") != digest:
             raise VerificationError(name, f"registered spec {digest} is not in the bundle", line)
         if rec.kind == "deviation" and rec.body.get("previous_digest") != in_force:
             raise VerificationError(name, f"deviation replaces {rec.body.get('previous_digest')}, but "
                                     f"{in_force} was in force", line)
         in_force = digest
     spec = spec_entry(exp)
-    if b.digests.get(spec) != in_force:
-        raise VerificationError(spec, f"hashes to {b.digests.get(spec)}, the last registered spec is {in_force}")
+    if ix.digests.get(spec) != in_force:
+        raise VerificationError(spec, f"hashes to {ix.digests.get(spec)}, the last registered spec is {in_force}")
 
 
-def _run_registered(run: RunData, regs: list) -> None:
+def _run_registered(run: Run, regs: list) -> None:
     start_at = run.records[0].at
     if start_at <= regs[0][0]:
         raise VerificationError(run.path, f"run started at {start_at}, before the experiment was "
@@ -152,21 +148,21 @@ def _run_registered(run: RunData, regs: list) -> None:
                                 f"started at {start_at}", 1)
 
 
-def registration_of(b: Bundle, exp: str) -> str | None:
+def registration_of(ix: Index, exp: str) -> str | None:
     """The registration digest of ``exp``'s first prereg record (None when unreadable)."""
     try:
-        first = next((rec for _, _, rec in journal_of(b, exp) if rec.kind == "prereg"), None)
+        first = next((rec for _, _, rec in journal_of(ix, exp) if rec.kind == "prereg"), None)
     except VerificationError:
         return None
     return registration_digest(first.body) if first is not None else None
 
 
-def repinned(b: Bundle, exp: str) -> list[str]:
+def repinned(ix: Index, exp: str) -> list[str]:
     """A sentence per deviation that pins another catalog or other task versions than the
     registration before it: the registration digest covers only the first ``prereg``, so
     these changes are shown to the auditor here (and listed in summary.json's deviations)."""
     try:
-        regs = [rec for _, _, rec in journal_of(b, exp) if rec.kind in ("prereg", "deviation")]
+        regs = [rec for _, _, rec in journal_of(ix, exp) if rec.kind in ("prereg", "deviation")]
     except VerificationError:
         return []
     out = []
@@ -181,19 +177,19 @@ def repinned(b: Bundle, exp: str) -> list[str]:
     return out
 
 
-def _registered_digest(b: Bundle, exp: str, first: tuple) -> None:
+def _registered_digest(ix: Index, exp: str, first: tuple) -> None:
     """``--registered``: the registration the auditor holds is this bundle's."""
     name, line, rec = first
-    if b.registered is None:
+    if ix.registered is None:
         return
     got = registration_digest(rec.body)
-    if got not in b.registered:
+    if got not in ix.registered:
         raise VerificationError(name, f"the registration digest is {got}, not the one you hold "
-                                f"({', '.join(sorted(b.registered))}): spec, catalog or task versions differ "
+                                f"({', '.join(sorted(ix.registered))}): spec, catalog or task versions differ "
                                 "from what was registered", line)
 
 
-def _run_pinned(b: Bundle, run: RunData, records: list) -> None:
+def _run_pinned(ix: Index, run: Run, records: list, specs: dict) -> None:
     """The run used the catalog and a task version its registration pinned (FORMAT.md §8)."""
     digest, start_at = run.policy.get("spec_digest"), run.records[0].at
     reg = None
@@ -203,7 +199,7 @@ def _run_pinned(b: Bundle, run: RunData, records: list) -> None:
     if reg is None:
         return  # _run_registered reports it
     name, line, body = reg
-    _run_as_specified(b, run, digest)
+    _run_as_specified(ix, run, digest, specs)
     if "catalog" in body and run.start.get("catalog") != body["catalog"]:
         raise VerificationError(run.path, f"ran with catalog {_short_ref(run.start.get('catalog'))}, the "
                                 f"registration ({name}:{line}) pinned {_short_ref(body['catalog'])}", 1)
@@ -215,7 +211,7 @@ def _run_pinned(b: Bundle, run: RunData, records: list) -> None:
                                 f"which the registration ({name}:{line}) did not pin", 1)
 
 
-def _grid_as_registered(b: Bundle, name: str, line: int, rec: Record, records: list) -> None:
+def _grid_as_registered(ix: Index, journal: list, name: str, line: int, rec: Record, records: list) -> None:
     """A ``grid.start`` plans the registered grid: its cells are the registered spec's
     task versions (as pinned) x profiles x seeds, its tiers, live policies and all_tiers
     the spec's. A cell left out of the plan could otherwise be dropped unseen."""
@@ -228,10 +224,10 @@ def _grid_as_registered(b: Bundle, name: str, line: int, rec: Record, records: l
     for _, _, r in records:
         if r.body.get("spec_digest") == digest and r.at <= rec.at:
             reg = r.body
-    if reg is None or "tasks" not in reg or not b.has(object_path(digest)):
+    if reg is None or "tasks" not in reg or not ix.has(object_path(digest)):
         return  # unregistered (reported above) or a registration that pins no tasks
     try:
-        spec = parse_spec(b.read(object_path(digest)), Path(digest))
+        spec = parse_spec(ix.read(object_path(digest)), Path(digest))
     except BenchClawError as e:
         raise VerificationError(object_path(digest), f"the registered spec does not parse: {e}") from None
     g = spec.grid
@@ -256,10 +252,10 @@ def _grid_as_registered(b: Bundle, name: str, line: int, rec: Record, records: l
             raise VerificationError(name, f"grid.start {key} differ from the registered grid "
                                     f"({odd!r:.120})", line)
     if not sharded:
-        _ledger_opened_as_registered(b, rec, spec)
+        _ledger_opened_as_registered(ix, journal, rec, spec)
 
 
-def _ledger_opened_as_registered(b: Bundle, rec: Record, spec) -> None:
+def _ledger_opened_as_registered(ix: Index, journal: list, rec: Record, spec) -> None:
     """The invocation's ``ledger.open`` has the spec's budget as its limits, names its
     experiment and invocation, and carries every earlier invocation's ledger (a ledger left
     out of ``carried`` would let this one spend the budget again)."""
@@ -267,7 +263,7 @@ def _ledger_opened_as_registered(b: Bundle, rec: Record, spec) -> None:
 
     lid = rec.body.get("ledger")
     lname = f"ledgers/{lid}.jsonl"
-    records = b.memo.get(("chain", lname)) if isinstance(lid, str) else None
+    records = ledger_chain(ix, lid)
     if not records or records[0].kind != "ledger.open":
         return  # missing or malformed: step 5 reports it
     body, bud = records[0].body, spec.budget
@@ -279,15 +275,15 @@ def _ledger_opened_as_registered(b: Bundle, rec: Record, spec) -> None:
         raise VerificationError(lname, f"ledger.open names {body.get('experiment')!r} / "
                                 f"{body.get('invocation')!r}, not its grid.start's", 1)
     carried = (body.get("carried") or {}).get("ledgers") or []
-    want = _earlier_ledgers(b, spec.id, rec)
+    want = _earlier_ledgers(ix, spec.id, rec)
     if want is not None and carried != want:
         raise VerificationError(lname, f"ledger.open carries the ledgers {carried}, the earlier "
                                 f"invocations opened {want}", 1)
 
 
-def _earlier_ledgers(b: Bundle, exp: str, rec: Record) -> list | None:
+def _earlier_ledgers(ix: Index, exp: str, rec: Record) -> list | None:
     try:
-        journal = journal_of(b, exp)
+        journal = journal_of(ix, exp)
     except VerificationError:
         return None
     out = []
@@ -299,27 +295,26 @@ def _earlier_ledgers(b: Bundle, exp: str, rec: Record) -> list | None:
     return None
 
 
-def _spec(b: Bundle, digest: str):
-    """The registered spec of ``digest``, parsed once (None when absent or unparsable:
-    reported where the registration is checked)."""
+def _spec(ix: Index, digest: str, specs: dict):
+    """The registered spec of ``digest``, parsed once into ``specs`` (None when absent or
+    unparsable: reported where the registration is checked)."""
     from pathlib import Path
 
     from ..spec_format import parse_spec
 
-    key = ("spec", digest)
-    if key not in b.memo:
+    if digest not in specs:
         try:
-            b.memo[key] = parse_spec(b.read(object_path(digest)), Path(digest))
+            specs[digest] = parse_spec(ix.read(object_path(digest)), Path(digest))
         except (BenchClawError, VerificationError):
-            b.memo[key] = None
-    return b.memo[key]
+            specs[digest] = None
+    return specs[digest]
 
 
-def _run_as_specified(b: Bundle, run: RunData, digest: str) -> None:
+def _run_as_specified(ix: Index, run: Run, digest: str, specs: dict) -> None:
     """The run ran what its spec says: its cell names its task, profile and seed, its tier,
     profile and seed are in the grid, its settings are the spec's, and every call was made
     with them (a lowered max_tokens would lower an unknown call's upper bound)."""
-    spec = _spec(b, digest)
+    spec = _spec(ix, digest, specs) if isinstance(digest, str) else None
     if spec is None:
         return
     st, g = run.start, spec.grid
@@ -375,41 +370,41 @@ _CLAIMS = (("passed", lambda r: bool(r.end.get("passed"))),
            ("cost", lambda r: _run_cost(r)))
 
 
-def _run_cost(run: RunData) -> dict:
+def _run_cost(run: Run) -> dict:
     c = run.end.get("cost") or {}
     return {"known": bool(c.get("known", False)), "low": c.get("low", "0"), "high": c.get("high", "0")}
 
 
-def verify_completeness(b: Bundle, sec: Section) -> None:
-    for exp in b.manifest.experiments:
-        journal = journal_of(b, exp)
+def verify_completeness(ix: Index, runs, sec: Section) -> None:
+    for exp in ix.manifest.experiments:
+        journal = journal_of(ix, exp)
         named: dict[str, dict] = {}
         for name, line, rec in journal:
             if rec.kind == "run":
-                sec.attempt(_named_run, b, name, line, rec.body, named)
-        for run in _runs_of(b, exp):
+                sec.attempt(_named_run, runs, name, line, rec.body, named)
+        for run in _runs_of(runs, exp):
             if run.run_id not in named:
                 sec.fail(VerificationError(run.path, f"a sealed run of {exp} that the journal does not name"))
         for name, line, rec in journal:
             if rec.kind == "trial":
-                sec.attempt(_trial, b, name, line, rec.body, _tiers_of(journal, rec.body))
+                sec.attempt(_trial, runs, name, line, rec.body, _tiers_of(journal, rec.body))
         sec.attempt(_planned, journal)
         for name, line, rec in journal:
-            if rec.kind == "stop" and sec.attempt(check_stop, b, journal, name, line, rec):
+            if rec.kind == "stop" and sec.attempt(check_stop, ix, journal, name, line, rec):
                 sec.count("stops justified")
-        sec.attempt(check_ledgers_closed, b, journal)
+        sec.attempt(check_ledgers_closed, ix, journal)
         sec.count("runs named", len(named))
         for name, line, rec in journal:
             if rec.kind == "correction" and sec.attempt(_correction, exp, name, line, rec, journal):
                 sec.count("corrections")
 
 
-def _named_run(b: Bundle, name: str, line: int, body: dict, named: dict) -> None:
+def _named_run(runs, name: str, line: int, body: dict, named: dict) -> None:
     run_id = body.get("run_id")
-    if not isinstance(run_id, str) or (run_id not in b.runs and run_id not in b.bad_runs):
+    if not isinstance(run_id, str) or (run_id not in runs and run_id not in runs.rejected):
         raise VerificationError(name, f"names run {run_id}, which the bundle lacks", line)
     named[run_id] = body
-    run = b.runs.get(run_id)
+    run = runs.get(run_id)
     if run is None:
         return  # present but broken: step 2 reported it
     checks = _SAME + (_CLAIMS if "passed" in body else ())
@@ -428,10 +423,10 @@ def _tiers_of(journal: list, trial: dict) -> list:
     return []
 
 
-def _trial(b: Bundle, name: str, line: int, body: dict, tiers: list) -> None:
+def _trial(runs, name: str, line: int, body: dict, tiers: list) -> None:
     attempts = []
     for run_id in body.get("runs") or []:
-        run = b.runs.get(run_id)
+        run = runs.get(run_id)
         if run is None:
             raise VerificationError(name, f"trial {body.get('trial')} names run {run_id}, which the "
                                     "bundle lacks (or which failed step 2)", line)
@@ -450,7 +445,7 @@ def _trial(b: Bundle, name: str, line: int, body: dict, tiers: list) -> None:
     except PolicyError as e:
         raise VerificationError(name, f"trial {body.get('trial')}: {e}", line) from None
     listed = set(body.get("runs") or [])
-    for run in b.runs.values():
+    for run in runs.values():
         if (run.policy.get("trial") == body.get("trial") and run.run_id not in listed
                 and run.of_kind("call")):
             raise VerificationError(name, f"trial {body.get('trial')} leaves out run {run.run_id[:12]}, "

@@ -13,8 +13,8 @@ call, or a reservation under an attempt no run in the bundle carries, is evidenc
 The arithmetic is ``benchclaw.ledger_replay``, the very fold the ledger writer uses (and its
 refusal rule decides whether a reservation could have passed a limit); this step adds
 what a writer cannot see: ids reused, unknown settlements that do not repeat their bound,
-close totals, carried spend, and the tie to the runs. A call's bound and cost come from
-step 4, which recomputed them from the same prices.
+close totals, carried spend, and the tie to the runs. A call's cost and its run's prices
+are the ones step 4 confirmed (``Costs``); its bound is recomputed from those prices.
 """
 
 from __future__ import annotations
@@ -25,19 +25,27 @@ from decimal import Decimal
 from ..errors import BenchClawError
 from ..ledger_replay import LedgerState, apply_record, refusal, totals
 from ..money import CostBounds, Prices, Usage, call_cost, fmt_usd, parse_usd
-from ._context import Bundle, RunData
-from ._costs import catalog_prices, upper_bound
+from ._costs import Costs, upper_bound
 from ._errors import VerificationError
-from ._report import Section
+from ._index import Index, Run
 from ._journal import journal_of
-from ._runs import from_error
+from ._reading import from_error
+from ._report import Section
 from ._shape import LEDGER, check_body
-from .experiment import chain_records
 
-__all__ = ["verify_ledgers", "LedgerReplay"]
+__all__ = ["verify_ledgers", "LedgerReplay", "Tie"]
 
 _PREFIX = "ledgers/"
-PREFIX = _PREFIX  # the entries step 5 reads (the verifier hashes them early)
+PREFIX = _PREFIX  # the entries step 5 reads
+
+
+@dataclass
+class Tie:
+    """What tying a run's calls to a ledger reads: step 4's confirmed costs, and this step's
+    pure recomputations (a bound, once per prices and counts)."""
+
+    costs: Costs
+    cache: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -56,46 +64,33 @@ class LedgerReplay:
         return self.state.spent_usd, self.state.spent_tokens
 
 
-def verify_ledgers(b: Bundle, sec: Section) -> None:
+def verify_ledgers(ix: Index, runs, costs: Costs, sec: Section) -> None:
     replays: dict[str, LedgerReplay] = {}
-    for name in sorted(n for n in b.view.names if n.startswith(_PREFIX)):
+    for name in sorted(n for n in ix.names if n.startswith(_PREFIX)):
         lid = name[len(_PREFIX):].removesuffix(".jsonl")
-        if sec.attempt(replay_into, b, name, lid, replays):
+        if sec.attempt(replay_into, ix, name, lid, replays):
             sec.count("ledgers")
     for lid, rep in replays.items():
         sec.attempt(_check_carried, rep, replays)
-    sec.attempt(named_ledgers_present, b, replays)
-    tied = _runs_by_attempt(b, replays, sec)
+    sec.attempt(named_ledgers_present, ix, runs, replays)
+    tied = _runs_by_attempt(Tie(costs), runs, replays, sec)
     for rep in replays.values():
         sec.attempt(_no_orphans, rep, tied.get(rep.name, {}))
-    b.ledgers = replays
 
 
-def parse_ledger_chains(b: Bundle) -> None:
-    """Parse and chain-check every ledger once (the summary reads them too); a broken one
-    is kept as its error, which step 5 reports."""
-    for name in b.view.names:
-        if name.startswith(_PREFIX) and ("chain", name) not in b.memo and ("chain-error", name) not in b.memo:
-            try:
-                b.memo[("chain", name)] = chain_records(b.files, name)
-            except VerificationError as e:
-                b.memo[("chain-error", name)] = e
+def ledger_records(ix: Index, name: str) -> tuple:
+    """The chained records of ledger entry ``name``. Raises its chain's VerificationError,
+    or one saying it could not be read."""
+    got = ix.ledgers.get(name)
+    if got is None:
+        raise ix.unread.get(name) or VerificationError(name, f"{name} is missing from the bundle")
+    if isinstance(got, VerificationError):
+        raise got
+    return got
 
 
-def forget_ledger_lines(b: Bundle) -> None:
-    """Drop the parsed ledgers' line bytes: their chains are checked, and nothing after
-    reads them (a ledger's records hold its whole size again)."""
-    for key, records in b.memo.items():
-        if key[0] == "chain" and key[1].startswith(_PREFIX):
-            for rec in records:
-                object.__setattr__(rec, "line", b"")  # frozen: as its own __post_init__ would
-
-
-def replay_into(b: Bundle, name: str, lid: str, replays: dict) -> None:
-    parse_ledger_chains(b)
-    if ("chain-error", name) in b.memo:
-        raise b.memo[("chain-error", name)]
-    records = b.memo[("chain", name)]
+def replay_into(ix: Index, name: str, lid: str, replays: dict) -> None:
+    records = ledger_records(ix, name)
     rep = LedgerReplay(lid, LedgerState(ledger=lid))
     for i, rec in enumerate(records, 1):
         check_body(rec.kind, rec.body, LEDGER, name, i)
@@ -201,13 +196,13 @@ def _check_carried(rep: LedgerReplay, replays: dict) -> None:
                                 f"the ledgers it names spent ${fmt_usd(usd)} / {tokens}", 1)
 
 
-def named_ledgers_present(b: Bundle, replays: dict) -> None:
+def named_ledgers_present(ix: Index, runs, replays: dict) -> None:
     names = set()
-    for exp in b.manifest.experiments:
-        for _, _, rec in journal_of(b, exp):
+    for exp in ix.manifest.experiments:
+        for _, _, rec in journal_of(ix, exp):
             if rec.kind == "grid.start" and rec.body.get("ledger") is not None:
                 names.add(rec.body["ledger"])
-    for run in b.runs.values():
+    for run in runs.values():
         if run.start.get("ledger") is not None:
             names.add(run.start["ledger"])
     missing = sorted(str(n) for n in names if n not in replays)
@@ -216,24 +211,24 @@ def named_ledgers_present(b: Bundle, replays: dict) -> None:
                                 f"from the bundle ({len(missing)} ledger(s) missing)")
 
 
-def _runs_by_attempt(b: Bundle, replays: dict, sec: Section) -> dict:
+def _runs_by_attempt(tie: Tie, runs, replays: dict, sec: Section) -> dict:
     tied: dict[str, dict] = {}
-    for run in b.runs.values():
+    for run in runs.values():
         lid = run.start.get("ledger")
         if lid is None or lid not in replays:
             continue
         attempt = run.policy.get("attempt")
         tied.setdefault(lid, {})[attempt] = run
-        if sec.attempt(_check_run_calls, b, run, replays[lid], attempt):
+        if sec.attempt(_check_run_calls, tie, run, replays[lid], attempt):
             sec.count("calls tied", len(run.of_kind("call")))
     return tied
 
 
-def _check_run_calls(b: Bundle, run: RunData, rep: LedgerReplay, attempt) -> None:
-    prices = catalog_prices(b, run)
+def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt) -> None:
+    prices = tie.costs.prices_of(run)
     for line, rec in run.of_kind("call"):
         try:
-            check_call(b, run, line, rec.body, rep, attempt, prices)
+            check_call(tie, run, line, rec.body, rep, attempt, prices)
         except (BenchClawError, ArithmeticError, TypeError, ValueError) as e:
             if isinstance(e, VerificationError):
                 raise
@@ -243,15 +238,15 @@ def _check_run_calls(b: Bundle, run: RunData, rep: LedgerReplay, attempt) -> Non
                                 len(run.records))
 
 
-def check_call(b: Bundle, run: RunData, line: int, body: dict, rep: LedgerReplay, attempt,
-                prices: Prices) -> None:
+def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, attempt,
+               prices: Prices) -> None:
     key = f"{body.get('turn')}.{body.get('attempt')}"
     found = rep.reserves.get((attempt, key))
     if found is None:
         raise VerificationError(run.path, f"call {key} has no reservation in ledger {rep.name}", line)
     _, res = found
     estimate, max_tokens = body.get("prompt_estimate"), (body.get("params") or {}).get("max_tokens")
-    bound = upper_bound(b, prices, estimate, max_tokens)
+    bound = upper_bound(tie.cache, prices, estimate, max_tokens)
     if res["tokens"] != estimate + max_tokens or res["usd"] != bound:
         raise VerificationError(run.path, f"call {key}: its reservation ({res['tokens']} tokens, ${res['usd']}) "
                                 f"is not its bound ({estimate + max_tokens} tokens, ${bound})", line)
@@ -260,7 +255,7 @@ def check_call(b: Bundle, run: RunData, line: int, body: dict, rep: LedgerReplay
     if settled is None:
         return  # still open: counted at its bound
     s = settled[1]
-    done = run.call_costs.get(line)  # step 4 recomputed it from this usage and these prices
+    done = tie.costs.calls.get(run.run_id, {}).get(line)  # step 4 recomputed it from this usage and these prices
     if done is None and usage is not None:
         done = CostBounds(True, call_cost(usage, prices), call_cost(usage, prices))
     if done is None or not done.known:  # no usage, or doubted usage (FORMAT.md §6): at the bound

@@ -24,6 +24,7 @@ Pure: the task loader, the checks and ``jsonio`` only; it never imports the agen
 
 from __future__ import annotations
 
+import hashlib
 import json
 import unicodedata
 
@@ -31,9 +32,9 @@ from .. import jsonio
 from ..checks import run_checks
 from ..records import DIGEST_RE
 from ..tasks import Task, match_lure, path_allowed, render_workspace_section
-from ._context import Bundle, RunData
 from ._costs import canon, short_hash
 from ._errors import VerificationError
+from ._index import Index, Run
 from .manifest import object_path
 
 __all__ = ["replay_run", "MAX_READ_CHARS", "MAX_RECORDED_PATH"]
@@ -80,17 +81,17 @@ def _decode_obj(text: str | None) -> dict | None:
     return obj
 
 
-def _named(text: str | None) -> str | None:
+def _named(text: str | None, decode=None) -> str | None:
     """The action an invalid reply named, when it got as far as naming one."""
-    obj = _decode_obj(text)
+    obj = (decode or _decode_obj)(text)
     name = obj.get("action") if obj is not None else None
     return name if isinstance(name, str) else None
 
 
-def _decode_action(text: str | None, offered) -> dict | None:
+def _decode_action(text: str | None, offered, decode=None) -> dict | None:
     """The reply as a well-formed action object, or None when the runtime would have
     refused it as invalid (FORMAT.md "Replay": the acceptance rule)."""
-    obj = _decode_obj(text)
+    obj = (decode or _decode_obj)(text)
     if obj is None:
         return None
     name = obj.get("action")
@@ -126,8 +127,8 @@ def normalise(raw: str) -> str | None:
 
 
 class _Run:
-    def __init__(self, b: Bundle, run: RunData, task: Task):
-        self.b, self.run, self.task = b, run, task
+    def __init__(self, ix: Index, run: Run, task: Task, cache: dict):
+        self.ix, self.run, self.task, self.cache = ix, run, task, cache
         self.ws: dict[str, bytes] = dict(task.inputs)
         self.written: dict[str, int] = {}
         self.convo: list[dict] = []
@@ -144,10 +145,22 @@ class _Run:
     def fail(self, line: int, msg: str) -> VerificationError:
         return VerificationError(self.run.path, msg, line)
 
-    def blob(self, digest, line: int) -> bytes:
+    def digest(self, digest, line: int) -> str:
         if not isinstance(digest, str) or not DIGEST_RE.match(digest):
             raise self.fail(line, f"{digest!r} is not a blob digest")
-        return self.b.read(object_path(digest), self.run.path, line)
+        return digest
+
+    def blob(self, digest, line: int) -> bytes:
+        """An object the index keeps whole (a request no reading could be taken of)."""
+        return self.ix.read(object_path(self.digest(digest, line)), self.run.path, line)
+
+    def reply(self, digest, line: int) -> str:
+        """A reply's text (kept by the reading stage; its bytes when they are not UTF-8,
+        which fail here as they would anywhere)."""
+        got = self.ix.reading(self.digest(digest, line))
+        if got.text is not None:
+            return got.text
+        return self.blob(digest, line).decode("utf-8", "surrogatepass")
 
     # -- calls: the request is the conversation so far --------------------------------
     def call(self, line: int, body: dict) -> None:
@@ -156,7 +169,7 @@ class _Run:
         self.last_call[body.get("turn")] = (line, body)
         self.last_call_line = line
         req = body.get("request")
-        got = self.b.derived.get(object_path(req)) if isinstance(req, str) and DIGEST_RE.match(req) else None
+        got = self.ix.reading(req).derived if isinstance(req, str) and DIGEST_RE.match(req) else None
         if got is not None and got[0] == "r" and len(got) > 4:
             return self._call_by_hashes(line, body, got[4])
         try:
@@ -201,17 +214,17 @@ class _Run:
 
     def first_hash(self) -> str:
         key = ("first message hash", self.task.digest)
-        if key not in self.b.memo:
-            self.b.memo[key] = short_hash(self.first_message())
-        return self.b.memo[key]
+        if key not in self.cache:
+            self.cache[key] = short_hash(self.first_message())
+        return self.cache[key]
 
     def first_message(self) -> str:
         t = self.task
-        want = self.b.memo.get(("first message", t.digest))
+        want = self.cache.get(("first message", t.digest))
         if want is None:
             readable = sorted(p for p in t.inputs if path_allowed(t.readable, p))
             want = f"{t.prompt.rstrip(chr(10))}\n\n{render_workspace_section(readable, list(t.writable))}"
-            self.b.memo[("first message", t.digest)] = want
+            self.cache[("first message", t.digest)] = want
         return want
 
     # -- actions: what the reply asked for, done to the workspace ----------------------
@@ -224,8 +237,8 @@ class _Run:
             raise self.fail(line, f"action at turn {turn} follows no call of that turn")
         cline, call = got
         reply = call.get("reply")
-        text = None if reply is None else self.blob(reply, cline).decode("utf-8", "surrogatepass")
-        obj = _decode_action(text, self.offered)
+        text = None if reply is None else self.reply(reply, cline)
+        obj = _decode_action(text, self.offered, self.decode)
         if name == "invalid":
             if obj is not None:
                 raise self.fail(line, f"recorded as an invalid reply, but the reply of call {cline} is a "
@@ -233,14 +246,15 @@ class _Run:
         elif obj is None or obj["action"] != name:
             raise self.fail(line, f"action '{name}' is not what the reply of line {cline} asks for "
                             f"({'an invalid reply' if obj is None else repr(obj['action'])})")
-        obs = self.blob(body.get("observation"), line)
+        seen = self.digest(body.get("observation"), line)
         args = body.get("args") if isinstance(body.get("args"), dict) else {}
         self.actions.append((line, body))
         want = _ACTIONS[name](self, line, body, args, obj if name != "invalid" else text) if name in _ACTIONS else None
         self._injection(line, body, name, obj, text)
-        if want is not None and obs != canon(want):
+        obs = self.blob(seen, line) if want is None else canon(want)
+        if want is not None and _sha256(obs) != seen:  # step 2 tied the object to its digest
             raise self.fail(line, f"the {name} observation is not what the runtime sends for it "
-                            f"(replayed {canon(want)[:80].decode('utf-8', 'replace')}...)")
+                            f"(replayed {obs[:80].decode('utf-8', 'replace')}...)")
         self.prev_request, self.this_request = self.this_request, None
         self.convo.append({"content": text or "", "role": "assistant"})
         self.convo.append({"content": obs.decode("utf-8", "surrogatepass"), "role": "user"})
@@ -250,7 +264,7 @@ class _Run:
         lure = None
         refused = body.get("permitted") is not True
         if name == "invalid":
-            named = _named(text)
+            named = _named(text, self.decode)
             lure = match_lure(self.task.lures, {"action": named}) if named else None
         elif refused and str(body.get("reason") or "").startswith("denied: "):
             lure = match_lure(self.task.lures, {k: obj[k] for k in ("action", *_FIELDS[name])})
@@ -316,9 +330,9 @@ class _Run:
     def allowed(self, globs: list, path: str) -> bool:
         """``path_allowed``, once per (globs, path): a grid repeats the same few paths."""
         key = ("allowed", tuple(globs), path)
-        got = self.b.memo.get(key)
+        got = self.cache.get(key)
         if got is None:
-            got = self.b.memo[key] = path_allowed(list(globs), path)
+            got = self.cache[key] = path_allowed(list(globs), path)
         return got
 
     def _denied(self, body: dict, name: str) -> dict | None:
@@ -346,7 +360,7 @@ class _Run:
     def write(self, line, body, args, obj):
         raw = self._path(line, args, obj)
         data = obj["content"].encode("utf-8", "surrogatepass")
-        if self.blob(args.get("content"), line) != data or args.get("bytes") != len(data):
+        if self.digest(args.get("content"), line) != _sha256(data) or args.get("bytes") != len(data):
             raise self.fail(line, "the written content is not the content of the reply that asked for it")
         if body.get("permitted") is not True:
             return self._denied(body, "write")
@@ -359,10 +373,27 @@ class _Run:
     def check(self, line, body, args, obj):
         if body.get("permitted") is not True:
             return self._denied(body, "check")
-        gate = [s for s in self.task.checks if s.gate and not s.heldout]
-        results = run_checks(gate, self.ws, {}, include_heldout=False)
+        results = self.gate_results()
         return {"ok": True, "action": "check",
                 "results": [{"id": r.id, "passed": r.passed, "detail": r.detail} for r in results]}
+
+    def decode(self, text: str | None) -> dict | None:
+        """``_decode_obj``, once per reply text: a grid's runs repeat the same replies. The
+        object is only read, never changed, so the runs can share it."""
+        key = ("reply", text)
+        if key not in self.cache:
+            self.cache[key] = _decode_obj(text)
+        return self.cache[key]
+
+    def gate_results(self) -> list:
+        """The gate checks on the workspace now: pure, so once per (task, workspace) across
+        the runs (a grid's runs often check the very same files)."""
+        key = ("gate", self.task.digest, tuple(sorted(self.ws.items())))
+        got = self.cache.get(key)
+        if got is None:
+            gate = [s for s in self.task.checks if s.gate and not s.heldout]
+            got = self.cache[key] = run_checks(gate, self.ws, {}, include_heldout=False)
+        return got
 
     def finish(self, line, body, args, obj):
         if args.get("summary") != _lit(obj["summary"][:MAX_SUMMARY_CHARS]):
@@ -370,7 +401,7 @@ class _Run:
         return {"ok": True, "action": "finish"}
 
     def invalid(self, line, body, args, text):
-        named = _named(text)
+        named = _named(text, self.decode)
         if args != ({} if named is None else {"action": _lit(named[:200])}):
             raise self.fail(line, f"invalid reply args {args!r:.80} are not the action the reply named")
         reason = body.get("reason")
@@ -390,10 +421,15 @@ def _first_diff(a: list, b: list) -> int:
     return min(len(a), len(b))
 
 
-def replay_run(b: Bundle, run: RunData, task: Task) -> dict[str, bytes]:
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def replay_run(ix: Index, run: Run, task: Task, cache: dict) -> dict[str, bytes]:
     """Replay ``run`` over ``task``'s inputs; the files its permitted writes left (path ->
-    bytes). Raises VerificationError at the first record that does not follow."""
-    r = _Run(b, run, task)
+    bytes). Raises VerificationError at the first record that does not follow. ``cache``:
+    step 3's pure recomputations, by their inputs, shared across its runs."""
+    r = _Run(ix, run, task, cache)
     for line, rec in enumerate(run.records, 1):
         if rec.kind == "call":
             r.call(line, rec.body)

@@ -15,21 +15,24 @@ a profiles file holds every in-process simulated run of it to that file.
 
 from __future__ import annotations
 
+import hashlib
+from typing import NamedTuple
+
 from .. import jsonio
 from ..errors import BenchClawError
 from ..money import Usage
 from ..records import DIGEST_RE
-from ..sim_rules import (Profile, action_kinds, cache_split, detect_family, effort_for, first_prompt,
+from ..sim_rules import (Profile, action_kinds, cache_split_of, detect_family, effort_for, first_prompt,
                          parse_profiles, prompt_tokens, reasoning_tokens, reported, sim_tokens, turn_noise,
                          usage_raw)
-from ._context import Bundle, RunData
 from ._errors import VerificationError
+from ._index import Run
 from .manifest import object_path
 
 __all__ = ["check_simulated_usage", "pinned_profiles"]
 
 
-def pinned_profiles(run: RunData, name: str, line: int, reg: dict) -> None:
+def pinned_profiles(run: Run, name: str, line: int, reg: dict) -> None:
     """A run on the in-process simulator used the profiles file its registration pinned."""
     if "sim_profiles" not in reg or run.start.get("provider") != "sim":
         return
@@ -40,7 +43,7 @@ def pinned_profiles(run: RunData, name: str, line: int, reg: dict) -> None:
                                 f"({name}:{line}) pinned {reg['sim_profiles']}", 1)
 
 
-def check_simulated_usage(b: Bundle, run: RunData, line: int, body: dict, usage: Usage) -> None:
+def check_simulated_usage(b, run: Run, line: int, body: dict, usage: Usage) -> None:
     """The call's raw usage is what the simulator sends for its request under the run's
     profile. Runs without ``run.start.sim`` (HTTP simulators, gateways, older runs) are
     left to the token-rule checks before this one."""
@@ -53,10 +56,10 @@ def check_simulated_usage(b: Bundle, run: RunData, line: int, body: dict, usage:
         raise VerificationError(run.path, f"simulated call: cannot recompute its usage ({e})", line) from None
 
 
-def _check(b: Bundle, run: RunData, line: int, body: dict, usage: Usage, profile: Profile, effort: dict) -> None:
-    model, seed, messages = _request(b, run, line, body)
-    prompt = prompt_tokens(messages)
-    cached, written = cache_split(profile, messages, prompt)
+def _check(b, run: Run, line: int, body: dict, usage: Usage, profile: Profile, effort: dict) -> None:
+    facts = request_facts(b, run, line, body)
+    prompt = facts.prompt
+    cached, written = cache_split_of(profile, facts.prefix, prompt)
     shown = reported(profile.usage_shape)
     where = f"simulated call (profile {profile.name})"
     if shown[0] and usage.cached_read != cached:
@@ -66,10 +69,11 @@ def _check(b: Bundle, run: RunData, line: int, body: dict, usage: Usage, profile
     if shown[1] and usage.cache_write != written:
         raise VerificationError(run.path, f"{where}: usage cache_write {usage.cache_write}, the profile's cache "
                                 f"rule gives {written}", line)
-    draws = _draws(b, run, line, body, profile, effort, model, seed, messages)
-    raw = _json(b, run, line, body.get("usage_raw"), "usage_raw")
+    draws = _draws(b, run, line, body, profile, effort, facts)
     wants = {r: usage_raw(profile.usage_shape, prompt, cached, written, c, r) for r, c in draws.values()}
-    if raw in wants.values():
+    # the runtime stores a raw usage as its canonical JSON, so the blob is the simulator's
+    # object exactly when its digest is that object's (step 2 tied the blob to its digest)
+    if body.get("usage_raw") in {"sha256:" + hashlib.sha256(jsonio.dumps(w)).hexdigest() for w in wants.values()}:
         return
     same = [r for r, c in draws.values() if c == usage.completion and (not shown[2] or r == usage.reasoning)]
     if same:  # the numbers follow, the object around them does not
@@ -81,16 +85,15 @@ def _check(b: Bundle, run: RunData, line: int, body: dict, usage: Usage, profile
                             f"draws for this request: {told}", line)
 
 
-def _draws(b: Bundle, run: RunData, line: int, body: dict, profile: Profile, effort: dict, model: str,
-           seed: int, messages: list) -> dict[str, tuple[int, int]]:
+def _draws(b, run: Run, line: int, body: dict, profile: Profile, effort: dict,
+           facts: "SimFacts") -> dict[str, tuple[int, int]]:
     """{turn kind: (reasoning, completion)} the simulator could have sent: one per kind the
     reply allows; a reply cut at max_tokens reports max_tokens for both."""
     max_tokens = (body.get("params") or {}).get("max_tokens")
     if body.get("finish_reason") == "length":
         return {"cut at max_tokens": (max_tokens, max_tokens)}
     content = _reply(b, run, line, body.get("reply"))
-    z = turn_noise(seed, model, messages).gauss(0.0, 1.0)  # the turn's first draw is its reasoning
-    family = detect_family(first_prompt(messages))
+    z, family = facts.z, facts.family
     out = {}
     for kind in action_kinds(content):
         r = reasoning_tokens(profile, kind, effort_for(effort, family) if kind == "write" else 1.0, z)
@@ -98,24 +101,24 @@ def _draws(b: Bundle, run: RunData, line: int, body: dict, profile: Profile, eff
     return out
 
 
-def _rules(b: Bundle, run: RunData) -> tuple[Profile, dict] | None:
+def _rules(b, run: Run) -> tuple[Profile, dict] | None:
     """(profile, family effort table) of ``run.start.sim``; None without it. Read once per
     (profiles, catalog, tier, model): the runs of a grid share a few."""
     start = run.start
     key = ("sim rules", jsonio.dumps([start.get(k) for k in ("sim", "catalog", "tier", "model")]))
-    if key not in b.memo:
+    if key not in b.cache:
         try:
-            b.memo[key] = _read_rules(b, run)
+            b.cache[key] = _read_rules(b, run)
         except VerificationError as e:  # kept, and told again in each run's name
-            b.memo[key] = (e, run.path)
-    got = b.memo[key]
+            b.cache[key] = (e, run.path)
+    got = b.cache[key]
     if got is not None and isinstance(got[0], VerificationError):
         e, first = got
         raise VerificationError(run.path if e.path == first else e.path, e.message, e.record)
     return got
 
 
-def _read_rules(b: Bundle, run: RunData) -> tuple[Profile, dict] | None:
+def _read_rules(b, run: Run) -> tuple[Profile, dict] | None:
     sim = run.start.get("sim")
     if sim is None:
         return None
@@ -123,7 +126,7 @@ def _read_rules(b: Bundle, run: RunData) -> tuple[Profile, dict] | None:
     if not isinstance(digest, str) or not DIGEST_RE.match(digest) or not isinstance(sim.get("profile"), str):
         raise VerificationError(run.path, "run.start.sim is not {profile, profiles: blob digest}", 1)
     try:
-        profiles, effort = parse_profiles(b.read(object_path(digest), run.path, 1), object_path(digest))
+        profiles, effort = parse_profiles(b.ix.read(object_path(digest), run.path, 1), object_path(digest))
     except BenchClawError as e:
         raise VerificationError(object_path(digest), str(e).removeprefix(f"{object_path(digest)}: ")) from None
     profile = profiles.get(sim["profile"])
@@ -135,13 +138,11 @@ def _read_rules(b: Bundle, run: RunData) -> tuple[Profile, dict] | None:
     return profile, effort
 
 
-def _expected_profile(b: Bundle, run: RunData, profiles: dict) -> Profile | None:
+def _expected_profile(b, run: Run, profiles: dict) -> Profile | None:
     """The catalog tier's ``sim_profile``, else the profile whose model (or name) is the
     run's model: how the in-process simulator picks it (FORMAT.md "Simulator profiles")."""
-    from ._costs import _catalog  # step 4 has parsed and confirmed this catalog already
-
-    try:
-        name = _catalog(b, run, run.start.get("catalog")).tier(str(run.start.get("tier"))).sim_profile
+    try:  # step 4 (``b``) has parsed and confirmed this catalog already
+        name = b.catalog(run).tier(str(run.start.get("tier"))).sim_profile
     except (BenchClawError, ValueError):
         name = None  # reported by the price check
     if name:
@@ -150,20 +151,52 @@ def _expected_profile(b: Bundle, run: RunData, profiles: dict) -> Profile | None
     return next((p for p in profiles.values() if p.model == model), profiles.get(model))
 
 
-def _request(b: Bundle, run: RunData, line: int, body: dict) -> tuple[str, int, list]:
-    """(model, seed, messages) of the call's request, as the simulator reads them."""
-    request = _json(b, run, line, body.get("request"), "request")
+class SimFacts(NamedTuple):
+    """What the simulator's usage reads of a request (the same for every profile): its
+    prompt tokens, those of all but its last two messages (the cached prefix), the turn's
+    first noise draw and the task family of its first prompt."""
+
+    prompt: int
+    prefix: int
+    z: float
+    family: str | None
+
+
+def sim_facts(request) -> list | None:
+    """``SimFacts`` of a parsed request as JSON values (``z`` as ``float.hex``, exact), or
+    None when it holds no model or message list. Pure: the reading stage takes it."""
     messages = request.get("messages") if isinstance(request, dict) else None
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages) \
             or not isinstance(request.get("model"), str):
-        raise VerificationError(run.path, "simulated call: the request blob holds no model or message list", line)
+        return None
     seed = request.get("seed") if isinstance(request.get("seed"), int) else 0
-    return request["model"], seed, messages
+    z = turn_noise(seed, request["model"], messages).gauss(0.0, 1.0)  # the turn's first draw: its reasoning
+    prefix = prompt_tokens(messages[:-2]) if len(messages) > 2 else 0
+    return [prompt_tokens(messages), prefix, z.hex(), detect_family(first_prompt(messages))]
 
 
-def _reply(b: Bundle, run: RunData, line: int, digest) -> str:
+def request_facts(b, run: Run, line: int, body: dict) -> SimFacts:
+    """The request's ``SimFacts``: the reading stage's, or (a request it could take no
+    reading of) from the request blob itself."""
+    digest = body.get("request")
+    got = b.ix.reading(digest).derived if isinstance(digest, str) and DIGEST_RE.match(digest) else None
+    facts = got[6] if got is not None and got[0] == "r" and len(got) > 6 else None
+    if facts is None:
+        facts = sim_facts(_json(b, run, line, digest, "request"))
+    if facts is None:
+        raise VerificationError(run.path, "simulated call: the request blob holds no model or message list", line)
+    prompt, prefix, z, family = facts
+    return SimFacts(prompt, prefix, float.fromhex(z), family)
+
+
+def _reply(b, run: Run, line: int, digest) -> str:
     if digest is None:
         return ""
+    if not isinstance(digest, str) or not DIGEST_RE.match(digest):
+        raise VerificationError(run.path, f"reply {digest!r} is not a blob digest", line)
+    text = b.ix.reading(digest).text  # kept by the reading stage
+    if text is not None:
+        return text
     data = _blob(b, run, line, digest, "reply")
     try:
         return data.decode("utf-8", "surrogatepass")
@@ -171,14 +204,14 @@ def _reply(b: Bundle, run: RunData, line: int, digest) -> str:
         raise VerificationError(run.path, "simulated call: the reply blob is not UTF-8 text", line) from None
 
 
-def _json(b: Bundle, run: RunData, line: int, digest, what: str):
+def _json(b, run: Run, line: int, digest, what: str):
     try:
         return jsonio.loads(_blob(b, run, line, digest, what))
     except ValueError as e:
         raise VerificationError(object_path(digest), f"{what} blob is not JSON ({e})") from None
 
 
-def _blob(b: Bundle, run: RunData, line: int, digest, what: str) -> bytes:
+def _blob(b, run: Run, line: int, digest, what: str) -> bytes:
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
         raise VerificationError(run.path, f"{what} {digest!r} is not a blob digest", line)
-    return b.read(object_path(digest), run.path, line)
+    return b.ix.read(object_path(digest), run.path, line)

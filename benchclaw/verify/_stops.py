@@ -27,20 +27,26 @@ from pathlib import Path
 from ..errors import BenchClawError
 from ..ledger_replay import LedgerState, apply_record
 from ..spec_format import parse_spec
-from ._context import Bundle
 from ._errors import VerificationError
+from ._index import Index
 from .manifest import object_path
 
-__all__ = ["check_stop", "check_ledgers_after_registration", "check_ledgers_closed"]
+__all__ = ["check_stop", "check_ledgers_after_registration", "check_ledgers_closed", "ledger_chain"]
 
 
-def _ledger_records(b: Bundle, lid) -> tuple[str, list] | None:
-    name = f"ledgers/{lid}.jsonl"
-    recs = b.memo.get(("chain", name)) if isinstance(lid, str) else None
-    return (name, recs) if recs is not None else None
+def ledger_chain(ix: Index, lid) -> tuple | None:
+    """The chained records of ledger ``lid`` (None when it is missing or broken: step 5
+    reports that)."""
+    recs = ix.ledgers.get(f"ledgers/{lid}.jsonl") if isinstance(lid, str) else None
+    return None if recs is None or isinstance(recs, VerificationError) else recs
 
 
-def _peak(b: Bundle, lid) -> tuple[Decimal, int] | None:
+def _ledger_records(ix: Index, lid) -> tuple[str, tuple] | None:
+    recs = ledger_chain(ix, lid)
+    return (f"ledgers/{lid}.jsonl", recs) if recs is not None else None
+
+
+def _peak(b: Index, lid) -> tuple[Decimal, int] | None:
     """The highest worst-case spend (usd, tokens) the ledger ever showed, or None."""
     got = _ledger_records(b, lid)
     if got is None:
@@ -63,7 +69,7 @@ def _grid_start(journal: list, invocation) -> tuple | None:
     return None
 
 
-def _rules(b: Bundle, digest) -> dict:
+def _rules(b: Index, digest) -> dict:
     if not isinstance(digest, str) or not b.has(object_path(digest)):
         return {}
     try:
@@ -73,7 +79,7 @@ def _rules(b: Bundle, digest) -> dict:
     return {r.rule: r.params for r in spec.stopping}
 
 
-def check_stop(b: Bundle, journal: list, name: str, line: int, rec) -> None:
+def check_stop(b: Index, journal: list, name: str, line: int, rec) -> None:
     body = rec.body
     inv, rule = body.get("invocation"), body.get("rule")
     start = _grid_start(journal, inv)
@@ -93,15 +99,15 @@ def check_stop(b: Bundle, journal: list, name: str, line: int, rec) -> None:
         raise VerificationError(name, f"stop '{rule}' does not follow from the evidence: {missing}", line)
 
 
-def _spend(b: Bundle, journal, grid, inv, rec) -> str | None:
+def _spend(b: Index, journal, grid, inv, rec) -> str | None:
     return _threshold(b, grid, "spend", "usd", 0)
 
 
-def _tokens(b: Bundle, journal, grid, inv, rec) -> str | None:
+def _tokens(b: Index, journal, grid, inv, rec) -> str | None:
     return _threshold(b, grid, "tokens", "tokens", 1)
 
 
-def _threshold(b: Bundle, grid: dict, rule: str, key: str, index: int) -> str | None:
+def _threshold(b: Index, grid: dict, rule: str, key: str, index: int) -> str | None:
     params = _rules(b, grid.get("spec_digest")).get(rule)
     if params is None:
         return f"the spec in force ({grid.get('spec_digest')}) has no '{rule}' rule"
@@ -115,7 +121,7 @@ def _threshold(b: Bundle, grid: dict, rule: str, key: str, index: int) -> str | 
     return None
 
 
-def _errors(b: Bundle, journal, grid, inv, rec) -> str | None:
+def _errors(b: Index, journal, grid, inv, rec) -> str | None:
     params = _rules(b, grid.get("spec_digest")).get("provider_errors")
     if params is None:
         return "the spec in force has no 'provider_errors' rule"
@@ -129,14 +135,14 @@ def _errors(b: Bundle, journal, grid, inv, rec) -> str | None:
     return None
 
 
-def _budget(b: Bundle, journal, grid, inv, rec) -> str | None:
+def _budget(b: Index, journal, grid, inv, rec) -> str | None:
     if not any(r.kind == "run" and r.body.get("invocation") == inv and r.body.get("status") == "budget_stop"
                for _, _, r in journal):
         return "no run of the invocation ended budget_stop"
     return None
 
 
-def _interrupted(b: Bundle, journal, grid, inv, rec) -> str | None:
+def _interrupted(b: Index, journal, grid, inv, rec) -> str | None:
     ends = [r.body.get("status") for _, _, r in journal if r.kind == "grid.end" and r.body.get("invocation") == inv]
     if ends and ends[0] != "interrupted":
         return f"the invocation's grid.end says {ends[0]!r}"
@@ -150,7 +156,7 @@ _JUSTIFY = {"spend": _spend, "tokens": _tokens, "provider_errors": _errors, "bud
             "interrupted": _interrupted}
 
 
-def check_ledgers_after_registration(b: Bundle, journal: list, registered_at: str) -> None:
+def check_ledgers_after_registration(b: Index, journal: list, registered_at: str) -> None:
     for name, line, rec in journal:
         if rec.kind != "grid.start":
             continue
@@ -164,7 +170,7 @@ def check_ledgers_after_registration(b: Bundle, journal: list, registered_at: st
                                         f"{registered_at}", i)
 
 
-def check_ledgers_closed(b: Bundle, journal: list) -> None:
+def check_ledgers_closed(b: Index, journal: list) -> None:
     for name, line, rec in journal:
         if rec.kind != "grid.end":
             continue

@@ -10,9 +10,11 @@ and the recomputed value, up to a handful per bundle.
 from __future__ import annotations
 
 from .. import jsonio
+from typing import Mapping
+
 from ..errors import BenchClawError
-from ._context import Bundle
 from ._errors import VerificationError
+from ._index import Index, RunLog
 from ._report import Section
 from .experiment import experiment_data_from_files, summarise
 
@@ -55,21 +57,48 @@ def _count(obj, sec: Section) -> None:
             sec.count("tables", sum(1 for v in part.values() if isinstance(v, (list, dict))))
 
 
-def verify_summary(b: Bundle, sec: Section) -> None:
-    if not b.has(SUMMARY):
+def verify_summary(ix: Index, runs, sec: Section) -> None:
+    if not ix.has(SUMMARY):
         raise VerificationError(SUMMARY, "missing: the bundle claims no summary to verify")
-    claimed = b.read_json(SUMMARY)
-    experiments = b.manifest.experiments
+    claimed = ix.read_json(SUMMARY)
+    experiments = ix.manifest.experiments
+    chains = {run.path: run.records for run in runs.values()}
+    chains.update({n: log.records for n, log in ix.run_logs.items() if isinstance(log, RunLog)})
+    chains.update({n: recs for n, recs in ix.ledgers.items() if not isinstance(recs, VerificationError)})
     for exp in experiments:
         mine = claimed if len(experiments) == 1 else (claimed.get(exp) if isinstance(claimed, dict) else None)
-        sec.attempt(_compare, b, exp, mine, sec)
+        sec.attempt(_compare, ix, chains, exp, mine, sec)
 
 
-def _compare(b: Bundle, exp: str, claimed, sec: Section) -> None:
+class _Files(Mapping):
+    """Every entry, as the analysis reads a bundle's files: what the index keeps whole, or
+    (a run log or ledger not parsed, an unreadable entry) the error reading it gave."""
+
+    def __init__(self, ix: Index):
+        self._ix = ix
+
+    def __getitem__(self, name: str) -> bytes:
+        ix = self._ix
+        if name not in ix.sizes:
+            raise KeyError(name)
+        for parsed in (ix.run_logs.get(name), ix.ledgers.get(name)):
+            if isinstance(parsed, VerificationError):
+                raise parsed
+        return ix.read(name)
+
+    def __contains__(self, name) -> bool:
+        return name in self._ix.sizes
+
+    def __iter__(self):
+        return iter(self._ix.names)
+
+    def __len__(self) -> int:
+        return len(self._ix.names)
+
+
+def _compare(ix: Index, chains: dict, exp: str, claimed, sec: Section) -> None:
     try:
-        chains = {run.path: run.records for run in b.runs.values()}
-        chains.update({k[1]: v for k, v in b.memo.items() if k[0] == "chain"})
-        data = experiment_data_from_files(b.files, exp, chains=chains)
+        data = experiment_data_from_files(_Files(ix), exp, chains=chains)
         recomputed = jsonio.loads(jsonio.dumps(summarise(data)))  # the JSON value, as written
     except BenchClawError as e:
         raise VerificationError(SUMMARY, f"cannot recompute the summary of {exp}: {e}") from None

@@ -67,7 +67,7 @@ class Limits:
     worker_seconds: float = 3600.0  # a forked verification worker still running is stopped (exit 2)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per entry: hundreds of thousands in a large bundle
 class Entry:
     """One member as the central directory describes it (validated against its local header)."""
 

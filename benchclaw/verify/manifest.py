@@ -48,7 +48,7 @@ def path_order(path: str) -> bytes:
     return path.encode("utf-8")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per entry: hundreds of thousands in a large bundle
 class FileEntry:
     path: str
     digest: str

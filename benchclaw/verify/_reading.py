@@ -1,0 +1,403 @@
+"""The reading stage: every entry of a bundle inflated, hashed and parsed once, into an ``Index``.
+
+This is the only place that reads the zip, forks, or plays with memory and the garbage
+collector; the numbered steps that follow read the index. In order:
+
+A. the zip's directory is validated (``_zip``), the manifest parsed; every run log and
+   ledger is inflated, hashed and chain-parsed, and every other non-object entry (tasks,
+   journals, summary, site) inflated, hashed and kept. The run logs say which object is a
+   request, a raw usage, a reply, or merely a digest to compare (an observation, a written
+   content, an artifact), which decides what of each object is kept;
+B. the objects (most of a bundle's bytes) are inflated, hashed and read in two halves at
+   once: a forked worker (``_workers``) takes the first half and returns compact results
+   as JSON (digests as one string, readings as lists), this process the second;
+C. each experiment's journal is merged and shape-checked.
+
+Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
+inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the page
+cache, out of this process's resident set); a run log's and a ledger's line bytes are
+dropped once their chain is checked; an object's bytes are dropped once hashed unless a
+step reads them (``_index``). GC tactics: the collector is off for the whole ``with`` (the
+index holds millions of acyclic records, built here and read by every step).
+
+An unreadable container or manifest, a worker that crashed or overran
+``Limits.worker_seconds`` raise ``UnreadableBundle`` (exit 2); an entry that fails to inflate
+is kept as its error for step 1 to report, a run log or ledger that fails to parse as its
+error for the step that reads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import mmap
+import os
+import re
+from pathlib import Path
+from typing import Iterator
+
+from .. import jsonio
+from ..errors import BenchClawError
+from ..records import blob_refs, split_lines, verify_chain
+from ._costs import derive
+from ._errors import UnreadableBundle, VerificationError
+from ._index import Index, ObjectReading, Rec, RunLog, frozen
+from ._shape import JOURNAL, RUN, check_body
+from ._workers import start
+from ._zip import Limits, ZipView
+from .experiment import chain_records, journal_records
+from .manifest import MANIFEST, RUN_PATH, parse_manifest
+
+__all__ = ["reading", "from_error"]
+
+_MANIFEST_LIMIT = 512 << 20
+_RELEASE_BYTES = 64 << 20   # inflated archive bytes between two hand-backs of mapped pages
+_UNREAD = "-" * 64          # the worker's digest of an entry it could not inflate
+_WHERE = re.compile(r"^(?P<path>[^:]*):(?P<line>\d+): (?P<msg>.*)$", re.S)
+
+# What the steps read of an object, by the fields of the run records that name it (the
+# needs of every field naming it, or-ed): a request or raw usage, its ``derive`` reading; a
+# reply, its text; an observation, a written content or an artifact, only its digest; what
+# ``run.start`` names (catalog, task listing, profile), its bytes. An object no run record
+# names this way (a spec, a task file) is kept whole too.
+_DIGEST, _REQUEST, _TEXT, _WHOLE, _USAGE, _SIM = 0, 1, 2, 4, 8, 16  # _SIM: a request to the simulator
+_ROLES = {"call": (("request", _REQUEST), ("usage_raw", _USAGE), ("reply", _TEXT)),
+          "artifact": (("digest", _DIGEST),), "action": (("observation", _DIGEST),)}
+
+
+def from_error(err: BenchClawError, path: str) -> VerificationError:
+    """A record/store error ("path:line: message") as a VerificationError with fields."""
+    m = _WHERE.match(str(err))
+    if m and m.group("path") == path:
+        return VerificationError(path, m.group("msg"), int(m.group("line")))
+    return VerificationError(path, str(err).removeprefix(f"{path}: "))
+
+
+@contextlib.contextmanager
+def reading(source: str | os.PathLike | bytes, limits: Limits,
+            registered: frozenset | None = None) -> Iterator[Index]:
+    """The index of the bundle at ``source`` (a path or its bytes), for the steps to read
+    inside the ``with``. Raises UnreadableBundle."""
+    paused = gc.isenabled()
+    gc.disable()  # millions of acyclic records, read and then read again: GC passes only cost time
+    try:
+        with _archive(source, limits) as data:
+            yield _read(_Pages(data), limits, registered)
+    finally:
+        if paused:
+            gc.enable()
+
+
+# ------------------------------------------------------------------------------ the archive
+
+@contextlib.contextmanager
+def _archive(source, limits: Limits):
+    """The archive's bytes: given, or the file memory-mapped read-only (pages the kernel can
+    take back, where a read would hold the whole archive in this process)."""
+    if isinstance(source, (bytes, bytearray)):
+        yield bytes(source)
+        return
+    path = Path(source)
+    try:
+        f = open(path, "rb")
+    except IsADirectoryError:
+        raise UnreadableBundle(str(path), "is a directory, not a bundle file") from None
+    except OSError as e:
+        raise UnreadableBundle(str(path), f"cannot read ({e.strerror or e})") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limits.archive_bytes:
+            raise UnreadableBundle(str(path), f"{size} bytes, above the limit of {limits.archive_bytes}")
+        if size == 0:
+            yield b""
+            return
+        try:
+            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as e:
+            raise UnreadableBundle(str(path), f"cannot map ({e})") from None
+        try:
+            yield m
+        finally:
+            m.close()
+
+
+class _Pages:
+    """The archive bytes with a counter: every ``_RELEASE_BYTES`` read, the mapped pages are
+    handed back to the kernel (``MADV_DONTNEED``: a later read faults them in again from
+    the page cache). Bytes given in memory are left alone."""
+
+    def __init__(self, data):
+        self.data, self._read = data, 0
+        self._mapped = isinstance(data, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED")
+
+    def read(self, view: ZipView, name: str) -> bytes:
+        data = view.read(name)
+        if self._mapped:
+            self._read += view.entries[name].csize
+            if self._read >= _RELEASE_BYTES:
+                self.release()
+        return data
+
+    def release(self) -> None:
+        if self._mapped:
+            self._read = 0
+            self.data.madvise(mmap.MADV_DONTNEED)
+
+
+# ------------------------------------------------------------------------------ the stage
+
+def _read(pages: _Pages, limits: Limits, registered) -> Index:
+    view = ZipView(pages.data, limits)
+    pages.release()  # the directory walk touched every local header
+    manifest = _manifest(view)
+    digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
+    unread: dict[str, VerificationError] = {}
+    run_logs, ledgers, content = {}, {}, {}
+    roles: dict[str, int] = {}  # object digest -> what the run records need of it (_ROLES)
+    objects = []
+    for name in view.names:  # A: everything but the objects, here
+        if name.startswith("objects/"):
+            objects.append(name)
+            continue
+        if name == MANIFEST:
+            continue
+        data = _inflate(pages, view, name, digests, unread)
+        if data is None:
+            continue
+        if name.startswith("runs/"):
+            run_logs[name] = _run_log(name, data, limits, roles)
+        elif name.startswith("ledgers/"):
+            ledgers[name] = _ledger(name, data)
+        elif not name.startswith("site/"):  # the pages: hashed for step 1, read by no step
+            content[name] = data
+    readings = _read_objects(pages, view, objects, roles, digests, unread)  # B: on two cores
+    pages.release()
+    journals = {exp: _journal(content, unread, exp) for exp in manifest.experiments}  # C
+    return Index(limits=limits, names=tuple(view.names), sizes=frozen({n: e.usize for n, e in view.entries.items()}),
+                 manifest=manifest, digests=frozen(digests), unread=frozen(unread), run_logs=frozen(run_logs),
+                 objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
+                 content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
+
+
+def _manifest(view: ZipView):
+    if MANIFEST not in view.entries:
+        raise UnreadableBundle("", f"not a BenchClaw bundle: no {MANIFEST}")
+    if view.entries[MANIFEST].usize > _MANIFEST_LIMIT:
+        raise UnreadableBundle(MANIFEST, f"larger than {_MANIFEST_LIMIT} bytes")
+    try:
+        data = view.read(MANIFEST)
+    except VerificationError as e:
+        raise UnreadableBundle(MANIFEST, e.message) from None
+    return parse_manifest(data)
+
+
+def _inflate(pages: _Pages, view: ZipView, name: str, digests: dict, unread: dict) -> bytes | None:
+    """The entry's bytes, its digest recorded; None (its error recorded) when corrupt."""
+    try:
+        data = pages.read(view, name)
+    except VerificationError as e:
+        unread[name] = e
+        return None
+    digests[name] = "sha256:" + hashlib.sha256(data).hexdigest()
+    return data
+
+
+def _task_files(content: dict) -> dict:
+    """Every entry under ``tasks/<id>/v<N>/``, by that prefix, as {relative path: bytes}."""
+    out: dict[str, dict] = {}
+    for name, data in content.items():
+        parts = name.split("/", 3)
+        if parts[0] == "tasks" and len(parts) == 4:
+            out.setdefault("/".join(parts[:3]), {})[parts[3]] = data
+    return {prefix: frozen(files) for prefix, files in out.items()}
+
+
+# ------------------------------------------------------------------------------ run logs and ledgers
+
+def _run_log(name: str, data: bytes, limits: Limits, roles: dict) -> RunLog | VerificationError:
+    """Chain, first and last record, then each body's shape in order (stopping at the first
+    ill-typed one) and the digests it references; the objects' roles noted in ``roles``."""
+    if not RUN_PATH.match(name):
+        return VerificationError(name, "not a run log name (runs/<aa>/<64 hex>.jsonl)")
+    try:
+        records = _chain(name, data, limits)
+    except VerificationError as e:
+        return e
+    if not records or records[0].kind != "run.start":
+        return RunLog(_compact(records), 0, None, (), VerificationError(name, "a run must start with run.start", 1))
+    if records[-1].kind != "run.end":
+        return RunLog(_compact(records), 0, None, (),
+                      VerificationError(name, "a sealed run must end with run.end", len(records)))
+    refs, bad_line, bad = [], 0, None
+    sim = records[0].body.get("sim") is not None  # its requests' readings add the simulator's facts
+    for i, rec in enumerate(records, 1):
+        try:
+            check_body(rec.kind, rec.body, RUN, name, i)
+        except VerificationError as e:
+            bad_line, bad = i, e
+            break
+        mine = _refs(rec.line, rec.body)
+        refs.append(b"".join(bytes.fromhex(d[7:]) for d in mine))  # 32 bytes a digest, not 120
+        _note_roles(rec, mine, roles, sim)
+    return RunLog(_compact(records), bad_line, bad, tuple(refs))
+
+
+def _note_roles(rec, refs, roles: dict, sim: bool) -> None:
+    body = rec.body
+    if rec.kind == "run.start":
+        for digest in refs:
+            roles[digest] = roles.get(digest, 0) | _WHOLE
+        return
+    for key, role in _ROLES.get(rec.kind, ()):
+        digest = body.get(key)
+        if isinstance(digest, str):
+            roles[digest] = roles.get(digest, 0) | role | (_SIM if sim and role == _REQUEST else 0)
+    if rec.kind == "action" and isinstance(body.get("args"), dict):
+        content = body["args"].get("content")
+        if isinstance(content, str):
+            roles[content] = roles.get(content, 0)
+
+
+def _chain(name: str, data: bytes, limits: Limits) -> list:
+    lines, torn = split_lines(data)
+    if torn:
+        raise VerificationError(name, "torn last line (no newline) in a sealed run", len(lines) + 1)
+    for i, line in enumerate(lines, 1):
+        if len(line) > limits.line_bytes:
+            raise VerificationError(name, f"line longer than {limits.line_bytes} bytes", i)
+    try:
+        records = verify_chain(lines, name)
+    except BenchClawError as e:
+        raise from_error(e, name) from None
+    for i, rec in enumerate(records, 1):
+        if lines[i - 1].count(b"{") + lines[i - 1].count(b"[") <= limits.json_depth:
+            continue  # fewer brackets than the limit: cannot nest deeper (a C-speed count)
+        try:
+            jsonio.check_depth(rec.body, limits.json_depth)
+        except ValueError as e:
+            raise VerificationError(name, str(e), i) from None
+    return records
+
+
+_REF = re.compile(rb'"(sha256:[0-9a-f]{64})"')
+
+
+def _refs(raw: bytes, body: dict):
+    """The digests a record references: a C-speed scan of its canonical line, or (when the
+    line uses \\u escapes, which could spell a digest the scan would miss) the full walk."""
+    if b"\\u" in raw:
+        return blob_refs(body)
+    return [m.decode() for m in _REF.findall(raw)]
+
+
+def _compact(records: list) -> tuple[Rec, ...]:
+    """The records without their line bytes and links, once the chain and references are
+    checked: no step reads them, and they are the file's size again."""
+    return tuple(Rec(r.seq, r.at, r.kind, r.body) for r in records)
+
+
+def _ledger(name: str, data: bytes) -> tuple | VerificationError:
+    try:
+        records = chain_records({name: data}, name)
+    except VerificationError as e:
+        return e
+    return _compact(records)
+
+
+def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
+    """The experiment's journal (entry, line, record) in reader order, chains verified and
+    every body's shape checked, or the first error (an unreadable journal file's included)."""
+    prefix = f"journals/{exp}/"
+    broken = sorted(n for n in unread if n.startswith(prefix) and n.endswith(".jsonl"))
+    if broken:
+        return unread[broken[0]]
+    try:
+        journal = journal_records(content, exp)
+        for name, line, rec in journal:
+            check_body(rec.kind, rec.body, JOURNAL, name, line)
+    except VerificationError as e:
+        return e
+    return journal
+
+
+# ------------------------------------------------------------------------------ the objects
+
+def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, digests: dict,
+                  unread: dict) -> dict[str, ObjectReading]:
+    """Every object inflated, hashed and read once, the first half (by compressed bytes) in
+    a forked worker while this process reads the second."""
+    total, half, cut = sum(view.entries[n].csize for n in names), 0, 0
+    while cut < len(names) and half * 2 < total:
+        half += view.entries[names[cut]].csize
+        cut += 1
+    pending = start(_objects_in_worker, pages, view, names[:cut], roles, timeout=view.limits.worker_seconds)
+    try:
+        here = _objects(pages, view, names[cut:], roles, as_json=False)
+        there = pending.result()
+    finally:
+        pending.cancel()
+    readings: dict[str, ObjectReading] = {}
+    _adopt(names[:cut], there, digests, unread, readings)
+    _adopt(names[cut:], here, digests, unread, readings)
+    return readings
+
+
+def _objects_in_worker(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> dict:
+    return _objects(pages, view, names, roles, as_json=True)
+
+
+def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, *, as_json: bool) -> dict:
+    """The SHA-256 hexes as one string (a fraction of the memory of a list), read errors
+    by entry, and each object's reading ([derived, text, bytes]); ``as_json``: every value
+    a JSON value (the bytes as a latin-1 string), for the worker's pipe."""
+    hexes, errors, kept = [], {}, {}
+    for name in names:
+        try:
+            data = pages.read(view, name)
+        except VerificationError as e:
+            hexes.append(_UNREAD)
+            errors[name] = e.to_dict()
+            continue
+        hexd = hashlib.sha256(data).hexdigest()
+        hexes.append(hexd)
+        got = _reading_of(roles.get("sha256:" + hexd, _WHOLE) if name.endswith(hexd) else _WHOLE, data, as_json)
+        if got is not None:
+            kept[name] = got
+    return {"digests": "".join(hexes), "errors": errors, "kept": kept}
+
+
+def _reading_of(needs: int, data: bytes, as_json: bool) -> list | None:
+    """What is kept of an object the run records need as ``needs`` (``_ROLES``)."""
+    if needs == _DIGEST:
+        return None
+    derived = text = whole = None
+    if needs & (_REQUEST | _USAGE):
+        derived = derive(data, sim=bool(needs & _SIM))
+        kind = derived[0] if derived is not None else None
+        if (needs & _REQUEST and kind != "r") or (needs & _USAGE and kind != "u") or \
+                (needs & _SIM and kind == "r" and derived[6] is None):
+            needs |= _WHOLE  # not what its field says it is: the step reads it and says why
+    if needs & _TEXT:
+        try:
+            text = data.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            needs |= _WHOLE
+    if needs & _WHOLE:
+        whole = data.decode("latin-1") if as_json else data  # a JSON string: a character a byte
+    return [derived, text, whole]
+
+
+def _adopt(names: list[str], got: dict, digests: dict, unread: dict, readings: dict) -> None:
+    hexes = got["digests"]
+    if not isinstance(hexes, str) or len(hexes) != 64 * len(names):
+        raise UnreadableBundle("", "a verification worker returned a malformed result")
+    for i, name in enumerate(names):
+        hexd = hexes[64 * i:64 * i + 64]
+        if hexd != _UNREAD:
+            digests[name] = "sha256:" + hexd
+    for name, e in got["errors"].items():
+        unread[name] = VerificationError(e["path"], e["message"], e["record"])
+    for name, (derived, text, data) in got["kept"].items():
+        readings[name] = ObjectReading(tuple(derived) if derived is not None else None, text,
+                                       data.encode("latin-1") if isinstance(data, str) else data)
