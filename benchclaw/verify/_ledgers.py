@@ -235,7 +235,7 @@ def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt) -> None:
             raise VerificationError(run.path, f"call: cannot tie it to the ledger ({e})", line) from None
     if run.end.get("status") == "budget_stop" and not any(r.get("attempt") == attempt for r in rep.refusals):
         raise VerificationError(run.path, f"ended budget_stop but {rep.name} records no refusal for it",
-                                len(run.records))
+                                run.count)
 
 
 def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, attempt,
