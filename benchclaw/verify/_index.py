@@ -79,7 +79,9 @@ class RunLog:
         them as long as it reads them). The bytes, chain and envelopes were checked by
         the reading stage, so this parse cannot fail."""
         data = self.packed if self.stored else zlib.decompress(self.packed, -15)
-        return tuple(_rec(jsonio.loads(line)) for line in data.split(b"\n")[:-1])
+        # one JSON array, not a parse a line: each line parsed alone as a JSON object, and a
+        # raw newline cannot occur inside one, so the newlines are exactly the separators
+        return tuple(_rec(obj) for obj in jsonio.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]"))
 
     def refs_of(self, line: int) -> bytes:
         """The raw digests record ``line`` (1-based, before ``bad_line``) references."""
