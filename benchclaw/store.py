@@ -36,14 +36,14 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import jsonio
-from ._commit import committer
+from ._commit import committer, storage_error
 from .errors import FormatError, InputError, IntegrityError, StorageError, UsageError
 from .names import safe_name
 from .records import (GENESIS, Record, encode, line_hash, parse_line, split_lines,
                       utc_now, verify_chain)
 
 __all__ = ["Store", "RunWriter", "SealedRun", "ChainFile", "Journal", "JournalEntry", "VERSION_TEXT",
-           "make_durable", "shared_lock", "default_writer", "storage_error", "write_atomically"]
+           "make_durable", "shared_lock", "default_writer", "write_atomically"]
 
 VERSION_TEXT = b"benchclaw-runs 1\n"
 _PRESENT_MAX = 65536  # blob digests a Store remembers as present (about 10 MB at most)
@@ -108,16 +108,6 @@ def _read_staged(path: Path) -> bytes | None:
             except FileNotFoundError:
                 continue
     return None
-
-
-def storage_error(path: Path, what: str, err: OSError) -> StorageError:
-    """The StorageError for a failed write of ``path`` (names the file and the cause)."""
-    reason = err.strerror or str(err)
-    hint = " (the disk is full)" if err.errno == 28 else ""
-    if err.errno in (13, 30):  # EACCES, EROFS
-        hint = " (the runs directory is not writable here)"
-    return StorageError(f"{path}: cannot {what}: {reason}{hint}; everything written before is safe; "
-                        "free space, then run `benchclaw runs recover` (a grid run does it on start)")
 
 
 def _append_line(fd: int, path: Path, good_size: int, line: bytes, what: str) -> None:
