@@ -26,10 +26,9 @@ from ..errors import BenchClawError
 from ..ledger_replay import LedgerState, apply_record, refusal, totals
 from ..money import CostBounds, Prices, Usage, call_cost, fmt_usd, parse_usd
 from ._costs import Costs, upper_bound
-from ._errors import VerificationError
+from ._errors import VerificationError, from_error
 from ._index import Index, Run
 from ._journal import journal_of
-from ._reading import from_error
 from ._report import Section
 from ._shape import LEDGER, check_body
 

@@ -18,7 +18,7 @@ from typing import Mapping
 from ..analysis import ExperimentData, experiment_data, summarise
 from ..errors import BenchClawError
 from ..records import Record, split_lines, verify_chain
-from ._errors import VerificationError
+from ._errors import VerificationError, from_error
 from .manifest import RUN_PATH, object_path
 
 __all__ = ["experiment_data_from_files", "summarise", "journal_records", "registrations",
@@ -49,8 +49,6 @@ def chain_records(files: Mapping[str, bytes], name: str) -> list[Record]:
     try:
         return verify_chain(lines, name)
     except BenchClawError as e:
-        from ._runs import from_error
-
         raise from_error(e, name) from None
 
 
