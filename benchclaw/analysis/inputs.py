@@ -16,7 +16,7 @@ import decimal
 import functools
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from fractions import Fraction
 from typing import Callable, Iterable, Mapping, NamedTuple
@@ -60,7 +60,10 @@ class ExperimentData:
     views: Mapping[str, "RunView"] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+# Views are slotted: an experiment holds one per run and one per call for the whole
+# analysis (20,000 runs make about 120,000 call views), and an instance dict costs about
+# three times the slots.
+@dataclass(frozen=True, slots=True)
 class CallView:
     outcome: str  # stop, length, reasoning_only, content_filter, error; cut_off: a reservation without a call
     error_kind: str | None
@@ -97,9 +100,12 @@ class RunTally(NamedTuple):
     usage_over_bound: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunView:
-    """One sealed run as the analysis sees it."""
+    """One sealed run as the analysis sees it. ``cost_low``, ``cost_high`` and ``tally`` are
+    derived from ``calls`` when the view is made (``replace`` derives them again): every
+    policy row and replayed trial reads them, tens of thousands of times on a 10,000-run
+    experiment. They are not part of the view's identity nor of its JSON."""
 
     run_id: str
     at: str
@@ -123,46 +129,45 @@ class RunView:
     denials: int
     simulated: bool
 
+    cost_low: Decimal = field(init=False, repr=False, compare=False)
+    cost_high: Decimal = field(init=False, repr=False, compare=False)
+    tally: "RunTally" = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cost_low", sum_exact(c.cost_low for c in self.calls))
+        object.__setattr__(self, "cost_high", sum_exact(c.cost_high for c in self.calls))
+        object.__setattr__(self, "tally", _tally(self.calls))
+
     @property
     def called_model(self) -> bool:
         return bool(self.calls)
 
-    # Cached: every policy row and replayed trial reads them (tens of thousands of times
-    # on a 10,000-run experiment); a frozen view's calls never change.
-    @functools.cached_property
-    def cost_low(self) -> Decimal:
-        return sum_exact(c.cost_low for c in self.calls)
 
-    @functools.cached_property
-    def cost_high(self) -> Decimal:
-        return sum_exact(c.cost_high for c in self.calls)
-
-    @functools.cached_property
-    def tally(self) -> RunTally:
-        """Counts over this run's calls, summed once instead of once per table row."""
-        usage = [0, 0, 0, 0, 0]
-        unknown_usage = mismatch = unknown_cost = doubted = over = 0
-        outcomes: dict[str, int] = {}
-        errors: dict[str, int] = {}
-        for c in self.calls:
-            if c.usage is None:
-                unknown_usage += 1
-            else:
-                for i, val in enumerate(c.usage):
-                    usage[i] += val
-            outcomes[c.outcome] = outcomes.get(c.outcome, 0) + 1
-            mismatch += c.model_mismatch
-            doubted += c.doubted
-            over += c.over_bound
-            unknown_cost += not c.known
-            if c.outcome == "error":
-                kind = c.error_kind or "unknown"
-                errors[kind] = errors.get(kind, 0) + 1
-        return RunTally(tuple(usage), len(self.calls), unknown_usage, outcomes, mismatch, errors,
-                        unknown_cost, doubted, over)
+def _tally(calls: tuple[CallView, ...]) -> RunTally:
+    """Counts over a run's calls, summed once instead of once per table row."""
+    usage = [0, 0, 0, 0, 0]
+    unknown_usage = mismatch = unknown_cost = doubted = over = 0
+    outcomes: dict[str, int] = {}
+    errors: dict[str, int] = {}
+    for c in calls:
+        if c.usage is None:
+            unknown_usage += 1
+        else:
+            for i, val in enumerate(c.usage):
+                usage[i] += val
+        outcomes[c.outcome] = outcomes.get(c.outcome, 0) + 1
+        mismatch += c.model_mismatch
+        doubted += c.doubted
+        over += c.over_bound
+        unknown_cost += not c.known
+        if c.outcome == "error":
+            kind = c.error_kind or "unknown"
+            errors[kind] = errors.get(kind, 0) + 1
+    return RunTally(tuple(usage), len(calls), unknown_usage, outcomes, mismatch, errors,
+                    unknown_cost, doubted, over)
 
 
-_VIEW_FIELDS = tuple(RunView.__dataclass_fields__)
+_VIEW_FIELDS = tuple(f.name for f in fields(RunView) if f.init)  # what a view is made from (its JSON)
 _CALLS_AT = _VIEW_FIELDS.index("calls")
 
 
