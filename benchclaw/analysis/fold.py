@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Mapping, NamedTuple
 
 from ..errors import FormatError
 from ..records import Record
-from .inputs import (ExperimentData, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
+from .inputs import (ExperimentData, PackedCalls, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
                      merge_journal, registered_digest, spec_from_bytes, task_key, view_from_json, view_run,
                      view_to_json)
 
@@ -199,11 +199,10 @@ _VIEW_STRINGS = ("experiment", "cell", "task", "tier", "policy", "spec_digest", 
 
 
 def _shared(view: RunView | None) -> RunView | None:
-    """The view with its repeated strings interned: thousands of runs share a few tiers,
-    cells, statuses and one spec digest, which each parsed run held as its own copy."""
+    """The view as it is kept until the analysis runs: its repeated strings interned
+    (thousands of runs share a few tiers, cells, statuses and one spec digest, which each
+    parsed run held as its own copy) and its calls packed (``PackedCalls``: most of what a
+    view held)."""
     if view is None:
         return None
-    calls = tuple(replace(c, outcome=_intern(c.outcome), error_kind=_intern(c.error_kind),
-                          cost_high=c.cost_low if c.cost_high.as_tuple() == c.cost_low.as_tuple() else c.cost_high)
-                  for c in view.calls)
-    return replace(view, calls=calls, **{k: _intern(getattr(view, k)) for k in _VIEW_STRINGS})
+    return replace(view, calls=PackedCalls(view.calls), **{k: _intern(getattr(view, k)) for k in _VIEW_STRINGS})
