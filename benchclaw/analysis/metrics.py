@@ -30,7 +30,7 @@ MONEY_DIGITS = 12
 WINDOWS = 4  # the experiment's duration (first to last call of a row) cut into this many equal spans
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per run or trial of an analysis: no instance dict
 class Sample:
     cell: str
     passed: bool
