@@ -9,7 +9,8 @@ runs used.
 
 Memory stays flat in the number of runs: what is kept of a file is where to read it again,
 its digest and its size (``Entry``; a run log, named by its digest, keeps only its size; a
-blob only its 32-byte digest, its size is read again from the file), and each run is
+blob only its 32-byte digest, spilled to a temporary file in sorted batches (``BlobSet``),
+its size read again from the file), and each run is
 condensed into the analysis's view of it (``analysis.fold``) as soon as it is read, then
 dropped. Of the journal only the records the analysis reads are kept: a grid journals one
 ``run`` record per run, of which only the run id is needed (to pack the runs it names).
@@ -26,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -62,7 +64,7 @@ class Contents:
     named: set[str] = field(default_factory=set)  # the run ids the journal's ``run`` records name
     files: dict[str, Entry] = field(default_factory=dict)  # journals, ledgers, tasks, catalogs, spec, site
     runs: dict[str, int] = field(default_factory=dict)  # run id -> size (runs/<aa>/<id>.jsonl)
-    objects: set[bytes] = field(default_factory=set)  # raw SHA-256 of each blob (objects/<aa>/<hex>)
+    objects: "BlobSet" = field(default_factory=lambda: BlobSet())  # the blobs packed under objects/<aa>/<hex>
 
     def add_bytes(self, path: str, data: bytes) -> None:
         self.files[path] = Entry("sha256:" + hashlib.sha256(data).hexdigest(), len(data), data)
@@ -73,7 +75,7 @@ class Contents:
         self.journal, self.named = [], set()
 
     def count(self) -> int:
-        return len(self.files) + len(self.runs) + len(self.objects)
+        return len(self.files) + len(self.runs) + self.objects.count()
 
     def blob_file(self, digest: str) -> str:
         """The blob's file (a string path: pathlib costs seconds over 100,000 blobs)."""
@@ -83,7 +85,7 @@ class Contents:
     def entries(self) -> Iterator[tuple[str, Entry]]:
         """Every (bundle path, Entry) in manifest order (by the UTF-8 bytes of the path)."""
         runs_dir = f"{self.store.root}{os.sep}runs{os.sep}"
-        blobs = (self._blob_entry("sha256:" + raw.hex()) for raw in sorted(self.objects))
+        blobs = (self._blob_entry("sha256:" + raw.hex()) for raw in self.objects.sorted())
         runs = ((run_path(r), Entry("sha256:" + r, n, f"{runs_dir}{r[:2]}{os.sep}{r}.jsonl"))
                 for r, n in sorted(self.runs.items()))
         files = sorted(self.files.items(), key=lambda kv: path_order(kv[0]))
@@ -97,6 +99,59 @@ class Contents:
             return object_path(digest), Entry(digest, os.path.getsize(path), path)
         except FileNotFoundError:
             raise InputError(f"{path}: blob {digest} is missing") from None
+
+
+class BlobSet:
+    """The raw SHA-256 digests of the blobs to pack, each listed once, in bounded memory.
+
+    A set of 32-byte strings costs about 100 bytes a blob (20,000 runs name about 220,000
+    blobs); here at most ``BATCH`` are held, and each full batch is written, sorted, to a
+    temporary file. ``sorted()`` merges the batches (a digest seen in two batches comes out
+    once), so every pass over the bundle's blobs reads them back in order."""
+
+    BATCH = 32768
+    _SIZE = 32
+
+    def __init__(self):
+        self._recent: set[bytes] = set()
+        self._spill = None  # the temporary file of sorted batches
+        self._batches: list[tuple[int, int]] = []  # (offset, digests) of each batch in it
+
+    def __contains__(self, raw: bytes) -> bool:
+        return raw in self._recent  # a digest in a written batch may be added again: merged out
+
+    def add(self, raw: bytes) -> None:
+        self._recent.add(raw)
+        if len(self._recent) >= self.BATCH:
+            self._write_batch()
+
+    def _write_batch(self) -> None:
+        if self._spill is None:
+            self._spill = tempfile.TemporaryFile()
+        self._spill.seek(0, os.SEEK_END)
+        self._batches.append((self._spill.tell(), len(self._recent)))
+        self._spill.write(b"".join(sorted(self._recent)))
+        self._recent = set()
+
+    def _read_batch(self, offset: int, n: int) -> Iterator[bytes]:
+        size, left = self._SIZE, n
+        while left:
+            self._spill.seek(offset + (n - left) * size)
+            chunk = self._spill.read(min(left, 4096) * size)
+            left -= len(chunk) // size
+            yield from (chunk[i:i + size] for i in range(0, len(chunk), size))
+
+    def sorted(self) -> Iterator[bytes]:
+        """Every digest once, in byte order."""
+        batches = [self._read_batch(o, n) for o, n in self._batches] + [iter(sorted(self._recent))]
+        last = None
+        for raw in heapq.merge(*batches):
+            if raw != last:
+                yield raw
+                last = raw
+
+    def count(self) -> int:
+        return sum(1 for _ in self.sorted())
 
 
 def collect(store: Store, experiment: str, include_site: Path | None = None) -> Contents:
