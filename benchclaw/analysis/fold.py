@@ -95,7 +95,7 @@ class ExperimentFold:
 
     experiment: str
     runs: dict[str, CondensedRun] = field(default_factory=dict)
-    _tasks: dict[str, Mapping] = field(default_factory=dict)  # task key -> the first run's task
+    _tasks: dict[tuple[str, str], Mapping] = field(default_factory=dict)  # (task key, digest) -> its first run's task
     _odd_task: Mapping | None = None  # a run.start task without a digest: the lures are unknown
     _odd: bool = False
 
@@ -110,8 +110,8 @@ class ExperimentFold:
         if not isinstance(task, Mapping) or not isinstance(task.get("digest"), str):
             if not self._odd:
                 self._odd, self._odd_task = True, task
-        elif task_key(task) not in self._tasks:
-            self._tasks[task_key(task)] = task
+        else:  # every distinct version a key's runs name, as ``lured_tasks`` reads them all
+            self._tasks.setdefault((task_key(task), task["digest"]), task)
         kept = CondensedRun(_shared(c.view), _intern(c.attempt), tuple(_intern(k) for k in c.keys), None,
                             _intern(c.ledger), c.records)
         self.runs[run_id] = kept
@@ -184,7 +184,7 @@ class ExperimentFold:
         return reservations_of(reserved, settled)
 
     def _starts(self) -> list[dict]:
-        """One ``run.start``-like body per task key (the first run's, in run order), or an
+        """One ``run.start``-like body per task version (the first run's, in run order), or an
         odd one: ``lured_tasks`` gives the same answer over these as over every run's."""
         if self._odd:
             return [{"task": self._odd_task}]
