@@ -39,7 +39,8 @@ USAGE_KEYS = ("prompt", "cached_read", "cache_write", "completion", "reasoning")
 class ExperimentData:
     """Everything one experiment's analysis reads.
 
-    ``journal``: the experiment's journal records merged in reader order (FORMAT.md §7).
+    ``journal``: the experiment's journal records merged in reader order (FORMAT.md §7);
+    export and the site leave out a grid's ``run`` records, which the analysis never reads.
     ``runs``: run id -> that run's records (every run whose ``run.start.policy.experiment``
     is this experiment; others are ignored). ``spec``: the parsed registered spec (latest
     registered digest). ``tasks_with_lures``: ``"<task id>@<version>"`` keys of tasks that
