@@ -26,7 +26,7 @@ __all__ = ["Trial", "replayed_trials", "live_trials", "attempt_of", "ORACLE"]
 ORACLE = "oracle"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per run or trial of an analysis: no instance dict
 class Trial:
     cell: str
     outcome: TrialOutcome
