@@ -9,11 +9,11 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.analysis import experiment_data, summarise
 from benchclaw.analysis.fold import (ExperimentFold, condense_run, condensed_from_json,
                                      condensed_to_json)
-from benchclaw.records import Record
+from benchclaw.formats.records import Record
 
 from tests.test_analysis_golden import random_experiment
 

@@ -10,12 +10,12 @@ from decimal import Decimal
 import pytest
 from click.testing import CliRunner
 
-from benchclaw._store_check import check_store
+from benchclaw.evidence.check import check_store
 from benchclaw.cli import cli, run_cli
 from benchclaw.errors import BudgetError, FormatError, UsageError
-from benchclaw.ledger import read_ledger
-from benchclaw.records import Record
-from benchclaw.store import Store
+from benchclaw.experiments.ledger import read_ledger
+from benchclaw.formats.records import Record
+from benchclaw.evidence.store import Store
 from benchclaw.studio import Refusal, Studio, load_config
 from benchclaw.studio.budgets import StudioBudgets
 from benchclaw.studio.config import Budgets

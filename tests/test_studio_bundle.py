@@ -18,9 +18,9 @@ from decimal import Decimal
 
 import pytest
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.bundle._zipwrite import in_bundle_order, write_zip
-from benchclaw.records import split_lines
+from benchclaw.formats.records import split_lines
 from benchclaw.verify import verify_bundle
 from benchclaw.verify.cli import render_text
 from benchclaw.verify.manifest import MANIFEST, RUN_PATH, build_manifest, run_path

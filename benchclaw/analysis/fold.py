@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, NamedTuple
 
 from ..errors import FormatError
-from ..records import Record
+from ..formats.records import Record
 from .inputs import (ExperimentData, PackedCalls, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
                      merge_journal, registered_digest, spec_from_bytes, task_key, view_from_json, view_run,
                      view_to_json)

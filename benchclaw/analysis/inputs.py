@@ -1,6 +1,6 @@
 """What the analysis reads: plain records, never a Store.
 
-The same ``ExperimentData`` is built from a runs directory (``benchclaw.report``) and by
+The same ``ExperimentData`` is built from a runs directory (``benchclaw.analysis.report``) and by
 the offline verifier from a zip's bytes, so the whole analysis is one pure function of it.
 Run records are condensed here into ``RunView``s: the few numbers a policy and a table
 need, read defensively, because an aborted or recovered run may lack fields. A field of
@@ -23,7 +23,7 @@ from fractions import Fraction
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from ..errors import FormatError
-from ..records import Record
+from ..formats.records import Record
 
 __all__ = ["ExperimentData", "RunView", "RunTally", "CallView", "view_run", "lured_tasks", "parse_cell",
            "task_key", "usd", "spec_from_bytes", "registered_digest", "merge_journal",

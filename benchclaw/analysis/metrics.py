@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Iterable
 
 from .inputs import USAGE_KEYS, RunView, parse_cell, sum_exact
-from .interval import POS_INF, UNKNOWN, Interval, is_inf, to_decimal
+from ..formats.interval import POS_INF, UNKNOWN, Interval, is_inf, to_decimal
 
 __all__ = ["Sample", "Row", "Health", "make_row", "MONEY_DIGITS", "money_text", "WINDOWS"]
 

@@ -34,9 +34,9 @@ from typing import Iterator, NamedTuple
 
 from ..analysis.fold import ExperimentFold
 from ..errors import InputError, IntegrityError
-from ..records import Record, blob_refs
-from ..report import ledger_stream
-from ..store import VERSION_TEXT, SealedRun, Store, safe_name
+from ..formats.records import Record, blob_refs
+from ..analysis.report import ledger_stream
+from ..evidence.store import VERSION_TEXT, SealedRun, Store, safe_name
 from ..verify.layout import (catalog_entry, ledger_ids, parse_listing, spec_entry,
                              task_entry)
 from ..verify.exploratory import is_exploratory, studio_ledger
@@ -386,7 +386,7 @@ def _studio_runs(c: Contents, journal_id: str, journal: list[tuple[str, dict]]) 
 
 
 def _studio_ledgers(c: Contents, journal_id: str) -> None:
-    from ..store import ChainFile
+    from ..evidence.store import ChainFile
 
     for path in sorted((c.store.root / "ledgers").glob(f"{journal_id}-*.jsonl")):
         if studio_ledger(journal_id, path.stem) is None:

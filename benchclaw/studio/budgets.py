@@ -1,7 +1,7 @@
 """The studio's money: one durable ledger per session and one per UTC day for the studio.
 
 Why it is built this way: every call of a studio run is reserved in *both* ledgers before
-it is made, with the very ``benchclaw.ledger.Ledger`` benchmarks use, so the guarantees
+it is made, with the very ``benchclaw.experiments.ledger.Ledger`` benchmarks use, so the guarantees
 are the ledger's (fail closed, fsynced before the call, replayed after a crash, open
 reservations counted at their upper bound). ``CallBudget`` is the agent's ``ledger``
 argument for one run and does the pairing:
@@ -38,11 +38,11 @@ from decimal import Decimal
 from typing import Callable
 
 from ..errors import BudgetError
-from ..ledger import Ledger, Limits, Reservation, ledger_path, read_ledger
-from ..ledger_replay import LedgerState
-from ..money import parse_usd
-from ..records import split_lines, verify_chain
-from ..store import Store
+from ..experiments.ledger import Ledger, Limits, Reservation, ledger_path, read_ledger
+from ..formats.ledger import LedgerState
+from ..formats.money import parse_usd
+from ..formats.records import split_lines, verify_chain
+from ..evidence.store import Store
 from .config import Budgets
 
 __all__ = ["StudioBudgets", "CallBudget", "PairedReservation", "Standing"]

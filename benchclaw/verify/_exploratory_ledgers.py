@@ -2,7 +2,7 @@
 has the form's other steps and the one hook).
 
 Every ledger is replayed by step 5's own replay (``_ledgers``, over the shared fold
-``benchclaw.ledger_replay``): no reservation could have passed its session's or its day's
+``benchclaw.formats.ledger``): no reservation could have passed its session's or its day's
 limit. Then what only the studio's pairing shows: each ledger is one of the journal's, opened
 with the budgets of the ``studio.open`` in force; every session reservation has its day
 reservation (same ``run``, ``key`` and ``attempt``, the n-th with the n-th) with the same
@@ -18,7 +18,7 @@ import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 
-from .. import jsonio
+from ..formats import jsonio
 from ..errors import BenchClawError
 from ._costs import Costs
 from ._errors import VerificationError

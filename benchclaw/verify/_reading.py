@@ -37,9 +37,9 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from .. import jsonio
+from ..formats import jsonio
 from ..errors import BenchClawError
-from ..records import blob_refs, split_lines, verify_chain
+from ..formats.records import blob_refs, split_lines, verify_chain
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._index import Index, ObjectReading, Rec, RunLog, frozen

@@ -3,12 +3,12 @@
 Export computes the claimed ``summary.json`` with this function over the very files it is
 about to pack, and the verifier recomputes it with the same function over the files it
 read from the zip. Both end in ``analysis.experiment_data``, the constructor
-``benchclaw.report`` uses on a store, so an honest bundle verifies by construction and a
+``benchclaw.analysis.report`` uses on a store, so an honest bundle verifies by construction and a
 difference can only come from the bytes. What this module adds is reading the zip's
 files: every ``journals/<experiment>/<writer>.jsonl`` (chains verified, merged in reader
 order), every run log of the experiment, the ledgers the grid or runs name, and blobs by
 digest. (The registered spec is read by the analysis itself, from its blob; the one spec
-parser is the pure ``benchclaw.spec_format``.)
+parser is the pure ``benchclaw.formats.spec``.)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Mapping
 
 from ..analysis import ExperimentData, experiment_data, summarise
 from ..errors import BenchClawError
-from ..records import Record, split_lines, verify_chain
+from ..formats.records import Record, split_lines, verify_chain
 from ._errors import VerificationError, from_error
 from .manifest import RUN_PATH, object_path
 
@@ -33,7 +33,7 @@ def registration_digest(body: dict) -> str:
     record (absent ones as null): what ``benchclaw prereg`` prints for an auditor to hold."""
     import hashlib
 
-    from .. import jsonio
+    from ..formats import jsonio
 
     pinned = {k: body.get(k) for k in PINNED}
     if "sim_profiles" in body:  # only where pinned, so registrations made before it keep their digest
@@ -86,7 +86,7 @@ def _runs(files: Mapping[str, bytes], experiment: str, chains: Mapping[str, list
 def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
                                chains: Mapping[str, list] | None = None) -> ExperimentData:
     """The analysis input of ``experiment`` from bundle files (path -> bytes), built by
-    ``analysis.experiment_data`` exactly as ``benchclaw.report`` builds it from a store.
+    ``analysis.experiment_data`` exactly as ``benchclaw.analysis.report`` builds it from a store.
     Raises VerificationError naming the entry when a journal, run, ledger or the spec
     cannot be read. ``chains``: entry name -> records already verified from exactly these
     bytes (the verifier's step 2), so they are not parsed twice."""

@@ -22,11 +22,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.sim.backend import SimBackend, SimFaults
 from benchclaw.sim.profiles import load_profiles
 from benchclaw.sim.server import SimServer
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 from .helpers import (terminal_row, assert_ledgers_reconcile, bodies, build_products, experiment_runs, record_figures,
                       register_and_run, tier_row, write_spec, patched_profiles)

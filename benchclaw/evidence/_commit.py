@@ -39,7 +39,7 @@ import os
 import threading
 from pathlib import Path
 
-from .errors import StorageError
+from ..errors import StorageError
 
 __all__ = ["Committer", "committer", "storage_error"]
 

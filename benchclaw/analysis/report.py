@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
-from . import jsonio
-from .analysis import ExperimentData, render_markdown, summarise
-from .analysis.fold import CondensedRun, ExperimentFold
-from .analysis.inputs import registered_digest
-from .errors import FormatError, InputError, RegistrationError
-from .records import GENESIS, Record, line_hash, parse_line
-from .store import ChainFile, Store, safe_name
+from ..formats import jsonio
+from . import ExperimentData, render_markdown, summarise
+from .fold import CondensedRun, ExperimentFold
+from .inputs import registered_digest
+from ..errors import FormatError, InputError, RegistrationError
+from ..formats.records import GENESIS, Record, line_hash, parse_line
+from ..evidence.store import ChainFile, Store, safe_name
 
 __all__ = ["load_experiment", "build_summary", "write_summary", "write_markdown",
            "summary_bytes", "build_comparison", "ledger_stream", "ExperimentInput", "experiment_input",
@@ -146,7 +146,7 @@ def build_summary(store: Store, experiment: str) -> dict:
 def build_comparison(store: Store, experiments: list[str], policies: list[str] | None = None) -> dict:
     """The comparison object of ``experiments`` in the order given (``analysis.compare``
     over each one's summary and facts). Raises as ``load_experiment`` for each."""
-    from .analysis import compare, experiment_facts
+    from . import compare, experiment_facts
 
     items = []
     for exp in experiments:
