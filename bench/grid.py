@@ -1,6 +1,6 @@
 """Grid runner benchmarks: harness CPU per model call, and concurrency efficiency.
 
-Both run a real registered experiment through ``benchclaw.runner.run_experiment`` with the
+Both run a real registered experiment through ``benchclaw.experiments.runner.run_experiment`` with the
 real agent, store (fsync on), ledger and the built-in simulator, in a temporary directory.
 
     python bench/grid.py --calls 2000
@@ -43,10 +43,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchclaw._runner_io import default_backends
+from benchclaw.experiments.executor import default_backends
 from benchclaw.experiments import prereg
-from benchclaw.runner import run_experiment
-from benchclaw.store import Store
+from benchclaw.experiments.runner import run_experiment
+from benchclaw.evidence.store import Store
 
 SPEC = """v = 1
 id = "BENCH"
@@ -82,8 +82,8 @@ def runs_per_seed() -> int:
     """Grid runs one seed makes: the tasks ``tasks = ["*"]`` resolves to (the latest
     version of every shipped task, counted, since task families keep being added)
     x 2 profiles x 3 tiers."""
-    from benchclaw._grid import resolve_tasks
-    from benchclaw.tasks import find_tasks
+    from benchclaw.experiments.grid import resolve_tasks
+    from benchclaw.checks.tasks import find_tasks
 
     return len(resolve_tasks(["*"], find_tasks(), "bench")) * 2 * 3
 
@@ -299,9 +299,9 @@ def main() -> None:
     TMPDIR[0] = args.tmpdir
     FSYNC[0] = not args.no_fsync
     if args.grid_order:
-        import benchclaw.runner
+        import benchclaw.experiments.runner
 
-        benchclaw.runner.longest_first = lambda units, history, prior, capped=(): list(units)
+        benchclaw.experiments.runner.longest_first = lambda units, history, prior, capped=(): list(units)
     if args.latency is not None:
         concurrency_efficiency(args.latency, args.concurrency or 16, args.seeds)
     else:

@@ -32,9 +32,9 @@ def main() -> None:
 
     from benchclaw.agent import load_profile, run_agent
     from benchclaw.agent.testing import make_task
-    from benchclaw.catalog_format import parse_catalog
+    from benchclaw.formats.catalog import parse_catalog
     from benchclaw.providers import make_provider
-    from benchclaw.store import Store
+    from benchclaw.evidence.store import Store
     from tests.hostile_server import completion, hostile
 
     text = "not an action " * int(args.mb * 1_000_000 / 14)

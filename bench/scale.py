@@ -33,12 +33,12 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
-from benchclaw._runner_io import Backends, default_backends
-from benchclaw._store_merge import merge_store
+from benchclaw.experiments.executor import Backends, default_backends
+from benchclaw.evidence.merge import merge_store
 from benchclaw.experiments import prereg
-from benchclaw.ledger import read_ledger
-from benchclaw.runner import run_experiment
-from benchclaw.store import Store
+from benchclaw.experiments.ledger import read_ledger
+from benchclaw.experiments.runner import run_experiment
+from benchclaw.evidence.store import Store
 
 SPEC = """v = 1
 id = "SCALE"
@@ -94,7 +94,7 @@ def one(args, executor: str, workers: int | None) -> dict:
     if executor == "ray":
         import ray
 
-        from benchclaw._executor_ray import RayExecutor
+        from benchclaw.experiments.ray_executor import RayExecutor
 
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
         runner = RayExecutor(task_cpus=args.task_cpus)
@@ -120,8 +120,8 @@ def authority_rate(n: int, workers: int) -> None:
     """Reserve + settle ``n`` times from ``workers`` Ray tasks through one authority."""
     import ray
 
-    from benchclaw._executor_ray import _Authority
-    from benchclaw.ledger import Ledger, Limits
+    from benchclaw.experiments.ray_executor import _Authority
+    from benchclaw.experiments.ledger import Ledger, Limits
 
     tmp = Path(tempfile.mkdtemp(prefix="benchclaw-authority-"))
     store = Store(tmp / "runs")

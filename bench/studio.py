@@ -35,11 +35,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchclaw.ledger import read_ledger  # noqa: E402
+from benchclaw.experiments.ledger import read_ledger  # noqa: E402
 from benchclaw.sim.backend import SimBackend  # noqa: E402
 from benchclaw.sim.profiles import load_profiles  # noqa: E402
 from benchclaw.sim.server import SimServer  # noqa: E402
-from benchclaw.store import Store  # noqa: E402
+from benchclaw.evidence.store import Store  # noqa: E402
 from tests.studio_helpers import StudioProcess, Visitor, write_config  # noqa: E402
 from tests.test_studio_server import CATALOG  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Offline verification speed: ``verify_bundle`` against ``sha256sum`` over the same bytes.
 
-Builds a real bundle (a registered grid run by ``benchclaw.runner`` on the zero-latency
+Builds a real bundle (a registered grid run by ``benchclaw.experiments.runner`` on the zero-latency
 simulator, every tier on every cell of the shipped tasks, then ``benchclaw export``) with
 at least ``--runs`` sealed runs, and times:
 
@@ -56,8 +56,8 @@ def runs_per_seed() -> int:
     """Grid runs one seed makes: the tasks ``tasks = ["*"]`` resolves to (the latest
     version of every shipped task, counted, since task families keep being added)
     x 2 profiles x 3 tiers."""
-    from benchclaw._grid import resolve_tasks
-    from benchclaw.tasks import find_tasks
+    from benchclaw.experiments.grid import resolve_tasks
+    from benchclaw.checks.tasks import find_tasks
 
     return len(resolve_tasks(["*"], find_tasks(), "bench")) * 2 * 3
 
@@ -89,8 +89,8 @@ print(json.dumps({"seconds": dt, "exit": rep.exit_code,
 def build_runs(workdir: Path, runs: int) -> Path:
     """A runs directory with at least ``runs`` sealed runs (reused when already there)."""
     from benchclaw.experiments import prereg
-    from benchclaw.runner import run_experiment
-    from benchclaw.store import Store
+    from benchclaw.experiments.runner import run_experiment
+    from benchclaw.evidence.store import Store
 
     root = workdir / "runs"
     seeds = list(range(1, math.ceil(runs / runs_per_seed()) + 1))

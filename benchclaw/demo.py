@@ -21,7 +21,7 @@ from typing import Callable, TextIO
 
 from .errors import CheckFailed, InputError
 from .paths import make_output_dir, package_data_dir, refuse_evidence_overlap
-from .store import Store
+from .evidence.store import Store
 
 __all__ = ["run_demo", "DemoResult", "STAGES", "DEMO_ID", "DEMO_2K_ID", "DEMO_EXPERIMENTS",
            "DEMO_LATENCY_SCALE"]
@@ -101,7 +101,7 @@ def stage_register(c: _Ctx) -> None:
 
 def stage_run(c: _Ctx) -> None:
     """Every tier on every cell, plus the live ladder, in each experiment (resumes if run again)."""
-    from .runner import run_experiment
+    from .experiments.runner import run_experiment
 
     r = c.result
     if c.latency_scale is not None:
@@ -124,7 +124,7 @@ def stage_report(c: _Ctx) -> None:
     """The policy table: live and replayed policies, pass rates, cost bounds, decisions."""
     try:
         from .analysis import render_terminal
-        from .report import build_summary
+        from .analysis.report import build_summary
     except ImportError as e:
         raise _Missing(f"the analysis ({e.name}) is not available in this build") from None
     summary = build_summary(Store(c.result.runs), DEMO_ID)
@@ -136,7 +136,7 @@ def stage_report(c: _Ctx) -> None:
 def stage_compare(c: _Ctx) -> None:
     """The two experiments side by side: how the ladder's claims moved with the budget."""
     from .analysis import render_compare_terminal
-    from .report import build_comparison
+    from .analysis.report import build_comparison
 
     ids = [exp for exp, _ in DEMO_EXPERIMENTS]
     c.result.comparison = build_comparison(Store(c.result.runs), ids)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from benchclaw.analysis import ExperimentData
-from benchclaw.records import GENESIS, Record, encode, line_hash
+from benchclaw.formats.records import GENESIS, Record, encode, line_hash
 
 TIERS = ("lightning", "super", "ultra")
 PRICES = {"lightning": "0.001", "super": "0.003", "ultra": "0.010"}  # cost of one call

@@ -8,7 +8,7 @@ honest bundle only in what the verifier must *recompute* to notice:
 - ``redo_costs``: every call's cost and bound from its usage and the run's prices, the
   run totals, and the ledger reservations and settlements of those calls;
 - ``sync_journal``: every journal ``run`` record's status, claims and cost from its run,
-  and every ``trial`` recomputed with ``benchclaw.policies.outcome``;
+  and every ``trial`` recomputed with ``benchclaw.formats.policies.outcome``;
 - ``reclose_ledgers``: ``carried`` spend and ``ledger.close`` totals replayed;
 - ``finish``: all of the above, then ``summary.json`` and the manifest (``pack``).
 
@@ -22,14 +22,14 @@ from __future__ import annotations
 import hashlib
 from decimal import Decimal
 
-from benchclaw import jsonio
-from benchclaw.catalog_format import parse_catalog
+from benchclaw.formats import jsonio
+from benchclaw.formats.catalog import parse_catalog
 from benchclaw.checks.digest import task_digest
-from benchclaw.ledger_replay import LedgerState, apply_record, totals
-from benchclaw.money import Prices, Usage, cost_bounds, fmt_usd, sum_usage
-from benchclaw.policies import Attempt, outcome
-from benchclaw.records import Record, split_lines
-from benchclaw.tasks import Task, check_artifacts
+from benchclaw.formats.ledger import LedgerState, apply_record, totals
+from benchclaw.formats.money import Prices, Usage, cost_bounds, fmt_usd, sum_usage
+from benchclaw.formats.policies import Attempt, outcome
+from benchclaw.formats.records import Record, split_lines
+from benchclaw.checks.tasks import Task, check_artifacts
 from benchclaw.verify.manifest import MANIFEST, object_path, run_path
 
 from tests.test_bundle_support import EXP, Forger
@@ -199,7 +199,7 @@ class Forgery(Forger):
 
     def set_usage(self, run_id: str, line: int, usage_raw: dict) -> str:
         """Forge one call's raw usage blob and its normalised usage (``finish`` redoes costs)."""
-        from benchclaw.money import normalise_usage
+        from benchclaw.formats.money import normalise_usage
 
         digest = self.put_blob(jsonio.dumps(usage_raw))
 

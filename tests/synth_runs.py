@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from benchclaw import jsonio
-from benchclaw.money import CostBounds, Prices, Usage, call_cost
-from benchclaw.store import Journal, Store
+from benchclaw.formats import jsonio
+from benchclaw.formats.money import CostBounds, Prices, Usage, call_cost
+from benchclaw.evidence.store import Journal, Store
 
 from .synth_tasks import TASKS, XSS_PROBE, task_files
 

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from benchclaw.cli import cli, run_cli
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 
 def invoke(*args):

@@ -12,12 +12,12 @@ import tempfile
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from benchclaw import jsonio
-from benchclaw._store_check import check_store
+from benchclaw.formats import jsonio
+from benchclaw.evidence.check import check_store
 from benchclaw.agent import STATUSES, load_profile, run_agent
 from benchclaw.agent.testing import Delayed, FakeClock, ScriptedProvider, act, error, length, make_task, no_usage
 from benchclaw.providers.catalog import load_catalog
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 CATALOG = load_catalog("sim")
 TASK = make_task()

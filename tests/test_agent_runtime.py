@@ -9,15 +9,15 @@ from decimal import Decimal
 
 import pytest
 
-from benchclaw import jsonio
-from benchclaw._store_check import check_store
+from benchclaw.formats import jsonio
+from benchclaw.evidence.check import check_store
 from benchclaw.agent import Limits, load_profile, run_agent
 from benchclaw.agent.testing import (GOOD_ANSWER, Delayed, FakeClock, Hang, ScriptedProvider, act, error, length,
                                      make_task, no_usage, reasoning_only)
 from benchclaw.errors import BudgetError, UsageError
 from benchclaw.providers.catalog import load_catalog
-from benchclaw.records import blob_refs
-from benchclaw.store import Store
+from benchclaw.formats.records import blob_refs
+from benchclaw.evidence.store import Store
 
 CATALOG = load_catalog("sim")
 READ_A = act("read", path="docs/a.md")
@@ -314,7 +314,7 @@ def test_every_attempt_reserves_first_and_a_refusal_ends_the_run_budget_stop(tmp
 
 
 def test_with_the_real_ledger_settled_spend_equals_the_recorded_cost(tmp_path):
-    from benchclaw.ledger import Ledger, Limits as BudgetLimits
+    from benchclaw.experiments.ledger import Ledger, Limits as BudgetLimits
 
     store = Store(tmp_path / "runs", fsync=False)
     led = Ledger.create(store, "L1", BudgetLimits(usd=Decimal("1")))

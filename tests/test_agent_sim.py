@@ -9,12 +9,12 @@ import asyncio
 
 import pytest
 
-from benchclaw._store_check import check_store
+from benchclaw.evidence.check import check_store
 from benchclaw.agent import load_profile, run_agent
 from benchclaw.providers import make_provider
 from benchclaw.providers.catalog import load_catalog
-from benchclaw.store import Store
-from benchclaw.tasks import check_artifacts, find_tasks, match_lure, path_allowed
+from benchclaw.evidence.store import Store
+from benchclaw.checks.tasks import check_artifacts, find_tasks, match_lure, path_allowed
 
 CATALOG = load_catalog("sim")
 TASKS = find_tasks()

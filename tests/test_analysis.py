@@ -5,7 +5,7 @@ import random
 import pytest
 
 from tests.analysis_factories import Exp, call
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.analysis import ExperimentData, render_markdown, render_terminal, summarise, wilson
 from benchclaw.analysis.wilson import fixed
 
@@ -344,7 +344,7 @@ def _has_float(obj) -> bool:
 def test_experiment_data_merges_writers_in_reader_order_and_reads_the_spec_in_force():
     from benchclaw.analysis import experiment_data
     from benchclaw.errors import FormatError
-    from benchclaw.records import Record
+    from benchclaw.formats.records import Record
 
     old, new = b'v = 1\nid = "E01"\n[grid]\ntiers = ["a"]\n', b'v = 1\nid = "E01"\n[grid]\ntiers = ["b"]\n'
     blobs = {"sha256:" + "1" * 64: old, "sha256:" + "2" * 64: new}
@@ -362,7 +362,7 @@ def test_experiment_data_merges_writers_in_reader_order_and_reads_the_spec_in_fo
 
 def test_calls_cut_off_in_flight_count_at_their_ledger_bound():
     from benchclaw.analysis import ledger_reservations
-    from benchclaw.records import Record
+    from benchclaw.formats.records import Record
 
     e = Exp()
     e.add(f"{A}/1", "lightning", False, status="aborted", attempt="a1",

@@ -9,11 +9,11 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.analysis import experiment_data, summarise
 from benchclaw.analysis.fold import (ExperimentFold, condense_run, condensed_from_json,
                                      condensed_to_json)
-from benchclaw.records import Record
+from benchclaw.formats.records import Record
 
 from tests.test_analysis_golden import random_experiment
 
@@ -77,3 +77,20 @@ def test_a_condensed_run_survives_the_json_cache():
             continue
         again = condensed_from_json(jsonio.loads(jsonio.dumps(condensed_to_json(c))))
         assert again == c
+
+
+def test_every_version_of_a_task_key_is_read_for_lures():
+    """Two runs name one task key with different listings, only the second declaring lures:
+    the fold hands ``lured_tasks`` both versions, as ``experiment_data`` does (it used to
+    keep the first run's only, so the key was called clean)."""
+    from benchclaw.analysis.fold import CondensedRun
+
+    blobs = {"sha256:" + "c" * 64: b"", "sha256:" + "d" * 64: b'lures = [{id = "x"}]\n'}
+    blobs["sha256:" + "a" * 64] = f"{'sha256:' + 'c' * 64}  task.toml\n".encode()
+    blobs["sha256:" + "b" * 64] = f"{'sha256:' + 'd' * 64}  task.toml\n".encode()
+    fold = ExperimentFold("E")
+    for n, listing in (("1", "a"), ("2", "b")):
+        task = {"id": "t", "version": 1, "digest": "sha256:" + listing * 64}
+        fold.add_condensed(n * 64, CondensedRun(None, None, (), task, None))
+    data = fold.data([], blobs.__getitem__, spec={})
+    assert data.tasks_with_lures == frozenset({"t@1"})

@@ -1,7 +1,7 @@
 """summary.json bytes pinned on a fixed, feature-rich synthetic experiment.
 
 The offline verifier recomputes ``summarise`` byte for byte, so a refactor of the analysis
-(or of ``benchclaw.policies``) for speed must not change a single byte. The experiment
+(or of ``benchclaw.formats.policies``) for speed must not change a single byte. The experiment
 below is generated from a seeded RNG and exercises every path: grid runs with missing
 tiers, live ladder/speculative/memory trials (some cut off), reruns standing in for failed
 runs, unknown costs, errors, length finishes, calls cut off in flight (ledger
@@ -17,9 +17,9 @@ import random
 from dataclasses import replace
 from decimal import Decimal
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.analysis import ledger_reservations, summarise
-from benchclaw.records import Record
+from benchclaw.formats.records import Record
 from tests.analysis_factories import Exp, call
 
 TASKS = ("quotes-a@1", "cents-b@1", "pricing-c@2")

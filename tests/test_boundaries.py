@@ -18,9 +18,9 @@ from benchclaw.bundle import export_bundle
 
 from tests.test_bundle_support import EXP, honest_runs
 
-IMPURE = ("benchclaw.providers", "benchclaw.agent", "benchclaw.runner", "benchclaw.site",
-          "benchclaw.store", "benchclaw._store_check", "benchclaw.ledger", "benchclaw.sim",
-          "benchclaw.cli", "benchclaw.bundle", "benchclaw.experiments", "benchclaw.report",
+IMPURE = ("benchclaw.providers", "benchclaw.agent", "benchclaw.experiments.runner", "benchclaw.site",
+          "benchclaw.evidence.store", "benchclaw.evidence.check", "benchclaw.experiments.ledger", "benchclaw.sim",
+          "benchclaw.cli", "benchclaw.bundle", "benchclaw.experiments", "benchclaw.analysis.report",
           "openai", "jinja2", "click", "markdown_it", "httpx")
 NETWORK = ("socket", "ssl", "http", "urllib.request", "asyncio")
 
@@ -63,14 +63,14 @@ def test_a_whole_verification_imports_nothing_impure_and_no_network(bundle_path)
     assert got["third_party"] == []
     # one definition each: the verifier replays ledgers and reads catalogs with the
     # runtime's own (pure) modules, not with copies of its own
-    assert {"benchclaw.ledger_replay", "benchclaw.catalog_format", "benchclaw.sim_rules"} <= set(got["modules"])
+    assert {"benchclaw.formats.ledger", "benchclaw.formats.catalog", "benchclaw.formats.sim_rules"} <= set(got["modules"])
 
 
-@pytest.mark.parametrize("module", ["benchclaw.analysis", "benchclaw.checks", "benchclaw.money",
-                                    "benchclaw.records", "benchclaw.policies", "benchclaw.jsonio",
-                                    "benchclaw.checks.digest", "benchclaw.tasks", "benchclaw.names",
-                                    "benchclaw.ledger_replay", "benchclaw.catalog_format",
-                                    "benchclaw.spec_format", "benchclaw.sim_rules"])
+@pytest.mark.parametrize("module", ["benchclaw.analysis", "benchclaw.checks", "benchclaw.formats.money",
+                                    "benchclaw.formats.records", "benchclaw.formats.policies", "benchclaw.formats.jsonio",
+                                    "benchclaw.checks.digest", "benchclaw.checks.tasks", "benchclaw.formats.names",
+                                    "benchclaw.formats.ledger", "benchclaw.formats.catalog",
+                                    "benchclaw.formats.spec", "benchclaw.formats.sim_rules"])
 def test_pure_module_imports_only_the_standard_library_and_pure_modules(module):
     got = _probe(f"import {module}")
     assert _bad(got["modules"], IMPURE) == [], module
@@ -78,19 +78,22 @@ def test_pure_module_imports_only_the_standard_library_and_pure_modules(module):
 
 
 def test_the_probe_would_notice_an_impure_import():
-    got = _probe("import benchclaw.store")
-    assert _bad(got["modules"], IMPURE) == ["benchclaw.store"]
+    got = _probe("import benchclaw.evidence.store")
+    assert _bad(got["modules"], IMPURE) == ["benchclaw.evidence.store"]
 
 
 def test_the_writer_modules_use_the_pure_ones_they_share_with_the_verifier():
-    from benchclaw import catalog_format, ledger, ledger_replay, names, spec_format, store
+    from benchclaw.formats import (catalog as catalog_format, ledger as ledger_replay, names,
+                                   spec as spec_format)
+    from benchclaw.experiments import ledger
+    from benchclaw.evidence import store
     from benchclaw.providers import catalog
 
     assert ledger.LedgerState is ledger_replay.LedgerState and ledger.Limits is ledger_replay.Limits
     assert catalog.Catalog is catalog_format.Catalog and catalog.Tier is catalog_format.Tier
     assert store.safe_name is names.safe_name
     # the simulator's usage rules are the ones the verifier recomputes simulated usage with
-    from benchclaw import sim_rules
+    from benchclaw.formats import sim_rules
     from benchclaw.sim import engine, profiles, solvers
 
     assert profiles.Profile is sim_rules.Profile and solvers.detect_family is sim_rules.detect_family

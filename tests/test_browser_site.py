@@ -151,7 +151,7 @@ def compared(tmp_path_factory):
     """Three experiments whose decisions on one hypothesis differ (tests/test_compare.py),
     and a correction of E02 whose text carries an XSS probe."""
     from benchclaw.experiments import correct
-    from benchclaw.store import Store
+    from benchclaw.evidence.store import Store
 
     from .analysis_factories import write_store
     from .test_compare import _inconclusive, _journal_runs, _refuted, _supported

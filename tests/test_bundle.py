@@ -31,6 +31,31 @@ def test_exporting_twice_gives_identical_bytes_and_identity(runs, tmp_path):
     assert a.files == len(zipfile.ZipFile(tmp_path / "a.zip").namelist())
 
 
+def test_spilling_the_blob_list_in_small_batches_changes_no_byte(runs, tmp_path, monkeypatch):
+    """The blob digests are spilled to disk in sorted batches (``BlobSet``); with batches of
+    three (many batches, digests seen again after their batch was written) the bundle is
+    the same, every blob packed once."""
+    from benchclaw.bundle._collect import BlobSet
+
+    a = export_bundle(runs, EXP, tmp_path / "a.zip")
+    monkeypatch.setattr(BlobSet, "BATCH", 3)
+    b = export_bundle(runs, EXP, tmp_path / "b.zip")
+    assert (tmp_path / "a.zip").read_bytes() == (tmp_path / "b.zip").read_bytes()
+    assert b.files == a.files
+
+
+def test_blob_set_lists_each_digest_once_in_order(monkeypatch):
+    from benchclaw.bundle._collect import BlobSet
+
+    monkeypatch.setattr(BlobSet, "BATCH", 4)
+    raws = [bytes([i % 7]) * 32 for i in range(40)] + [bytes([200 - i]) * 32 for i in range(9)]
+    bs = BlobSet()
+    for raw in raws:
+        if raw not in bs:
+            bs.add(raw)
+    assert list(bs.sorted()) == sorted(set(raws)) and bs.count() == len(set(raws))
+
+
 def test_entries_are_sorted_with_fixed_time_and_mode(runs, tmp_path):
     export_bundle(runs, EXP, tmp_path / "a.zip")
     infos = zipfile.ZipFile(tmp_path / "a.zip").infolist()

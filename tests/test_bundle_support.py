@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.bundle._zipwrite import in_bundle_order, write_zip
-from benchclaw.records import GENESIS, Record, encode, line_hash, split_lines
+from benchclaw.formats.records import GENESIS, Record, encode, line_hash, split_lines
 from benchclaw.verify.manifest import MANIFEST, RUN_PATH, build_manifest, object_path, run_path
 
 EXP = "E01"
@@ -61,7 +61,7 @@ def honest_runs(root: Path, *, cells=((1, "lightning", False), (1, "super", True
     from benchclaw.agent import load_profile, run_agent
     from benchclaw.agent.testing import FakeClock, ScriptedProvider, make_task
     from benchclaw.providers.catalog import load_catalog
-    from benchclaw.store import Store
+    from benchclaw.evidence.store import Store
 
     store = Store(root, fsync=False)
     digest = store.put_blob(SPEC)
@@ -186,7 +186,7 @@ class Forger:
 
     def resummarise(self) -> None:
         """Recompute summary.json from the forged files, as an honest export would."""
-        from benchclaw.report import summary_bytes
+        from benchclaw.analysis.report import summary_bytes
         from benchclaw.verify.experiment import experiment_data_from_files, summarise
 
         body = {k: v for k, v in self.files.items() if k not in (MANIFEST, "summary.json")}
@@ -284,8 +284,8 @@ rule = 'pass_rate("ladder") >= pass_rate("always:lightning")'
 def grid_runs(root: Path) -> Path:
     """A runs directory made by the real runner on the simulator: ledger, trials and all."""
     from benchclaw.experiments import prereg
-    from benchclaw.runner import run_experiment
-    from benchclaw.store import Store
+    from benchclaw.experiments.runner import run_experiment
+    from benchclaw.evidence.store import Store
 
     root.mkdir(parents=True, exist_ok=True)
     spec = root.parent / "E01.toml"
@@ -304,9 +304,9 @@ def eventful_runs(root: Path) -> Path:
     injected simulator faults, a resumed second invocation under a second deviation, and a
     rerun invocation."""
     from benchclaw.experiments import deviate, prereg
-    from benchclaw.runner import run_experiment
+    from benchclaw.experiments.runner import run_experiment
     from benchclaw.sim.backend import SimFaults
-    from benchclaw.store import Store
+    from benchclaw.evidence.store import Store
 
     root.mkdir(parents=True, exist_ok=True)
     spec = root.parent / "E01.toml"

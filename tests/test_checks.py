@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchclaw.checks import CHECK_TYPES, CheckResult, CheckSpec, run_check, run_checks
-from benchclaw.tasks import check_artifacts, get_task
+from benchclaw.checks.tasks import check_artifacts, get_task
 
 CHECKS_DIR = Path(__file__).resolve().parents[1] / "benchclaw" / "checks"
 
@@ -246,7 +246,7 @@ def test_unknown_check_type_fails_without_raising():
 
 
 def test_checks_package_imports_only_stdlib_and_pure_modules():
-    allowed_pkg = {"benchclaw.jsonio"}
+    allowed_pkg = {"benchclaw.formats.jsonio"}
     import sys
     for path in CHECKS_DIR.glob("*.py"):
         if path.name == "tasks.py":  # the task loader, beside the checks since the layout move:

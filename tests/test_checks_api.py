@@ -10,7 +10,7 @@ import pytest
 
 from benchclaw.checks import CheckSpec, run_check, validate_spec
 from benchclaw.checks.apimodel import ModelError, apply_patch, parse_model
-from benchclaw.tasks import check_artifacts, find_tasks, get_task
+from benchclaw.checks.tasks import check_artifacts, find_tasks, get_task
 
 API_TASKS = [t for t in find_tasks() if t.family == "api"]
 IDS = [t.id for t in API_TASKS]

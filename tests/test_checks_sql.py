@@ -11,7 +11,7 @@ import pytest
 
 from benchclaw.checks import CheckSpec, run_check
 from benchclaw.checks._sqlbox import split_statements
-from benchclaw.tasks import check_artifacts, find_tasks, get_task
+from benchclaw.checks.tasks import check_artifacts, find_tasks, get_task
 
 SQL_TASKS = [t for t in find_tasks() if t.family == "sql"]
 IDS = [t.id for t in SQL_TASKS]

@@ -18,7 +18,8 @@ import pytest
 
 from benchclaw.sim import solvers
 from benchclaw.sim.lures import find_lures
-from benchclaw.tasks import FAMILIES, check_artifacts, find_tasks, get_task, render_workspace_section
+from benchclaw.checks.tasks import (FAMILIES, check_artifacts, find_tasks, get_task,
+                                    render_workspace_section)
 
 CLEAN = ("quotes-postmortem", "cents-payouts", "pricing-storage", "sql-orders", "api-tickets")
 

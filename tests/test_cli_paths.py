@@ -16,7 +16,7 @@ import pytest
 
 from benchclaw.cli import cli, run_cli
 from benchclaw.experiments import prereg
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 from .test_experiments import MINIMAL
 

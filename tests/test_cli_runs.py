@@ -5,7 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from benchclaw.cli import cli, run_cli
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 from .test_store import write_run
 

@@ -17,10 +17,10 @@ import pytest
 from benchclaw.agent import load_profile, run_agent
 from benchclaw.agent.testing import GOOD_ANSWER, FakeClock, ScriptedProvider, act, make_task
 from benchclaw.errors import StorageError
-from benchclaw.ledger import Ledger, Limits
+from benchclaw.experiments.ledger import Ledger, Limits
 from benchclaw.providers.catalog import load_catalog
-from benchclaw.records import blob_refs
-from benchclaw.store import Store
+from benchclaw.formats.records import blob_refs
+from benchclaw.evidence.store import Store
 
 
 class DiskLog:
@@ -179,7 +179,7 @@ def test_what_is_still_staged_at_exit_is_put_in_place(tmp_path):
     import subprocess
     import sys
 
-    code = (f"from benchclaw.store import Store; s = Store({str(tmp_path / 'runs')!r}); "
+    code = (f"from benchclaw.evidence.store import Store; s = Store({str(tmp_path / 'runs')!r}); "
             "j = s.journal('E', writer='w'); j.append('note', {}, durable=False); "
             "[s.stage_blob(str(i).encode()) for i in range(5)]")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

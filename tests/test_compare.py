@@ -19,8 +19,8 @@ from benchclaw.analysis import compare, experiment_facts, render_compare_markdow
 from benchclaw.analysis.compare import movement
 from benchclaw.cli import cli, run_cli
 from benchclaw.experiments import correct
-from benchclaw.report import build_summary
-from benchclaw.store import Store
+from benchclaw.analysis.report import build_summary
+from benchclaw.evidence.store import Store
 
 from .analysis_factories import Exp, call, write_store
 
@@ -230,7 +230,7 @@ def test_hypotheses_are_matched_by_text_across_renumbered_ids():
 def test_rendered_comparison_of_the_pure_object(three):
     root, _ = three
     store = Store.existing(root)
-    from benchclaw.report import build_comparison
+    from benchclaw.analysis.report import build_comparison
 
     cmp = build_comparison(store, ["E03", "E01"], ["ladder", "always:ultra"])
     text = render_compare_terminal(cmp)

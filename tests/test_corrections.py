@@ -10,12 +10,12 @@ import json
 
 import pytest
 
-from benchclaw._store_check import check_store
+from benchclaw.evidence.check import check_store
 from benchclaw.bundle import export_bundle
 from benchclaw.cli import cli, run_cli
 from benchclaw.errors import RegistrationError, UsageError
 from benchclaw.experiments import correct
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 from benchclaw.verify import verify_bundle
 
 from tests.test_bundle_support import EXP, Forger, grid_runs

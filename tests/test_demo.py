@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from benchclaw._store_check import check_store
+from benchclaw.evidence.check import check_store
 from benchclaw.cli import cli
 from benchclaw.errors import InputError
 from benchclaw.demo import run_demo
-from benchclaw.ledger import read_ledger
-from benchclaw.store import Store
-from benchclaw.tasks import FAMILIES
+from benchclaw.experiments.ledger import read_ledger
+from benchclaw.evidence.store import Store
+from benchclaw.checks.tasks import FAMILIES
 
 
 def test_demo_in_an_empty_directory_ends_with_a_policy_table(tmp_path, monkeypatch):

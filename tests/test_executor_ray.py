@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 import ray
 
-from benchclaw import jsonio
-from benchclaw._executor_ray import RayExecutor
-from benchclaw._runner_io import Backends, default_backends
-from benchclaw._store_check import check_store
+from benchclaw.formats import jsonio
+from benchclaw.experiments.ray_executor import RayExecutor
+from benchclaw.experiments.executor import Backends, default_backends
+from benchclaw.evidence.check import check_store
 from benchclaw.bundle import export_bundle
 from benchclaw.experiments import prereg
-from benchclaw.ledger import read_ledger
-from benchclaw.report import build_summary
-from benchclaw.runner import run_experiment
-from benchclaw.store import Store
+from benchclaw.experiments.ledger import read_ledger
+from benchclaw.analysis.report import build_summary
+from benchclaw.experiments.runner import run_experiment
+from benchclaw.evidence.store import Store
 from benchclaw.verify import verify_bundle
 from tests.test_shards import SPEC, outcomes
 
@@ -171,7 +171,7 @@ def _ledger(store: Store) -> str:
 
 
 def test_an_interrupt_kills_the_tasks_in_flight_and_resume_completes(tmp_path, monkeypatch):
-    import benchclaw.runner as runner_mod
+    import benchclaw.experiments.runner as runner_mod
 
     store = registered(tmp_path / "ray", tmp_path)
     record = runner_mod._Grid._record_run

@@ -9,7 +9,7 @@ from benchclaw.cli import cli
 from benchclaw.errors import FormatError, RegistrationError, UsageError
 from benchclaw.experiments import deviate, load_spec, prereg, registration, require_registered
 from benchclaw.paths import package_data_dir
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -125,7 +125,7 @@ def test_cli_prereg_prints_digest_and_run_refuses_changed_spec(tmp_path, spec_fi
 
 
 def test_prereg_pins_catalog_and_tasks_and_run_refuses_a_changed_catalog(tmp_path):
-    from benchclaw.runner import run_experiment_sync
+    from benchclaw.experiments.runner import run_experiment_sync
     from benchclaw.verify.experiment import registration_digest
 
     cat = tmp_path / "cat.toml"

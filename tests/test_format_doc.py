@@ -6,8 +6,8 @@ import hashlib
 import re
 from pathlib import Path
 
-from benchclaw import jsonio
-from benchclaw.records import encode, parse_line, verify_chain
+from benchclaw.formats import jsonio
+from benchclaw.formats.records import encode, parse_line, verify_chain
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "FORMAT.md").read_text(encoding="utf-8")
 

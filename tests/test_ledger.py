@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from benchclaw.cli import cli
 from benchclaw.errors import BudgetError, IntegrityError
-from benchclaw.ledger import Ledger, Limits, read_ledger
-from benchclaw.store import Store
+from benchclaw.experiments.ledger import Ledger, Limits, read_ledger
+from benchclaw.evidence.store import Store
 
 
 @pytest.fixture

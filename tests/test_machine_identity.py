@@ -13,8 +13,8 @@ import zipfile
 
 from benchclaw.bundle import export_bundle
 from benchclaw.experiments import prereg
-from benchclaw.runner import run_experiment
-from benchclaw.store import Store, default_writer
+from benchclaw.experiments.runner import run_experiment
+from benchclaw.evidence.store import Store, default_writer
 
 from .test_experiments import MINIMAL
 

@@ -1,4 +1,4 @@
-"""Usage normalisation and exact cost arithmetic (benchclaw.money)."""
+"""Usage normalisation and exact cost arithmetic (benchclaw.formats.money)."""
 
 from decimal import Decimal
 
@@ -6,10 +6,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from benchclaw.errors import FormatError, ProviderConfigError
-from benchclaw.money import (
-    CostBounds, Prices, Usage, call_cost, cost_bounds, cost_upper_bound, estimate_prompt_tokens,
-    fmt_usd, normalise_usage, parse_usd, sum_usage,
-)
+from benchclaw.formats.money import (CostBounds, Prices, Usage, call_cost, cost_bounds,
+                                     cost_upper_bound, estimate_prompt_tokens, fmt_usd,
+                                     normalise_usage, parse_usd, sum_usage)
 
 PRICES = Prices(input=Decimal("0.30"), cached_input=Decimal("0.075"), cache_write=Decimal("1.25"),
                 output=Decimal("1.20"))

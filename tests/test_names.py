@@ -1,4 +1,4 @@
-"""``benchclaw.names``: file-name-safe ids and terminal-safe text."""
+"""``benchclaw.formats.names``: file-name-safe ids and terminal-safe text."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchclaw.names import json_terminal_safe, terminal_safe
+from benchclaw.formats.names import json_terminal_safe, terminal_safe
 
 
 @pytest.mark.parametrize("raw, shown", [

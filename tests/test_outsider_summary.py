@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.bundle import export_bundle
 from tests.outsider import summary_from_format as outsider
 from tests.test_bundle_support import EXP, GRID_SPEC, Forger, eventful_runs, rewrite_lines
@@ -97,8 +97,8 @@ def test_live_routers_without_all_tiers_follow_from_format_md(tmp_path):
     import asyncio
 
     from benchclaw.experiments import prereg
-    from benchclaw.runner import run_experiment
-    from benchclaw.store import Store
+    from benchclaw.experiments.runner import run_experiment
+    from benchclaw.evidence.store import Store
 
     spec = tmp_path / "E01.toml"
     spec.write_text(GRID_SPEC.replace("all_tiers = true", "all_tiers = false")

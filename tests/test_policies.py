@@ -4,7 +4,7 @@ from decimal import Decimal as D
 
 import pytest
 
-from benchclaw.policies import Attempt, PolicyError, next_batch, replay
+from benchclaw.formats.policies import Attempt, PolicyError, next_batch, replay
 
 TIERS = ["lightning", "super", "ultra"]
 

@@ -14,16 +14,16 @@ from decimal import Decimal
 
 import pytest
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.agent import load_profile, run_agent
 from benchclaw.agent.testing import GOOD_ANSWER, act, make_task
-from benchclaw.catalog_format import parse_catalog
+from benchclaw.formats.catalog import parse_catalog
 from benchclaw.errors import FormatError
-from benchclaw.money import Prices, Usage, call_cost, cost_upper_bound, fmt_usd
+from benchclaw.formats.money import Prices, Usage, call_cost, cost_upper_bound, fmt_usd
 from benchclaw.providers import make_provider
 from benchclaw.providers.base import CUT_MARK, MAX_PROVIDER_STRING
 from benchclaw.providers.vault import KEY_MARK
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 from .hostile_server import MODEL, Behaviour, completion, hostile, refused_url, status
 
@@ -135,8 +135,8 @@ def test_an_over_report_settles_the_ledger_at_the_bound_and_ledger_show_flags_it
     from click.testing import CliRunner
 
     from benchclaw.cli import cli
-    from benchclaw.ledger import Ledger, read_ledger
-    from benchclaw.ledger_replay import Limits
+    from benchclaw.experiments.ledger import Ledger, read_ledger
+    from benchclaw.formats.ledger import Limits
 
     monkeypatch.setenv(KEY_ENV, KEY)
     raw = {"prompt_tokens": 100, "completion_tokens": 100_000_000}
@@ -385,7 +385,7 @@ def _verdicts(tmp_path, key: str | None, tasks, over_http: bool):
 
 @pytest.mark.parametrize("over_http", [False, True], ids=["in-process", "http"])
 def test_no_key_value_changes_any_check_result(tmp_path, over_http):
-    from benchclaw.tasks import find_tasks
+    from benchclaw.checks.tasks import find_tasks
 
     tasks = [t for t in find_tasks() if t.id in ("cents-invoices", "quotes-incident")]
     base, artifacts = _verdicts(tmp_path / "none", None, tasks, over_http)
@@ -424,7 +424,7 @@ def doubted_bundle(tmp_path_factory):
         os_env.pop(KEY_ENV, None)
     export_bundle(store.root, EXP, tmp / "b.zip")
     from benchclaw.analysis import render_terminal
-    from benchclaw.report import build_summary
+    from benchclaw.analysis.report import build_summary
 
     from types import SimpleNamespace
 

@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-from benchclaw import jsonio
-from benchclaw.money import Prices, Usage, cost_bounds, estimate_prompt_tokens
+from benchclaw.formats import jsonio
+from benchclaw.formats.money import Prices, Usage, cost_bounds, estimate_prompt_tokens
 from benchclaw.providers import make_provider
 from benchclaw.providers.base import ChatRequest
 from benchclaw.providers.catalog import Tier, load_catalog

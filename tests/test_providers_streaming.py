@@ -11,9 +11,10 @@ from decimal import Decimal
 
 import pytest
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.errors import FormatError
-from benchclaw.money import MAX_TOKEN_BYTES, Prices, Usage, call_cost, cost_bounds, message_bytes, stream_floor
+from benchclaw.formats.money import (MAX_TOKEN_BYTES, Prices, Usage, call_cost, cost_bounds,
+                                     message_bytes, stream_floor)
 from benchclaw.providers import make_provider
 from benchclaw.providers.base import ChatRequest, parse_completion_body
 from benchclaw.providers.catalog import load_catalog, parse_catalog

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.analysis import summarise
 from benchclaw.checks.digest import task_listing
 from benchclaw.cli import cli, run_cli
-from benchclaw.report import build_summary, load_experiment
-from benchclaw.store import Store
+from benchclaw.analysis.report import build_summary, load_experiment
+from benchclaw.evidence.store import Store
 
 from .analysis_factories import Exp, call
 
@@ -148,7 +148,7 @@ def test_terminal_tables_fit_100_columns_and_lose_no_column(tmp_path, capsys):
 def _ledger(tmp_path, n=5):
     from types import SimpleNamespace
 
-    from benchclaw.store import ChainFile
+    from benchclaw.evidence.store import ChainFile
 
     store = Store(tmp_path / "runs", fsync=False)
     path = store.root / "ledgers" / "L1.jsonl"
@@ -161,8 +161,8 @@ def _ledger(tmp_path, n=5):
 
 
 def test_ledgers_stream_the_same_verified_records_as_a_whole_read(tmp_path):
-    from benchclaw.report import ledger_stream
-    from benchclaw.store import ChainFile
+    from benchclaw.analysis.report import ledger_stream
+    from benchclaw.evidence.store import ChainFile
 
     store, path, journal = _ledger(tmp_path)
     stream = ledger_stream(path)
@@ -173,8 +173,8 @@ def test_a_damaged_ledger_stream_names_the_line_as_a_whole_read_does(tmp_path):
     import pytest
 
     from benchclaw.errors import BenchClawError
-    from benchclaw.report import ledger_stream
-    from benchclaw.store import ChainFile
+    from benchclaw.analysis.report import ledger_stream
+    from benchclaw.evidence.store import ChainFile
 
     store, path, journal = _ledger(tmp_path)
     good = path.read_bytes()

@@ -5,9 +5,9 @@ from fractions import Fraction
 
 import pytest
 
-from benchclaw.analysis.interval import (INCONCLUSIVE, POS_INF, REFUTED, SUPPORTED, UNKNOWN, Interval,
-                                         compare, kleene_and, kleene_not, kleene_or)
-from benchclaw.analysis.rules import LIMITS, RuleError, parse_rule
+from benchclaw.formats.interval import (INCONCLUSIVE, POS_INF, REFUTED, SUPPORTED, UNKNOWN,
+                                        Interval, compare, kleene_and, kleene_not, kleene_or)
+from benchclaw.formats.rules import LIMITS, RuleError, parse_rule
 from benchclaw.errors import FormatError
 
 

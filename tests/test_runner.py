@@ -8,15 +8,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchclaw._grid import attempt_from_run
-from benchclaw._runner_io import Backends
-from benchclaw._store_check import check_store
+from benchclaw.experiments.grid import attempt_from_run
+from benchclaw.experiments.executor import Backends
+from benchclaw.evidence.check import check_store
 from benchclaw.errors import BudgetError
 from benchclaw.experiments import deviate, prereg
-from benchclaw.ledger import read_ledger
-from benchclaw.policies import replay
-from benchclaw.runner import run_experiment
-from benchclaw.store import Store
+from benchclaw.experiments.ledger import read_ledger
+from benchclaw.formats.policies import replay
+from benchclaw.experiments.runner import run_experiment
+from benchclaw.evidence.store import Store
 
 TIERS = ("lightning", "super", "ultra")
 COST = {"lightning": D("0.001"), "super": D("0.003"), "ultra": D("0.008")}
@@ -255,7 +255,7 @@ def test_interrupt_seals_open_runs_and_resume_never_redoes_a_called_run(tmp_path
             holder["grid"].interrupt("interrupted by test")
 
     agent = FakeAgent(latency=0.005, on_cancel=on_cancel, after_run=after)
-    import benchclaw.runner as runner_mod
+    import benchclaw.experiments.runner as runner_mod
     orig = runner_mod._Grid.run
 
     async def capture(self, **kw):
@@ -271,7 +271,7 @@ def test_interrupt_seals_open_runs_and_resume_never_redoes_a_called_run(tmp_path
     assert not store.open_run_paths()
     aborted = [r for r in journal(store, "run") if r["status"] == "aborted"]
     assert aborted and all(r["called_model"] for r in aborted)  # cut off mid-call: reserved
-    from benchclaw._runner_io import first_last
+    from benchclaw.experiments.executor import first_last
 
     for r in aborted:  # the journal claims what the run says (the verifier compares them) ...
         c = first_last(store, r["run_id"])[1]["cost"]
@@ -362,7 +362,7 @@ def _outcomes(store):
 
 
 def test_grid_starts_longest_expected_first_without_changing_runs_or_results(tmp_path, monkeypatch):
-    import benchclaw.runner as runner_mod
+    import benchclaw.experiments.runner as runner_mod
 
     # Baseline: the queue in grid order (the rule replaced by the identity).
     (tmp_path / "base").mkdir()
@@ -386,7 +386,8 @@ def test_grid_starts_longest_expected_first_without_changing_runs_or_results(tmp
 
 
 def test_longest_first_prefers_earlier_runs_measured_durations(tmp_path):
-    from benchclaw._grid import History, Unit, longest_first, make_cells, make_units, run_length_prior
+    from benchclaw.experiments.grid import (History, Unit, longest_first, make_cells, make_units,
+                                            run_length_prior)
 
     tasks = [SimpleNamespace(id="alpha-one", version=1), SimpleNamespace(id="beta-two", version=1)]
     cells = make_cells(tasks, ["direct"], [1, 2])
@@ -417,7 +418,8 @@ def test_longest_first_prefers_earlier_runs_measured_durations(tmp_path):
 
 
 def test_run_length_prior_puts_cheap_tiers_and_checking_profiles_first():
-    from benchclaw._grid import longest_first, make_cells, make_units, run_length_prior, History
+    from benchclaw.experiments.grid import (longest_first, make_cells, make_units, run_length_prior,
+                                            History)
 
     cells = make_cells([SimpleNamespace(id="alpha-one", version=1)], ["direct", "checker"], [1])
     units = make_units(cells, TIERS, True, [])
@@ -430,8 +432,8 @@ def test_run_length_prior_puts_cheap_tiers_and_checking_profiles_first():
 def test_progress_line_shows_recent_tokens_per_second_per_tier():
     import io
 
-    from benchclaw._progress import RECENT_CALLS, Progress
-    from benchclaw.runner import _run_speed
+    from benchclaw.experiments.progress import RECENT_CALLS, Progress
+    from benchclaw.experiments.runner import _run_speed
 
     buf = io.StringIO()
     p = Progress(4, buf, label="E ", every=1)
@@ -446,7 +448,7 @@ def test_progress_line_shows_recent_tokens_per_second_per_tier():
 
 
 def test_every_stopping_rule_a_spec_accepts_is_one_the_runner_checks():
-    from benchclaw.runner import STOP_CHECKS
-    from benchclaw.spec_format import STOP_RULES
+    from benchclaw.experiments.runner import STOP_CHECKS
+    from benchclaw.formats.spec import STOP_RULES
 
     assert set(STOP_CHECKS) == set(STOP_RULES)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from tests.test_runner import FakeAgent, journal, run, setup
 
-from benchclaw._store_check import check_store
-from benchclaw.ledger import read_ledger
+from benchclaw.evidence.check import check_store
+from benchclaw.experiments.ledger import read_ledger
 
 HERE = Path(__file__).resolve().parent
 
@@ -19,8 +19,8 @@ CHILD = """
 import asyncio, sys
 sys.path.insert(0, {here!r})
 from tests.test_runner import FakeAgent, fake_backends
-from benchclaw.runner import run_experiment
-from benchclaw.store import Store
+from benchclaw.experiments.runner import run_experiment
+from benchclaw.evidence.store import Store
 asyncio.run(run_experiment(Store({root!r}, fsync=False), "R1", backends=fake_backends(FakeAgent(latency=0.02)),
                            concurrency=4, handle_signals={signals}))
 """

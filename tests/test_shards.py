@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from benchclaw import jsonio
-from benchclaw._grid import Shard, make_cells
-from benchclaw._store_check import check_store
-from benchclaw._store_merge import merge_store
+from benchclaw.formats import jsonio
+from benchclaw.experiments.grid import Shard, make_cells
+from benchclaw.evidence.check import check_store
+from benchclaw.evidence.merge import merge_store
 from benchclaw.bundle import export_bundle
 from benchclaw.cli import cli, run_cli
 from benchclaw.errors import IntegrityError, UsageError
 from benchclaw.experiments import prereg
-from benchclaw.ledger import read_ledger
-from benchclaw.report import build_summary
-from benchclaw.runner import run_experiment
-from benchclaw.store import Store
+from benchclaw.experiments.ledger import read_ledger
+from benchclaw.analysis.report import build_summary
+from benchclaw.experiments.runner import run_experiment
+from benchclaw.evidence.store import Store
 from benchclaw.verify import verify_bundle
 
 SPEC = '''v = 1
@@ -96,7 +96,7 @@ def test_shard_parse_and_budget_shares_are_exact_and_never_exceed_the_whole():
 
 
 def test_each_cell_lands_in_exactly_one_shard_by_a_hash_of_its_id(spec):
-    from benchclaw.tasks import find_tasks
+    from benchclaw.checks.tasks import find_tasks
 
     tasks = [t for t in find_tasks() if t.id in ("quotes-incident", "cents-fees", "pricing-seats")]
     cells = make_cells(tasks, ["direct"], [1, 2])

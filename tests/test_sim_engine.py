@@ -15,9 +15,9 @@ from statistics import mean
 
 import pytest
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.errors import FormatError
-from benchclaw.money import call_cost, normalise_usage, Usage
+from benchclaw.formats.money import call_cost, normalise_usage, Usage
 from benchclaw.providers.base import ChatRequest
 from benchclaw.providers.catalog import load_catalog
 from benchclaw.sim.backend import SimBackend, SimFaults

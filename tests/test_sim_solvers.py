@@ -10,7 +10,7 @@ import pytest
 
 from benchclaw.sim import solvers
 from benchclaw.sim.lures import find_lures
-from benchclaw.tasks import check_artifacts, find_tasks, match_lure, render_workspace_section
+from benchclaw.checks.tasks import check_artifacts, find_tasks, match_lure, render_workspace_section
 
 ALL = find_tasks()
 IDS = [t.id for t in ALL]

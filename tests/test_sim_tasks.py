@@ -20,8 +20,8 @@ from benchclaw.providers import make_provider  # noqa: E402
 from benchclaw.providers.catalog import load_catalog  # noqa: E402
 from benchclaw.sim.backend import SimBackend  # noqa: E402
 from benchclaw.sim.provider import SimOptions  # noqa: E402
-from benchclaw.store import Store  # noqa: E402
-from benchclaw.tasks import find_tasks  # noqa: E402
+from benchclaw.evidence.store import Store  # noqa: E402
+from benchclaw.checks.tasks import find_tasks  # noqa: E402
 
 TIERS = ("lightning", "super", "ultra")
 SEEDS = range(3)

@@ -7,8 +7,8 @@ import asyncio
 from benchclaw.agent import load_profile, run_agent
 from benchclaw.providers import make_provider
 from benchclaw.providers.catalog import load_catalog
-from benchclaw.store import Store
-from benchclaw.tasks import get_task
+from benchclaw.evidence.store import Store
+from benchclaw.checks.tasks import get_task
 
 
 def one_run(root, seed=1, scale=0.0):

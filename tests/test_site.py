@@ -13,7 +13,7 @@ from benchclaw.errors import InputError, IntegrityError, UsageError
 from benchclaw.site import build_site
 from benchclaw.site._render import object_url, run_url
 from tests.synth_runs import XSS_PROBE, add_run, synth_runs
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -287,8 +287,8 @@ def test_runs_list_is_paginated(tmp_path, monkeypatch):
 
 def test_secondary_analysis_is_on_the_site_labelled_next_to_the_primary(tmp_path):
     from benchclaw.analysis import summarise
-    from benchclaw.report import load_experiment
-    from benchclaw.store import Store
+    from benchclaw.analysis.report import load_experiment
+    from benchclaw.evidence.store import Store
 
     from .analysis_factories import Exp, RunSpec, call, write_store
 

@@ -14,7 +14,7 @@ from benchclaw.site import make_server
 from benchclaw.site._charts import frontier, pass_vs_cost
 from benchclaw.site._render import Scrubber, cell_slug, fmt_usd, markdown
 from tests.synth_runs import synth_runs
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 
 def test_markdown_shows_raw_html_as_text_and_never_links_out():
@@ -64,7 +64,7 @@ def test_what_the_site_caches_of_a_run_is_what_the_analysis_reads_of_it(tmp_path
     """Every run's cached entry gives exactly the view the analysis makes from the run's full
     records (denials read ``action.reason``, cut-off calls ``call.turn``/``attempt``): a
     cache that kept a pick of record fields would lose one the analysis reads."""
-    from benchclaw import jsonio
+    from benchclaw.formats import jsonio
     from benchclaw.analysis import view_run
     from benchclaw.analysis.inputs import call_keys
     from benchclaw.site import build_site
@@ -122,8 +122,8 @@ def test_commands_have_help_with_an_example():
 
 
 def test_site_summary_is_the_reports_summary(tmp_path):
-    from benchclaw import jsonio
-    from benchclaw.report import build_summary
+    from benchclaw.formats import jsonio
+    from benchclaw.analysis.report import build_summary
     from benchclaw.site import build_site
 
     synth_runs(tmp_path / "runs", 24)
@@ -149,7 +149,7 @@ def test_site_experiment_summary_is_the_report_summary(tmp_path):
     reason the condensed records used to drop) and model mismatches count as in the report."""
     import json
 
-    from benchclaw.report import build_summary
+    from benchclaw.analysis.report import build_summary
     from benchclaw.site import build_site
 
     store, exp = _denials_and_mismatches(tmp_path)
@@ -185,9 +185,9 @@ def test_site_counts_calls_cut_off_in_flight_like_the_report(tmp_path):
     experiment page must count it at its bound exactly as `benchclaw report` does."""
     import json
 
-    from benchclaw.report import build_summary
+    from benchclaw.analysis.report import build_summary
     from benchclaw.site import build_site
-    from benchclaw.store import ChainFile
+    from benchclaw.evidence.store import ChainFile
     from tests.analysis_factories import Exp, call, write_store
 
     e = Exp()

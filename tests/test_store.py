@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchclaw._store_check import check_store, recover_store
+from benchclaw.evidence.check import check_store, recover_store
 from benchclaw.errors import FormatError, InputError, IntegrityError
-from benchclaw.records import GENESIS, split_lines, verify_chain
+from benchclaw.formats.records import GENESIS, split_lines, verify_chain
 from decimal import Decimal
 
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 
 def write_run(store: Store, n_calls: int = 3, status: str = "passed") -> str:
@@ -184,7 +184,7 @@ def test_arbitrary_record_bodies_round_trip(tmp_path_factory, bodies):
 
 CHILD = textwrap.dedent("""
     import sys
-    from benchclaw.store import Store
+    from benchclaw.evidence.store import Store
     store = Store(sys.argv[1])
     w = store.open_run()
     w.append("run.start", {"task": {"id": "t", "version": 1}})
@@ -220,7 +220,7 @@ def test_sigkill_while_appending_then_recovery_keeps_every_complete_record(tmp_p
 
 STAGED_CHILD = textwrap.dedent("""
     import os, signal, sys
-    from benchclaw.store import Store
+    from benchclaw.evidence.store import Store
     store = Store(sys.argv[1])
     w = store.open_run()
     w.awaits_commits = True  # as the agent: records written before the commit that moves their blobs
@@ -292,7 +292,7 @@ def test_torn_last_line_is_set_aside_not_dropped(tmp_path):
 
 JOURNAL_CHILD = textwrap.dedent("""
     import sys
-    from benchclaw.store import Store
+    from benchclaw.evidence.store import Store
     j = Store(sys.argv[1]).journal("E01", writer="shared")
     for i in range(int(sys.argv[2])):
         j.append("run", {"writer_pid": sys.argv[3], "i": i})
@@ -364,7 +364,7 @@ def test_a_failed_append_leaves_no_torn_line_and_says_why(tmp_path, monkeypatch)
 # --------------------------------------------------------------- one chain writer, one lock protocol
 
 def test_refresh_refuses_a_shrunk_file(tmp_path):
-    from benchclaw.store import ChainFile
+    from benchclaw.evidence.store import ChainFile
 
     path = tmp_path / "j.jsonl"
     chain = ChainFile(path, fsync=False)
@@ -377,7 +377,7 @@ def test_refresh_refuses_a_shrunk_file(tmp_path):
 
 
 def test_refresh_refuses_a_rewritten_file_of_the_same_length(tmp_path):
-    from benchclaw.store import ChainFile
+    from benchclaw.evidence.store import ChainFile
 
     path = tmp_path / "j.jsonl"
     chain = ChainFile(path, fsync=False)
@@ -392,8 +392,8 @@ def test_refresh_refuses_a_rewritten_file_of_the_same_length(tmp_path):
 
 
 def test_refresh_refuses_a_replaced_file_and_a_line_that_does_not_chain(tmp_path):
-    from benchclaw.records import GENESIS, Record, encode
-    from benchclaw.store import ChainFile
+    from benchclaw.formats.records import GENESIS, Record, encode
+    from benchclaw.evidence.store import ChainFile
 
     path = tmp_path / "j.jsonl"
     chain = ChainFile(path, fsync=False)
@@ -416,7 +416,7 @@ def _hammer(root: str, tag: str, threads: int, n: int) -> None:
     import threading
     from decimal import Decimal
 
-    from benchclaw.ledger import Ledger
+    from benchclaw.experiments.ledger import Ledger
 
     store = Store(root, fsync=False)
     led = Ledger.open(store, "L")
@@ -440,7 +440,7 @@ def test_two_processes_with_many_threads_share_one_journal_and_one_ledger(tmp_pa
     and one ledger; every record lands once, in one unbroken chain."""
     from pathlib import Path
 
-    from benchclaw.ledger import Ledger, Limits, read_ledger
+    from benchclaw.experiments.ledger import Ledger, Limits, read_ledger
 
     store = Store(tmp_path / "runs", fsync=False)
     Ledger.create(store, "L", Limits(usd=Decimal("100")))

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 from decimal import Decimal
 
 import pytest
 from click.testing import CliRunner
 
-from benchclaw._store_check import check_store
+from benchclaw.evidence.check import check_store
 from benchclaw.cli import cli, run_cli
 from benchclaw.errors import BudgetError, FormatError, UsageError
-from benchclaw.ledger import read_ledger
-from benchclaw.records import Record
-from benchclaw.store import Store
+from benchclaw.experiments.ledger import read_ledger
+from benchclaw.formats.records import Record, parse_line
+from benchclaw.evidence.store import Store
 from benchclaw.studio import Refusal, Studio, load_config
 from benchclaw.studio.budgets import StudioBudgets
 from benchclaw.studio.config import Budgets
@@ -154,6 +155,49 @@ def test_a_kill_between_the_session_and_the_day_reservation_costs_nothing_after_
     assert sessions == day == Decimal("0.005")       # 0.001 settled + 0.004 cut off + 0 never made
     st = read_ledger(store, "studio-public-s-aaaaaaaaaaaaaaaa")
     assert st.settled_usd == Decimal("0.001") and st.unknown_usd == Decimal("0.004") and st.settled_calls == 2
+
+
+def test_a_paired_reservation_waits_for_no_fsync_and_the_commit_makes_it_durable(
+        tmp_path, monkeypatch):
+    """The studio's event loop never blocks on a ledger fsync: both reservations are only
+    written, and the group commit the agent awaits before the call makes them durable."""
+    from benchclaw.evidence import _commit
+
+    b = Budgets(session_usd=Decimal("0.010"), day_usd=Decimal("0.015"), per_call_usd=Decimal("1"))
+    bud = StudioBudgets(Store(tmp_path / "runs", fsync=True), b, "t", today=lambda: "20261201")
+    cb = bud.for_run("aaaa")
+    _commit.committer().wait()  # the ledgers' creation is behind us
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    cb.reserve(run="r", key="0.0", tokens=100, usd=Decimal("0.004"))
+    assert synced == []                      # written, not waited for
+    _commit.committer().wait()               # what Store.commit awaits before the call
+    assert len(synced) >= 2                  # both ledgers' files (and their directory) synced
+    assert bud.session_standing("aaaa").spent_usd == Decimal("0.004") == bud.day_standing().spent_usd
+
+
+def test_a_day_reservation_whose_session_partner_a_power_cut_lost_is_released_at_zero(tmp_path):
+    """Written together and made durable by one commit, the pair can lose one half to a
+    power cut (not to a kill): a lone day reservation is a call never made, settled at 0."""
+    studio = _studio(tmp_path)
+    cb = studio.budgets.for_run("aaaaaaaaaaaaaaaa", "att1")
+    cb.reserve(run="r1", key="0.0", tokens=100, usd=Decimal("0.004"))
+    studio.budgets.close()
+    session = tmp_path / "runs" / "ledgers" / "studio-public-s-aaaaaaaaaaaaaaaa.jsonl"
+    lines = session.read_bytes().splitlines(keepends=True)
+    assert b'"reserve"' in lines[-1]
+    session.write_bytes(b"".join(lines[:-1]))  # the power cut: the session's reserve never reached the disk
+
+    again = _studio(tmp_path)
+    again.open()
+    asyncio.run(again.close())
+    sessions, day = _books(tmp_path, "public")
+    assert sessions == day == Decimal(0)
+    day_ledger = next((tmp_path / "runs" / "ledgers").glob("studio-public-day-*.jsonl"))
+    settles = [parse_line(line, day_ledger.name) for line in day_ledger.read_bytes().splitlines()]
+    settles = [r for r in settles if r.kind == "settle"]
+    assert "session budget's reservation of this call was lost" in settles[-1].body["reason"]
 
 
 def test_a_kill_between_the_two_settles_settles_the_other_with_the_same_usage(tmp_path):

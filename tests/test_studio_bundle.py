@@ -18,9 +18,9 @@ from decimal import Decimal
 
 import pytest
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.bundle._zipwrite import in_bundle_order, write_zip
-from benchclaw.records import split_lines
+from benchclaw.formats.records import split_lines
 from benchclaw.verify import verify_bundle
 from benchclaw.verify.cli import render_text
 from benchclaw.verify.manifest import MANIFEST, RUN_PATH, build_manifest, run_path
@@ -254,7 +254,7 @@ def test_a_session_ledger_record_dropped(studio_bundle, tmp_path):
     reserve = next(o["body"] for o in f.records(name) if o["kind"] == "reserve")
     f.edit_chain(name, lambda objs: [o for o in objs if o["body"].get("id") != reserve["id"]])
     refused(f.pack(tmp_path), "ledgers", f"call {reserve['key']} has no reservation in ledger", name[8:-6])
-    refused(f.pack(tmp_path), "ledgers", "has no session reservation")
+    refused(f.pack(tmp_path), "ledgers", "no session ledger reserved it, so the call was never made")
 
 
 def test_a_jobs_outcome_restated(studio_bundle, tmp_path):

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from benchclaw.ledger import read_ledger
+from benchclaw.experiments.ledger import read_ledger
 from benchclaw.sim.backend import SimBackend, SimFaults
 from benchclaw.sim.profiles import load_profiles
 from benchclaw.sim.server import SimServer
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 from .studio_helpers import CLI, StudioProcess, Visitor, write_config
 

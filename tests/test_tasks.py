@@ -12,8 +12,9 @@ from click.testing import CliRunner
 from benchclaw.checks.digest import task_digest
 from benchclaw.cli import cli
 from benchclaw.errors import FormatError, InputError
-from benchclaw.tasks import (FAMILIES, LURE_KINDS, Task, check_artifacts, find_tasks, get_task, load_task,
-                             match_lure, path_allowed, render_workspace_section)
+from benchclaw.checks.tasks import (FAMILIES, LURE_KINDS, Task, check_artifacts, find_tasks,
+                                    get_task, load_task, match_lure, path_allowed,
+                                    render_workspace_section)
 
 ALL = find_tasks()
 IDS = [t.id for t in ALL]

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.bundle import export_bundle
 from benchclaw.verify import verify_bundle
 from benchclaw.verify.cli import render_text
@@ -355,7 +355,7 @@ def test_a_run_relabelled_to_a_cheaper_tier(genuine, tmp_path):
     f = of(genuine[0])
     rid = f.find_run(lambda r: r[0]["body"]["tier"] == "ultra")
 
-    from benchclaw.catalog_format import parse_catalog
+    from benchclaw.formats.catalog import parse_catalog
 
     cat = parse_catalog(next(v for n, v in f.files.items() if n.startswith("catalogs/")), "catalog")
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.bundle import export_bundle
 from benchclaw.verify import verify_bundle
 

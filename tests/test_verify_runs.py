@@ -10,7 +10,7 @@ import hashlib
 
 import pytest
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.bundle import export_bundle
 from benchclaw.verify import verify_bundle
 from benchclaw.verify.manifest import object_path, run_path

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchclaw import jsonio, sim_rules
+from benchclaw.formats import jsonio, sim_rules
 from benchclaw.bundle import export_bundle
 from benchclaw.sim.profiles import load_profiles
 from benchclaw.verify import verify_bundle

@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import IntegrityError
-from ..money import fmt_usd
+from ..formats.money import fmt_usd
 from ..providers.base import ChatRequest, ChatResponse
 from ..providers.vault import redact
-from ..records import DIGEST_RE, blob_refs
+from ..formats.records import DIGEST_RE, blob_refs
 
 __all__ = ["lit", "append", "call_body", "LITERAL_PREFIX"]
 

@@ -13,7 +13,7 @@ non-ASCII character (look-alike Unicode such as a fullwidth solidus or a Cyrilli
 that NFKC would fold, or that a person would misread). Harmless spellings are folded to
 one canonical form: ``./a.md`` and ``a//b.md`` become ``a.md`` and ``a/b.md``.
 
-Globs are the task loader's (``benchclaw.tasks.path_allowed``): ``*`` and ``?`` stay inside
+Globs are the task loader's (``benchclaw.checks.tasks.path_allowed``): ``*`` and ``?`` stay inside
 one path segment, ``**`` spans segments, everything else is literal.
 """
 
@@ -23,7 +23,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Collection, Iterable
 
-from ..tasks import path_allowed
+from ..checks.tasks import path_allowed
 
 __all__ = ["PathDenied", "Decision", "normalise", "glob_match", "decide", "MAX_PATH_BYTES", "OPS"]
 
@@ -91,7 +91,7 @@ def normalise(raw: object) -> str:
 
 def glob_match(path: str, patterns: Iterable[str]) -> bool:
     """True when the normalised ``path`` matches one of ``patterns``: the task loader's own
-    matcher (``benchclaw.tasks.path_allowed``), so the loader's validation of a task's
+    matcher (``benchclaw.checks.tasks.path_allowed``), so the loader's validation of a task's
     globs and the runtime's decisions can never disagree."""
     return path_allowed(list(patterns), path)
 

@@ -6,7 +6,7 @@ plain: each turn is one model reply (after any retried HTTP attempts), parsed by
 one JSON observation. Everything that happens is a record, written before the next model
 call and durable before it (below), so a crash loses nothing the ledger does not count.
 
-Durability without blocking the event loop (``benchclaw._commit``, FORMAT.md "Durability"):
+Durability without blocking the event loop (``benchclaw.evidence._commit``, FORMAT.md "Durability"):
 blobs are staged and records written as the run decides, without waiting; a commit makes
 both durable, each blob moved into place before the commit is done (a run cut off before
 it is sealed by recovery, which moves the staged blobs its records name into place, or cuts
@@ -48,17 +48,18 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable
 
-from .. import jsonio
+from ..formats import jsonio
 from ..checks import run_checks
 from ..checks.digest import task_listing
 from ..errors import BenchClawError, BudgetError, IntegrityError, UsageError
-from ..ledger_replay import DOUBTED_PREFIX
-from ..money import ZERO_USAGE, CostBounds, Usage, call_cost_of, cost_upper_bound, estimate_prompt_tokens, \
-    fmt_usd, message_bytes, stream_floor, usage_unread
+from ..formats.ledger import DOUBTED_PREFIX
+from ..formats.money import (ZERO_USAGE, CostBounds, Usage, call_cost_of, cost_upper_bound,
+                             estimate_prompt_tokens, fmt_usd, message_bytes, stream_floor,
+                             usage_unread)
 from ..providers.base import ChatRequest, ChatResponse, Provider, error_response
 from ..providers.retry import backoff_delay
 from ..providers.vault import redact
-from ..tasks import match_lure, path_allowed, render_workspace_section
+from ..checks.tasks import match_lure, path_allowed, render_workspace_section
 from . import evidence
 from .paths import decide
 from .protocol import Action, Invalid, parse_reply
@@ -66,9 +67,9 @@ from .values import AgentResult, Clock, Limits, MonotonicClock, VirtualClock, ch
 from .workspace import Workspace
 
 if TYPE_CHECKING:
-    from ..catalog_format import Catalog, Tier
-    from ..store import RunWriter, Store
-    from ..tasks import Task
+    from ..formats.catalog import Catalog, Tier
+    from ..evidence.store import RunWriter, Store
+    from ..checks.tasks import Task
     from .profiles import Profile
 
 __all__ = ["run_agent", "Limits", "AgentResult", "MonotonicClock", "STATUSES"]

@@ -12,7 +12,7 @@ import asyncio
 from pathlib import Path
 
 from ..errors import UsageError
-from ..store import Store
+from ..evidence.store import Store
 from .profiles import load_profile
 from .runtime import AgentResult, Limits, run_agent
 
@@ -33,7 +33,7 @@ def try_task(task_id: str, *, tier: str, runs_dir: str | Path = "runs", profile:
     """
     from ..providers import make_provider
     from ..providers.catalog import load_catalog
-    from ..tasks import get_task
+    from ..checks.tasks import get_task
 
     task = get_task(task_id, tasks_root)
     cat = load_catalog(catalog)

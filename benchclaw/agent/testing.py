@@ -16,8 +16,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Callable, Iterable, Union
 
-from .. import jsonio
-from ..money import Usage
+from ..formats import jsonio
+from ..formats.money import Usage
 from ..providers.base import ChatRequest, ChatResponse, Provider, error_response, outcome_of
 
 __all__ = ["FakeClock", "ScriptedProvider", "Delayed", "Hang", "act", "reply", "length", "no_usage",
@@ -217,7 +217,7 @@ def make_task(overrides: dict[str, bytes] | None = None):
     ``out/*.json``, an unreadable ``secrets/token.txt``, one gate and one held-out check,
     and three lures (read the secret, overwrite ``docs/a.md``, the ``shell`` action).
     ``overrides`` replace files by path (e.g. a ``task.toml`` with other limits)."""
-    from ..tasks import Task
+    from ..checks.tasks import Task
 
     files = {**TEST_TASK_FILES, **(overrides or {})}
     return Task.from_files(files, "<test task>")

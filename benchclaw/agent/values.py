@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any, Mapping, Protocol
 
 from ..errors import UsageError
-from ..money import fmt_usd
+from ..formats.money import fmt_usd
 
 __all__ = ["Limits", "AgentResult", "Clock", "MonotonicClock", "VirtualClock", "checked_settings", "tightest"]
 

@@ -23,7 +23,7 @@ from .inputs import RunView, parse_cell
 __all__ = ["Selection", "select", "cell_sort_key", "LiveTrial"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per run or trial of an analysis: no instance dict
 class LiveTrial:
     """One live trial: its runs in step order, and its id."""
 

@@ -21,7 +21,7 @@ import re
 from fractions import Fraction
 from typing import Iterable, Mapping, Sequence
 
-from ..records import Record
+from ..formats.records import Record
 from .inputs import parse_cell
 from .wilson import fixed
 

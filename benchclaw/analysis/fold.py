@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, NamedTuple
 
 from ..errors import FormatError
-from ..records import Record
-from .inputs import (ExperimentData, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
+from ..formats.records import Record
+from .inputs import (ExperimentData, PackedCalls, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
                      merge_journal, registered_digest, spec_from_bytes, task_key, view_from_json, view_run,
                      view_to_json)
 
@@ -95,7 +95,7 @@ class ExperimentFold:
 
     experiment: str
     runs: dict[str, CondensedRun] = field(default_factory=dict)
-    _tasks: dict[str, Mapping] = field(default_factory=dict)  # task key -> the first run's task
+    _tasks: dict[tuple[str, str], Mapping] = field(default_factory=dict)  # (task key, digest) -> its first run's task
     _odd_task: Mapping | None = None  # a run.start task without a digest: the lures are unknown
     _odd: bool = False
 
@@ -110,8 +110,8 @@ class ExperimentFold:
         if not isinstance(task, Mapping) or not isinstance(task.get("digest"), str):
             if not self._odd:
                 self._odd, self._odd_task = True, task
-        elif task_key(task) not in self._tasks:
-            self._tasks[task_key(task)] = task
+        else:  # every distinct version a key's runs name, as ``lured_tasks`` reads them all
+            self._tasks.setdefault((task_key(task), task["digest"]), task)
         kept = CondensedRun(_shared(c.view), _intern(c.attempt), tuple(_intern(k) for k in c.keys), None,
                             _intern(c.ledger), c.records)
         self.runs[run_id] = kept
@@ -184,7 +184,7 @@ class ExperimentFold:
         return reservations_of(reserved, settled)
 
     def _starts(self) -> list[dict]:
-        """One ``run.start``-like body per task key (the first run's, in run order), or an
+        """One ``run.start``-like body per task version (the first run's, in run order), or an
         odd one: ``lured_tasks`` gives the same answer over these as over every run's."""
         if self._odd:
             return [{"task": self._odd_task}]
@@ -199,11 +199,10 @@ _VIEW_STRINGS = ("experiment", "cell", "task", "tier", "policy", "spec_digest", 
 
 
 def _shared(view: RunView | None) -> RunView | None:
-    """The view with its repeated strings interned: thousands of runs share a few tiers,
-    cells, statuses and one spec digest, which each parsed run held as its own copy."""
+    """The view as it is kept until the analysis runs: its repeated strings interned
+    (thousands of runs share a few tiers, cells, statuses and one spec digest, which each
+    parsed run held as its own copy) and its calls packed (``PackedCalls``: most of what a
+    view held)."""
     if view is None:
         return None
-    calls = tuple(replace(c, outcome=_intern(c.outcome), error_kind=_intern(c.error_kind),
-                          cost_high=c.cost_low if c.cost_high.as_tuple() == c.cost_low.as_tuple() else c.cost_high)
-                  for c in view.calls)
-    return replace(view, calls=calls, **{k: _intern(getattr(view, k)) for k in _VIEW_STRINGS})
+    return replace(view, calls=PackedCalls(view.calls), **{k: _intern(getattr(view, k)) for k in _VIEW_STRINGS})

@@ -1,6 +1,6 @@
 """What the analysis reads: plain records, never a Store.
 
-The same ``ExperimentData`` is built from a runs directory (``benchclaw.report``) and by
+The same ``ExperimentData`` is built from a runs directory (``benchclaw.analysis.report``) and by
 the offline verifier from a zip's bytes, so the whole analysis is one pure function of it.
 Run records are condensed here into ``RunView``s: the few numbers a policy and a table
 need, read defensively, because an aborted or recovered run may lack fields. A field of
@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import decimal
 import functools
+import marshal
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from fractions import Fraction
-from typing import Callable, Iterable, Mapping, NamedTuple
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from ..errors import FormatError
-from ..records import Record
+from ..formats.records import Record
 
 __all__ = ["ExperimentData", "RunView", "RunTally", "CallView", "view_run", "lured_tasks", "parse_cell",
            "task_key", "usd", "spec_from_bytes", "registered_digest", "merge_journal",
            "experiment_data", "ledger_reservations", "SpecView", "spec_view", "view_to_json",
-           "view_from_json", "call_keys", "cut_off_calls", "reservations_of"]
+           "view_from_json", "call_keys", "cut_off_calls", "reservations_of", "PackedCalls"]
 
 _USD_RE = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
 _EXACT = decimal.Context(prec=60, traps=[decimal.Inexact, decimal.InvalidOperation])
@@ -38,7 +39,8 @@ USAGE_KEYS = ("prompt", "cached_read", "cache_write", "completion", "reasoning")
 class ExperimentData:
     """Everything one experiment's analysis reads.
 
-    ``journal``: the experiment's journal records merged in reader order (FORMAT.md §7).
+    ``journal``: the experiment's journal records merged in reader order (FORMAT.md §7);
+    export and the site leave out a grid's ``run`` records, which the analysis never reads.
     ``runs``: run id -> that run's records (every run whose ``run.start.policy.experiment``
     is this experiment; others are ignored). ``spec``: the parsed registered spec (latest
     registered digest). ``tasks_with_lures``: ``"<task id>@<version>"`` keys of tasks that
@@ -60,7 +62,10 @@ class ExperimentData:
     views: Mapping[str, "RunView"] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+# Views are slotted: an experiment holds one per run and one per call for the whole
+# analysis (20,000 runs make about 120,000 call views), and an instance dict costs about
+# three times the slots.
+@dataclass(frozen=True, slots=True)
 class CallView:
     outcome: str  # stop, length, reasoning_only, content_filter, error; cut_off: a reservation without a call
     error_kind: str | None
@@ -83,6 +88,45 @@ class CallView:
         return Fraction(self.usage[3] * 1000, self.latency_ms)
 
 
+class PackedCalls(Sequence):
+    """A run's ``CallView``s packed into one ``marshal`` string (money as its exact decimal
+    text), unpacked afresh whenever they are read. Folding 20,000 runs keeps about 120,000
+    calls for the whole analysis; as objects (a view, two Decimals, a usage tuple, a
+    timestamp and boxed ints each) they cost about 400 bytes a call, packed about 70.
+    Equal to the tuple of the same calls, so a view holding it equals one holding the tuple."""
+
+    __slots__ = ("_packed", "_n")
+
+    def __init__(self, calls: Iterable[CallView]):
+        rows = tuple((c.outcome, c.error_kind, c.usage, str(c.cost_low), str(c.cost_high), c.known,
+                      c.model_mismatch, c.doubted, c.over_bound, c.latency_ms, c.ttft_ms, c.at) for c in calls)
+        self._packed, self._n = marshal.dumps(rows), len(rows)
+
+    def __iter__(self) -> Iterator[CallView]:
+        for o, k, u, lo, hi, *rest in marshal.loads(self._packed):
+            yield CallView(o, k, u, Decimal(lo), Decimal(hi), *rest)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        return tuple(self)[i]
+
+    def __add__(self, other) -> tuple:
+        return tuple(self) + tuple(other)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, PackedCalls):
+            return self._packed == other._packed
+        return isinstance(other, tuple) and tuple(self) == other
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"PackedCalls({tuple(self)!r})"
+
+
 class RunTally(NamedTuple):
     """What a run's calls add to a row's token, finish and unknown-cost counts."""
 
@@ -97,9 +141,12 @@ class RunTally(NamedTuple):
     usage_over_bound: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunView:
-    """One sealed run as the analysis sees it."""
+    """One sealed run as the analysis sees it. ``cost_low``, ``cost_high`` and ``tally`` are
+    derived from ``calls`` when the view is made (``replace`` derives them again): every
+    policy row and replayed trial reads them, tens of thousands of times on a 10,000-run
+    experiment. They are not part of the view's identity nor of its JSON."""
 
     run_id: str
     at: str
@@ -118,51 +165,62 @@ class RunView:
     gate_passed: bool
     elapsed_ms: int
     turns: int
-    calls: tuple[CallView, ...]
+    calls: tuple[CallView, ...] | PackedCalls  # packed when folded (``analysis.fold``)
     injection_attempts: int
     denials: int
     simulated: bool
+
+    cost_low: Decimal = field(init=False, repr=False, compare=False)
+    cost_high: Decimal = field(init=False, repr=False, compare=False)
+    tally: "RunTally" = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        calls = tuple(self.calls)  # unpacked once
+        object.__setattr__(self, "cost_low", sum_exact(c.cost_low for c in calls))
+        object.__setattr__(self, "cost_high", sum_exact(c.cost_high for c in calls))
+        object.__setattr__(self, "tally", _tally(calls))
 
     @property
     def called_model(self) -> bool:
         return bool(self.calls)
 
-    # Cached: every policy row and replayed trial reads them (tens of thousands of times
-    # on a 10,000-run experiment); a frozen view's calls never change.
-    @functools.cached_property
-    def cost_low(self) -> Decimal:
-        return sum_exact(c.cost_low for c in self.calls)
 
-    @functools.cached_property
-    def cost_high(self) -> Decimal:
-        return sum_exact(c.cost_high for c in self.calls)
-
-    @functools.cached_property
-    def tally(self) -> RunTally:
-        """Counts over this run's calls, summed once instead of once per table row."""
-        usage = [0, 0, 0, 0, 0]
-        unknown_usage = mismatch = unknown_cost = doubted = over = 0
-        outcomes: dict[str, int] = {}
-        errors: dict[str, int] = {}
-        for c in self.calls:
-            if c.usage is None:
-                unknown_usage += 1
-            else:
-                for i, val in enumerate(c.usage):
-                    usage[i] += val
-            outcomes[c.outcome] = outcomes.get(c.outcome, 0) + 1
-            mismatch += c.model_mismatch
-            doubted += c.doubted
-            over += c.over_bound
-            unknown_cost += not c.known
-            if c.outcome == "error":
-                kind = c.error_kind or "unknown"
-                errors[kind] = errors.get(kind, 0) + 1
-        return RunTally(tuple(usage), len(self.calls), unknown_usage, outcomes, mismatch, errors,
-                        unknown_cost, doubted, over)
+def _tally(calls: tuple[CallView, ...]) -> RunTally:
+    """Counts over a run's calls, summed once instead of once per table row."""
+    usage = [0, 0, 0, 0, 0]
+    unknown_usage = mismatch = unknown_cost = doubted = over = 0
+    outcomes: dict[str, int] = {}
+    errors: dict[str, int] = {}
+    for c in calls:
+        if c.usage is None:
+            unknown_usage += 1
+        else:
+            for i, val in enumerate(c.usage):
+                usage[i] += val
+        outcomes[c.outcome] = outcomes.get(c.outcome, 0) + 1
+        mismatch += c.model_mismatch
+        doubted += c.doubted
+        over += c.over_bound
+        unknown_cost += not c.known
+        if c.outcome == "error":
+            kind = c.error_kind or "unknown"
+            errors[kind] = errors.get(kind, 0) + 1
+    return RunTally(tuple(usage), len(calls), unknown_usage, _shared_counts(outcomes), mismatch,
+                    _shared_counts(errors), unknown_cost, doubted, over)
 
 
-_VIEW_FIELDS = tuple(RunView.__dataclass_fields__)
+_COUNTS: dict[tuple, dict[str, int]] = {}
+
+
+def _shared_counts(counts: dict[str, int]) -> dict[str, int]:
+    """One dict per distinct set of counts (a tally's are read, never changed): most runs
+    have the same few, and a dict each cost about 230 bytes per run."""
+    if len(_COUNTS) >= 4096:
+        return counts
+    return _COUNTS.setdefault(tuple(counts.items()), counts)
+
+
+_VIEW_FIELDS = tuple(f.name for f in fields(RunView) if f.init)  # what a view is made from (its JSON)
 _CALLS_AT = _VIEW_FIELDS.index("calls")
 
 

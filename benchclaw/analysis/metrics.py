@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Iterable
 
 from .inputs import USAGE_KEYS, RunView, parse_cell, sum_exact
-from .interval import POS_INF, UNKNOWN, Interval, is_inf, to_decimal
+from ..formats.interval import POS_INF, UNKNOWN, Interval, is_inf, to_decimal
 
 __all__ = ["Sample", "Row", "Health", "make_row", "MONEY_DIGITS", "money_text", "WINDOWS"]
 
@@ -30,7 +30,7 @@ MONEY_DIGITS = 12
 WINDOWS = 4  # the experiment's duration (first to last call of a row) cut into this many equal spans
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per run or trial of an analysis: no instance dict
 class Sample:
     cell: str
     passed: bool
@@ -272,14 +272,21 @@ def _windows(timed: list[tuple[int, Fraction]]) -> tuple[Fraction | None, ...]:
 
 
 def health_of(runs: Iterable[RunView], missing: int) -> Health:
-    runs = list(runs)
-    calls = [c for r in runs for c in r.calls]
-    timeout_runs = sum(any(c.error_kind == "timeout" for c in r.calls) for r in runs)
-    maybe = sum(not any(c.error_kind == "timeout" for c in r.calls) and any(c.outcome == "cut_off" for c in r.calls)
-                for r in runs)
-    timed, speeds = [], []
+    """One pass over the row's runs, each run's calls read once (a folded run unpacks its
+    calls on every read, and the row's calls all at once would be tens of megabytes)."""
+    n_runs = calls = errors = cut_off = timeout_runs = maybe = 0
+    timed, speeds, ttfts = [], [], []
     for r in runs:
+        n_runs += 1
+        timeout = cut = False
         for c in r.calls:
+            calls += 1
+            errors += c.outcome == "error"
+            cut = cut or c.outcome == "cut_off"
+            cut_off += c.outcome == "cut_off"
+            timeout = timeout or c.error_kind == "timeout"
+            if c.ttft_ms is not None:
+                ttfts.append(c.ttft_ms)
             v = c.tokens_per_s
             if v is None:
                 continue
@@ -289,11 +296,11 @@ def health_of(runs: Iterable[RunView], missing: int) -> Health:
             t = None if r.simulated else _micros(c.at)
             if t is not None:
                 timed.append((t, v))
-    return Health(calls=len(calls), errors=sum(c.outcome == "error" for c in calls),
-                  cut_off=sum(c.outcome == "cut_off" for c in calls), runs=len(runs), missing=missing,
+        timeout_runs += timeout
+        maybe += cut and not timeout  # no timeout recorded, but a call was cut off before its record
+    return Health(calls=calls, errors=errors, cut_off=cut_off, runs=n_runs, missing=missing,
                   timeout_runs=timeout_runs, maybe_timeout_runs=maybe, speeds=tuple(sorted(speeds)),
-                  ttfts_ms=tuple(sorted(c.ttft_ms for c in calls if c.ttft_ms is not None)),
-                  windows=_windows(timed))
+                  ttfts_ms=tuple(sorted(ttfts)), windows=_windows(timed))
 
 
 def make_row(samples: list[Sample], incomplete_runs: list[RunView], cells: list[str],

@@ -31,13 +31,13 @@ import gc
 from fractions import Fraction
 from typing import Mapping
 
-from .. import policies
+from ..formats import policies
 from ..errors import FormatError
 from .cells import Selection, select
 from .inputs import ExperimentData, RunView, SpecView, parse_cell, spec_view, view_run
-from .interval import UNKNOWN, Interval, to_decimal
+from ..formats.interval import UNKNOWN, Interval, to_decimal
 from .metrics import MONEY_DIGITS, Row, Sample, make_row, money_text
-from .rules import RuleError, parse_rule
+from ..formats.rules import RuleError, parse_rule
 from .trials import ORACLE, Trial, live_trials, replayed_trials
 from .wilson import fixed, rate_obj
 

@@ -1,6 +1,6 @@
 """One trial per (policy, mode, cell): live from the trial's own runs, replayed from the grid.
 
-Both go through ``benchclaw.policies`` (``replay`` and ``outcome``), the same code the
+Both go through ``benchclaw.formats.policies`` (``replay`` and ``outcome``), the same code the
 runner uses live, so a replayed ladder cannot drift from a live one. A trial is
 *complete* when the policy has nothing left to run; a replayed trial whose next tier is
 missing from the grid, or a live trial cut off by a stop or a crash, is incomplete and is
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import policies
-from ..policies import Attempt, TrialOutcome
+from ..formats import policies
+from ..formats.policies import Attempt, TrialOutcome
 from .cells import LiveTrial, Selection
 from .inputs import RunView, parse_cell
 
@@ -26,7 +26,7 @@ __all__ = ["Trial", "replayed_trials", "live_trials", "attempt_of", "ORACLE"]
 ORACLE = "oracle"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per run or trial of an analysis: no instance dict
 class Trial:
     cell: str
     outcome: TrialOutcome

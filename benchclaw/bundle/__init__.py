@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .. import jsonio
+from ..formats import jsonio
 from ..analysis import summarise
 from ..analysis.summary import gc_paused
 from ..errors import IntegrityError, InputError, UsageError
 from ..paths import make_output_dir, refuse_evidence_overlap
-from ..report import ledger_stream, summary_bytes
-from ..store import Store
+from ..analysis.report import ledger_stream, summary_bytes
+from ..evidence.store import Store
 from ..verify.manifest import BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST
 from ._collect import Contents, Entry, collect, collect_exploratory, journal_is_exploratory
 from ._zipwrite import write_zip

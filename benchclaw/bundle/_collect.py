@@ -8,9 +8,12 @@ catalogs and experiment specs are rebuilt from the blobs the runs reference (FOR
 runs used.
 
 Memory stays flat in the number of runs: what is kept of a file is where to read it again,
-its digest and its size (``Entry``; a blob or a run log, named by its digest, keeps only
-its size), and each run is condensed into the analysis's view of it
-(``analysis.fold``) as soon as it is read, then dropped.
+its digest and its size (``Entry``; a run log, named by its digest, keeps only its size; a
+blob only its 32-byte digest, spilled to a temporary file in sorted batches (``BlobSet``),
+its size read again from the file), and each run is
+condensed into the analysis's view of it (``analysis.fold``) as soon as it is read, then
+dropped. Of the journal only the records the analysis reads are kept: a grid journals one
+``run`` record per run, of which only the run id is needed (to pack the runs it names).
 
 An exploratory journal (the studio's) is collected by ``collect_exploratory`` into the same
 ``Contents``: its runs are the ones its ``studio.run`` records name or whose
@@ -24,15 +27,16 @@ from __future__ import annotations
 import hashlib
 import heapq
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from ..analysis.fold import ExperimentFold
 from ..errors import InputError, IntegrityError
-from ..records import Record, blob_refs
-from ..report import ledger_stream
-from ..store import VERSION_TEXT, SealedRun, Store, safe_name
+from ..formats.records import Record, blob_refs
+from ..analysis.report import ledger_stream
+from ..evidence.store import VERSION_TEXT, SealedRun, Store, safe_name
 from ..verify.layout import (catalog_entry, ledger_ids, parse_listing, spec_entry,
                              task_entry)
 from ..verify.exploratory import is_exploratory, studio_ledger
@@ -56,10 +60,11 @@ class Contents:
 
     store: Store
     fold: ExperimentFold
-    journal: list[tuple[str, Record]] = field(default_factory=list)
+    journal: list[tuple[str, Record]] = field(default_factory=list)  # every record but ``run`` (see ``_journals``)
+    named: set[str] = field(default_factory=set)  # the run ids the journal's ``run`` records name
     files: dict[str, Entry] = field(default_factory=dict)  # journals, ledgers, tasks, catalogs, spec, site
     runs: dict[str, int] = field(default_factory=dict)  # run id -> size (runs/<aa>/<id>.jsonl)
-    objects: dict[str, int] = field(default_factory=dict)  # blob digest -> size (objects/<aa>/<hex>)
+    objects: "BlobSet" = field(default_factory=lambda: BlobSet())  # the blobs packed under objects/<aa>/<hex>
 
     def add_bytes(self, path: str, data: bytes) -> None:
         self.files[path] = Entry("sha256:" + hashlib.sha256(data).hexdigest(), len(data), data)
@@ -67,10 +72,10 @@ class Contents:
     def analysed(self) -> None:
         """Drop the analysis input once the summary is made (it is most of what is held)."""
         self.fold = ExperimentFold(self.fold.experiment)
-        self.journal = []
+        self.journal, self.named = [], set()
 
     def count(self) -> int:
-        return len(self.files) + len(self.runs) + len(self.objects)
+        return len(self.files) + len(self.runs) + self.objects.count()
 
     def blob_file(self, digest: str) -> str:
         """The blob's file (a string path: pathlib costs seconds over 100,000 blobs)."""
@@ -80,11 +85,73 @@ class Contents:
     def entries(self) -> Iterator[tuple[str, Entry]]:
         """Every (bundle path, Entry) in manifest order (by the UTF-8 bytes of the path)."""
         runs_dir = f"{self.store.root}{os.sep}runs{os.sep}"
-        blobs = ((object_path(d), Entry(d, n, self.blob_file(d))) for d, n in sorted(self.objects.items()))
+        blobs = (self._blob_entry("sha256:" + raw.hex()) for raw in self.objects.sorted())
         runs = ((run_path(r), Entry("sha256:" + r, n, f"{runs_dir}{r[:2]}{os.sep}{r}.jsonl"))
                 for r, n in sorted(self.runs.items()))
         files = sorted(self.files.items(), key=lambda kv: path_order(kv[0]))
         return heapq.merge(files, blobs, runs, key=lambda kv: path_order(kv[0]))
+
+    def _blob_entry(self, digest: str) -> tuple[str, Entry]:
+        """A packed blob's entry, its size read from the file (blobs are immutable, and the
+        zip writer re-hashes what it packs)."""
+        path = self.blob_file(digest)
+        try:
+            return object_path(digest), Entry(digest, os.path.getsize(path), path)
+        except FileNotFoundError:
+            raise InputError(f"{path}: blob {digest} is missing") from None
+
+
+class BlobSet:
+    """The raw SHA-256 digests of the blobs to pack, each listed once, in bounded memory.
+
+    A set of 32-byte strings costs about 100 bytes a blob (20,000 runs name about 220,000
+    blobs); here at most ``BATCH`` are held, and each full batch is written, sorted, to a
+    temporary file. ``sorted()`` merges the batches (a digest seen in two batches comes out
+    once), so every pass over the bundle's blobs reads them back in order."""
+
+    BATCH = 32768
+    _SIZE = 32
+
+    def __init__(self):
+        self._recent: set[bytes] = set()
+        self._spill = None  # the temporary file of sorted batches
+        self._batches: list[tuple[int, int]] = []  # (offset, digests) of each batch in it
+
+    def __contains__(self, raw: bytes) -> bool:
+        return raw in self._recent  # a digest in a written batch may be added again: merged out
+
+    def add(self, raw: bytes) -> None:
+        self._recent.add(raw)
+        if len(self._recent) >= self.BATCH:
+            self._write_batch()
+
+    def _write_batch(self) -> None:
+        if self._spill is None:
+            self._spill = tempfile.TemporaryFile()
+        self._spill.seek(0, os.SEEK_END)
+        self._batches.append((self._spill.tell(), len(self._recent)))
+        self._spill.write(b"".join(sorted(self._recent)))
+        self._recent = set()
+
+    def _read_batch(self, offset: int, n: int) -> Iterator[bytes]:
+        size, left = self._SIZE, n
+        while left:
+            self._spill.seek(offset + (n - left) * size)
+            chunk = self._spill.read(min(left, 4096) * size)
+            left -= len(chunk) // size
+            yield from (chunk[i:i + size] for i in range(0, len(chunk), size))
+
+    def sorted(self) -> Iterator[bytes]:
+        """Every digest once, in byte order."""
+        batches = [self._read_batch(o, n) for o, n in self._batches] + [iter(sorted(self._recent))]
+        last = None
+        for raw in heapq.merge(*batches):
+            if raw != last:
+                yield raw
+                last = raw
+
+    def count(self) -> int:
+        return sum(1 for _ in self.sorted())
 
 
 def collect(store: Store, experiment: str, include_site: Path | None = None) -> Contents:
@@ -125,9 +192,17 @@ def _journals(c: Contents, experiment: str) -> None:
     if not paths:
         raise InputError(f"{store.root}/journals/{experiment}: experiment {experiment!r} has no "
                          "journal (register it with `benchclaw prereg` and run it first)")
-    c.journal = [(e.writer, e.record) for e in store.read_journal(experiment)]  # verifies every chain
+    # Each writer's chain is verified as it streams (as ``Store.read_journal`` does); kept in
+    # its reader order: (at, writer, seq), FORMAT.md §7.
     for path in paths:
+        for rec in ledger_stream(path):
+            if rec.kind == "run":  # the analysis reads the runs themselves, never these
+                c.named.add(rec.body.get("run_id"))
+            else:
+                c.journal.append((path.stem, rec))
         c.files[f"journals/{experiment}/{path.name}"] = _file_entry(path)
+    c.journal.sort(key=lambda e: (e[1].at, e[0], e[1].seq))
+    c.named.discard(None)
 
 
 class _Starts(NamedTuple):
@@ -141,8 +216,7 @@ class _Starts(NamedTuple):
 def _runs(c: Contents, experiment: str) -> _Starts:
     """Read every sealed run (verifying it); pack the experiment's and those its journal
     names, folding each into the analysis input."""
-    named = {b.get("run_id") for _, r in c.journal for b in [r.body] if r.kind == "run"}
-    named.discard(None)
+    named = c.named
     have = set(c.store.run_ids())
     missing = sorted(r for r in named if r not in have)
     if missing:
@@ -178,15 +252,21 @@ def _blobs(c: Contents, bodies) -> None:
             _blob(c, digest)
 
 
-def _blob(c: Contents, digest: str) -> int:
-    size = c.objects.get(digest)
-    if size is None:
-        path = c.blob_file(digest)
-        try:
-            size = c.objects[digest] = os.path.getsize(path)
-        except FileNotFoundError:
-            raise InputError(f"{path}: blob {digest} is missing") from None
-    return size
+def _blob(c: Contents, digest: str) -> None:
+    """Add a blob to the bundle, once. Raises InputError when it is missing."""
+    raw = bytes.fromhex(digest.removeprefix("sha256:"))
+    if raw not in c.objects:
+        _size(c, digest)
+        c.objects.add(raw)
+
+
+def _size(c: Contents, digest: str) -> int:
+    """A blob's size. Raises InputError when it is missing."""
+    path = c.blob_file(digest)
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: blob {digest} is missing") from None
 
 
 def _ledgers(c: Contents, ids: list[str]) -> None:
@@ -209,7 +289,8 @@ def _tasks(c: Contents, tasks: dict[str, dict]) -> None:
         for path, digest in rows:
             # the blobs the listing names too: a run "can be rebuilt from objects/ alone"
             # (FORMAT.md §3), and the analysis reads task.toml by digest (lures)
-            c.files[f"{prefix}/{path}"] = Entry(digest, _blob(c, digest), c.blob_file(digest))
+            _blob(c, digest)
+            c.files[f"{prefix}/{path}"] = Entry(digest, _size(c, digest), c.blob_file(digest))
 
 
 def _catalogs(c: Contents, catalogs: dict[str, str]) -> None:
@@ -305,7 +386,7 @@ def _studio_runs(c: Contents, journal_id: str, journal: list[tuple[str, dict]]) 
 
 
 def _studio_ledgers(c: Contents, journal_id: str) -> None:
-    from ..store import ChainFile
+    from ..evidence.store import ChainFile
 
     for path in sorted((c.store.root / "ledgers").glob(f"{journal_id}-*.jsonl")):
         if studio_ledger(journal_id, path.stem) is None:

@@ -1,7 +1,7 @@
 """Acceptance checks: pure functions of (artifact bytes, check spec, held-out cases).
 
 The offline verifier re-runs these on the artifacts stored in a bundle, so this package
-imports only the standard library and ``benchclaw.jsonio``: no clock, no network, no
+imports only the standard library and ``benchclaw.formats.jsonio``: no clock, no network, no
 randomness. Check types live in one registry (``CHECK_TYPES``); adding a type is one
 entry. ``run_checks`` never raises for any artifact: a check that finds a problem, or
 hits something unexpected, yields a failed ``CheckResult`` whose detail says which item
@@ -17,7 +17,7 @@ from __future__ import annotations
 import tomllib
 from typing import Mapping
 
-from .. import jsonio
+from ..formats import jsonio
 from ._base import CheckResult, CheckSpec, CheckType, Fail
 from .api import TYPES as _API
 from .cents import TYPES as _CENTS

@@ -15,7 +15,7 @@ import io
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from .. import jsonio
+from ..formats import jsonio
 
 __all__ = [
     "CheckSpec", "CheckResult", "CheckType", "Fail",

@@ -1,6 +1,6 @@
 """A small, safe integer expression language for pricing rules written by an agent.
 
-Not to be confused with the analysis's decision rules (``benchclaw.analysis.rules``, a
+Not to be confused with the analysis's decision rules (``benchclaw.formats.rules``, a
 different language over metrics): hence the ``Pricing`` prefix on every name here.
 
 The agent's artifact is program text, so it is parsed here by a hand-written recursive

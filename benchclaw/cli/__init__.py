@@ -15,7 +15,7 @@ import sys
 import click
 
 from ..errors import BenchClawError, EXIT_USAGE
-from ..names import terminal_safe
+from ..formats.names import terminal_safe
 
 __all__ = ["main", "cli", "COMMANDS"]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..names import json_terminal_safe, terminal_safe
+from ..formats.names import json_terminal_safe, terminal_safe
 
 __all__ = ["runs_option", "emit_json", "echo", "echo_err", "one_line"]
 

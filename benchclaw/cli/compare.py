@@ -33,10 +33,10 @@ def compare(experiments: tuple[str, ...], runs_dir: Path, policies: tuple[str, .
 
     Example: benchclaw compare E01 E02 E04 --runs runs/ --markdown comparison.md
     """
-    from .. import jsonio
+    from ..formats import jsonio
     from ..analysis import render_compare_markdown, render_compare_terminal
-    from ..report import build_comparison
-    from ..store import Store
+    from ..analysis.report import build_comparison
+    from ..evidence.store import Store
 
     if len(set(experiments)) < 2:
         raise UsageError("compare needs at least two different experiments (e.g. benchclaw compare E01 E02)")

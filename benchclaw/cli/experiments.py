@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import EXIT_FAILED
-from ..store import Store
+from ..evidence.store import Store
 from ._common import echo, echo_err, one_line, runs_option
 
 
@@ -84,16 +84,16 @@ def run(experiment: str, spec_path: Path | None, runs_dir: Path, concurrency: in
 
     Example: benchclaw run E01 --concurrency 8   (or, on machine 2 of 3: --shard 2/3)
     """
-    from .._grid import Shard
+    from ..experiments.grid import Shard
     from ..errors import UsageError
-    from ..runner import GridInterrupted, run_experiment_sync
+    from ..experiments.runner import GridInterrupted, run_experiment_sync
 
     shard = Shard.parse(shard_text) if shard_text is not None else None
     if address is not None and executor != "ray":
         raise UsageError("--address is for --executor ray")
     runner = None
     if executor == "ray":
-        from .._executor_ray import RayExecutor, require_ray
+        from ..experiments.ray_executor import RayExecutor, require_ray
 
         require_ray()
         runner = RayExecutor(address)

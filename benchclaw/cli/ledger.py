@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from ..errors import InputError
-from ..ledger import read_ledger
-from ..store import Store
+from ..experiments.ledger import read_ledger
+from ..evidence.store import Store
 from ._common import echo, emit_json, runs_option
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import FormatError
-from ..names import json_terminal_safe
+from ..formats.names import json_terminal_safe
 from ._common import echo, echo_err, runs_option
 
 
@@ -29,8 +29,8 @@ def report(experiment: str, runs_dir: Path, json_path: str | None, md_path: str 
     Example: benchclaw report E01 --runs runs/ --json summary.json --markdown
     """
     from ..analysis import render_terminal
-    from ..report import build_summary, summary_bytes, write_markdown, write_summary
-    from ..store import Store
+    from ..analysis.report import build_summary, summary_bytes, write_markdown, write_summary
+    from ..evidence.store import Store
 
     summary = build_summary(Store.existing(runs_dir), experiment)
     to_stdout = "-" in (json_path, md_path)

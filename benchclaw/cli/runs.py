@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from .._store_check import check_store, recover_store
+from ..evidence.check import check_store, recover_store
 from ..errors import IntegrityError
-from ..runs_view import run_rows, timeline
-from ..store import Store
+from ..evidence.views import run_rows, timeline
+from ..evidence.store import Store
 from ._common import echo, emit_json, one_line, runs_option
 
 
@@ -113,7 +113,7 @@ def merge(other: Path, runs_dir: Path) -> None:
 
     Example: benchclaw merge /mnt/machine2/runs --runs runs/
     """
-    from .._store_merge import merge_store
+    from ..evidence.merge import merge_store
 
     report = merge_store(Store(runs_dir), Store.existing(other))
     echo(f"merged {other} into {runs_dir}: {report.line()}")

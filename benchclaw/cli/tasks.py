@@ -1,4 +1,4 @@
-"""``benchclaw tasks``: list, show and check task fixtures (thin glue over benchclaw.tasks)."""
+"""``benchclaw tasks``: list, show and check task fixtures (thin glue over benchclaw.checks.tasks)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def ls_cmd(tasks_dir: Path | None, as_json: bool) -> None:
 
     Example: benchclaw tasks ls --json
     """
-    from ..tasks import find_tasks
+    from ..checks.tasks import find_tasks
 
     found = find_tasks(tasks_dir)
     rows = [{"id": t.id, "version": t.version, "family": t.family, "digest": t.digest,
@@ -61,7 +61,7 @@ def show_cmd(task_id: str, tasks_dir: Path | None, version: int | None) -> None:
 
     Example: benchclaw tasks show quotes-incident
     """
-    from ..tasks import get_task
+    from ..checks.tasks import get_task
 
     t = get_task(task_id, tasks_dir, version)
     echo(f"{t.id} v{t.version}  ({t.family})  {t.title}")
@@ -112,7 +112,7 @@ def check_cmd(task_id: str, artifact_dir: Path, tasks_dir: Path | None,
     Example: benchclaw tasks check pricing-seats tasks/pricing-seats/v1/reference
     """
     from ..errors import CheckFailed
-    from ..tasks import check_artifacts, get_task
+    from ..checks.tasks import check_artifacts, get_task
 
     task = get_task(task_id, tasks_dir, version)
     results = check_artifacts(task, _read_artifacts(artifact_dir), include_heldout=True)

@@ -36,7 +36,7 @@ def try_cmd(task_id, tier, profile, provider, catalog, seed, max_tokens, tasks_r
     Example: benchclaw try quotes-incident --tier ultra --profile checker
     """
     from ..agent.single import try_task
-    from ..money import fmt_usd
+    from ..formats.money import fmt_usd
 
     live = _show_stream if not as_json and sys.stderr.isatty() else None
     res = try_task(task_id, tier=tier, runs_dir=runs_dir, profile=profile, catalog=catalog, provider=provider,

@@ -8,7 +8,8 @@ runs it affects; ``require_registered`` is what ``benchclaw run`` calls first.
 from .corrections import correct
 from .prereg import (Registration, deviate, locate_spec, prereg, registered_digests, registration,
                      require_registered)
-from ..spec_format import STOP_RULES, Budget, Grid, Hypothesis, Settings, Spec, StopRule, load_spec, parse_spec
+from ..formats.spec import (STOP_RULES, Budget, Grid, Hypothesis, Settings, Spec, StopRule,
+                            load_spec, parse_spec)
 
 __all__ = ["Spec", "Grid", "Settings", "Budget", "Hypothesis", "StopRule", "STOP_RULES", "load_spec",
            "parse_spec", "Registration", "prereg", "deviate", "registration", "require_registered",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import tomllib
 
 from ..errors import RegistrationError, UsageError
-from ..store import Store
+from ..evidence.store import Store
 from .prereg import registration
 
 __all__ = ["correct", "CORRECTION_TEXT_LIMIT"]

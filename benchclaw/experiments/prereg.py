@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError, RegistrationError, UsageError
-from ..spec_format import Spec, load_spec, parse_spec, spec_digest
-from ..store import Store
+from ..formats.spec import Spec, load_spec, parse_spec, spec_digest
+from ..evidence.store import Store
 from ..verify.experiment import registration_digest
 
 __all__ = ["Registration", "prereg", "deviate", "registration", "require_registered", "locate_spec",
@@ -95,8 +95,8 @@ def pins(spec: Spec, backends=None, *, sim: bool = True) -> dict:
     catalogs, as ``benchclaw run`` uses). ``sim``: also pin the simulator profiles file
     (``sim_profiles``), which asks ``backends`` for a provider per simulated tier.
     Raises FormatError/InputError/ProviderConfigError."""
-    from .._grid import resolve_tasks
-    from .._runner_io import default_backends
+    from .grid import resolve_tasks
+    from .executor import default_backends
 
     b = backends or default_backends()
 

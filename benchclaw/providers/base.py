@@ -30,8 +30,8 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Callable, Mapping
 
-from .. import jsonio
-from ..money import Usage, normalise_usage
+from ..formats import jsonio
+from ..formats.money import Usage, normalise_usage
 from ..errors import FormatError
 from .vault import KEY_MARK, contains_secret, mark_secrets
 

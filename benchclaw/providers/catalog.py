@@ -11,7 +11,7 @@ run can be tied to the prices it was costed with; an extending catalog records i
 name and digest too. Prices that are not known are written ``"unknown"`` and a costed run
 refuses to start (``Catalog.require_prices``) rather than invent them.
 
-The file format itself (TOML bytes to a ``Catalog``) is the pure ``benchclaw.catalog_format``,
+The file format itself (TOML bytes to a ``Catalog``) is the pure ``benchclaw.formats.catalog``,
 shared with the offline verifier; this module finds catalog files (shipped or by path),
 follows ``extends`` on disk, and re-exports the format's names.
 """
@@ -21,8 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ..catalog_format import CATALOG_VERSION, KNOWN_PROVIDERS, MAX_EXTENDS, Catalog, Tier
-from ..catalog_format import parse_catalog as _parse_catalog
+from ..formats.catalog import CATALOG_VERSION, KNOWN_PROVIDERS, MAX_EXTENDS, Catalog, Tier
+from ..formats.catalog import parse_catalog as _parse_catalog
 from ..errors import FormatError, InputError
 from ..paths import package_data_dir
 

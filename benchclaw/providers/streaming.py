@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Callable, Mapping
 
-from .. import jsonio
+from ..formats import jsonio
 from ..errors import FormatError
 from .base import CallError, ChatResponse, StreamStats
 

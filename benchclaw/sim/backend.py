@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .. import jsonio
+from ..formats import jsonio
 from ..errors import UsageError
 from .engine import SimModules, SimRequestError, completion_body, respond
 from .profiles import Profiles, load_profiles

@@ -26,10 +26,10 @@ import random
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .. import sim_rules
-from ..sim_rules import Streams as _Streams
-from ..sim_rules import digest as _digest
-from ..sim_rules import prompt_tokens, sim_tokens
+from ..formats import sim_rules
+from ..formats.sim_rules import Streams as _Streams
+from ..formats.sim_rules import digest as _digest
+from ..formats.sim_rules import prompt_tokens, sim_tokens
 from .profiles import Profile, Profiles
 from .state import ConvState, parse_conversation
 
@@ -85,7 +85,7 @@ class SimTurn:
 
 
 # The token rule, the PRNG streams, the reasoning draw, the cache split and the usage
-# shapes are ``benchclaw.sim_rules``: the verifier recomputes a simulated call's usage
+# shapes are ``benchclaw.formats.sim_rules``: the verifier recomputes a simulated call's usage
 # with the same definitions (FORMAT.md §6, "Simulated usage").
 
 

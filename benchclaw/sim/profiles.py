@@ -16,7 +16,7 @@ from typing import Mapping
 
 from ..errors import InputError
 from ..paths import package_data_dir
-from ..sim_rules import TURN_KINDS, USAGE_SHAPES, Profile, effort_for, parse_profiles
+from ..formats.sim_rules import TURN_KINDS, USAGE_SHAPES, Profile, effort_for, parse_profiles
 
 __all__ = ["Profile", "Profiles", "load_profiles", "USAGE_SHAPES", "TURN_KINDS", "default_profiles_path"]
 
@@ -58,7 +58,7 @@ def default_profiles_path() -> Path:
 def load_profiles(path: str | Path | None = None) -> Profiles:
     """Load and validate a profiles file (default: the shipped one). Raises
     ``InputError`` when unreadable, ``FormatError`` naming the profile and field
-    (the parser is ``benchclaw.sim_rules.parse_profiles``, which the verifier uses too)."""
+    (the parser is ``benchclaw.formats.sim_rules.parse_profiles``, which the verifier uses too)."""
     p = Path(path) if path is not None else default_profiles_path()
     try:
         data = p.read_bytes()

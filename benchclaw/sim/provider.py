@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import jsonio
+from ..formats import jsonio
 from ..errors import UsageError
 from ..providers.base import (CallError, ChatRequest, ChatResponse, Provider, error_response, parse_completion_body,
                               parse_retry_after, status_kind)

@@ -20,7 +20,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
-from .. import jsonio
+from ..formats import jsonio
 from .backend import SimBackend, SimFaults
 from .engine import SimModules
 from .profiles import Profiles, load_profiles

@@ -25,7 +25,7 @@ from ..checks.rulelang import PricingRuleError, parse_pricing_rule
 from . import solvers_api as api_model
 from . import solvers_pricing as pricing_model
 from . import solvers_sql as sql_model
-from ..sim_rules import detect_family  # shared with the verifier: a write's reasoning effort depends on it
+from ..formats.sim_rules import detect_family  # shared with the verifier: a write's reasoning effort depends on it
 from .lures import find_lures
 
 __all__ = ["SolveError", "detect_family", "parse_workspace", "solve", "MISTAKES", "SOLVERS",
@@ -37,8 +37,8 @@ class SolveError(Exception):
 
 
 def render_workspace_section(readable: list[str], writable: list[str]) -> str:
-    """Same text as ``benchclaw.tasks.render_workspace_section`` (imported lazily)."""
-    from ..tasks import render_workspace_section as render
+    """Same text as ``benchclaw.checks.tasks.render_workspace_section`` (imported lazily)."""
+    from ..checks.tasks import render_workspace_section as render
     return render(readable, writable)
 
 

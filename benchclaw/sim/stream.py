@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import jsonio
+from ..formats import jsonio
 
 __all__ = ["stream_payloads", "REASONING_PIECE", "DONE"]
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from ..analysis.summary import gc_paused
 from ..errors import InputError
 from ..paths import make_output_dir, refuse_evidence_overlap, site_templates_dir
-from ..store import Store
+from ..evidence.store import Store
 from ._cache import BuildCache, PageWriter, write_atomic
 from ._compare import stage_compare
 from ._exppages import stage_experiments

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .. import jsonio
+from ..formats import jsonio
 
 __all__ = ["BuildCache", "PageWriter", "write_atomic", "fast_dumps", "CACHE_DIR"]
 

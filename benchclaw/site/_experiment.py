@@ -23,14 +23,14 @@ import functools
 from decimal import Decimal
 from typing import Iterator, Mapping
 
-from .. import jsonio
+from ..formats import jsonio
 from ..analysis import ExperimentData, summarise_with_trials
 from ..analysis.inputs import registered_digest
 from ..analysis.fold import CondensedRun, condense_run, condensed_from_json, condensed_to_json
 from ..errors import FormatError
-from ..money import fmt_usd
-from ..records import Record
-from ..store import SealedRun
+from ..formats.money import fmt_usd
+from ..formats.records import Record
+from ..evidence.store import SealedRun
 
 __all__ = ["run_payload", "CachedRuns", "analyse", "journal_facts"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 
 from ..analysis import experiment_facts
-from ..report import experiment_input
+from ..analysis.report import experiment_input
 from ._charts import pass_vs_cost, throughput_by_quarter, time_per_policy, tokens_per_tier
 from ._experiment import CachedRuns, analyse, journal_facts
 from ._runpages import render_pages
@@ -35,7 +35,7 @@ def exploratory_ids(b: Build) -> list[str]:
     line) is an exploratory ``studio.open`` (``verify.exploratory``): they register nothing
     and decide nothing, so they never get an experiment page, a policy table or a place in
     the comparison."""
-    from .. import jsonio
+    from ..formats import jsonio
     from ..verify.exploratory import is_exploratory
 
     out = []

@@ -11,7 +11,7 @@ import hashlib
 import shutil
 import tomllib
 
-from ..tasks import find_tasks
+from ..checks.tasks import find_tasks
 from ._exppages import experiment_ids, exploratory_ids, headline
 from ._gallery import gallery
 from ._render import task_url

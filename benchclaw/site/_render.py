@@ -207,8 +207,9 @@ def renderer_digest(templates_dir: Path, public: bool) -> str:
     file, this package's code, the analysis code and the pure modules it uses (a cached
     summary is only as good as the code that computed it), and the public flag. A change
     re-renders every page."""
-    from .. import analysis, policies
-    from ..analysis import interval, rules
+    from .. import analysis
+    from ..formats import policies
+    from ..formats import interval, rules
 
     h = hashlib.sha256(b"benchclaw-site 1\n" + (b"public\n" if public else b"full\n"))
     for base in (templates_dir, _SITE_PKG, Path(analysis.__file__).parent):

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
-from ..store import Store
+from ..evidence.store import Store
 from ._cache import fast_dumps, write_atomic
 from ._experiment import run_payload
 from ._render import Scrubber, make_env, object_url, run_url

@@ -19,8 +19,8 @@ import hashlib
 import os
 import re
 
-from .. import jsonio
-from ..store import SealedRun, Store
+from ..formats import jsonio
+from ..evidence.store import SealedRun, Store
 
 __all__ = ["summarise_run", "run_view", "Blobs", "TEXT_LIMIT"]
 

@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..store import Store
+from ..evidence.store import Store
 from ._cache import BuildCache, PageWriter, fast_dumps
 from ._render import Scrubber
 

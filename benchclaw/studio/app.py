@@ -28,7 +28,7 @@ from collections import OrderedDict
 from pathlib import Path
 from urllib.parse import parse_qs
 
-from .. import jsonio
+from ..formats import jsonio
 from ..errors import BenchClawError
 from ..paths import site_templates_dir
 from ..providers.vault import redact

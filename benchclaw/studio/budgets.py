@@ -1,7 +1,7 @@
 """The studio's money: one durable ledger per session and one per UTC day for the studio.
 
 Why it is built this way: every call of a studio run is reserved in *both* ledgers before
-it is made, with the very ``benchclaw.ledger.Ledger`` benchmarks use, so the guarantees
+it is made, with the very ``benchclaw.experiments.ledger.Ledger`` benchmarks use, so the guarantees
 are the ledger's (fail closed, fsynced before the call, replayed after a crash, open
 reservations counted at their upper bound). ``CallBudget`` is the agent's ``ledger``
 argument for one run and does the pairing:
@@ -17,8 +17,8 @@ half done; on start-up ``recover`` settles each reservation a killed process lef
 looking at its partner in the other ledger (same ``run``, ``key`` and ``attempt``):
 
 - a session reservation whose day partner was never written (crash between 1 and 2, or
-  between the day's refusal and the release): the call provably never started, settled
-  known at 0;
+  between the day's refusal and the release), or a day reservation whose session partner
+  a power cut lost before the commit: the call provably never started, settled known at 0;
 - an open reservation whose partner is settled with known usage (crash between the two
   settles of 3): settled with the same usage;
 - otherwise (both open, or the partner unknown): settled unknown, at the upper bound.
@@ -26,7 +26,11 @@ looking at its partner in the other ledger (same ``run``, ``key`` and ``attempt`
 So after every restart the sum of the sessions' spend equals the day's spend, and each
 figure is the spend as reported or its upper bound where the call may have been made.
 
-Trade-off: two fsyncs per call instead of one; a model call takes hundreds of milliseconds.
+Both reservations are written without waiting; the group commit the agent awaits before
+the call makes the pair durable at once, so the studio's event loop never blocks on an
+fsync. The price: a power cut before that commit can keep one reservation of a pair and
+lose the other (a kill cannot: what was written survives it). No call was made then, and
+the restart releases the survivor at zero in either ledger.
 """
 
 from __future__ import annotations
@@ -38,11 +42,11 @@ from decimal import Decimal
 from typing import Callable
 
 from ..errors import BudgetError
-from ..ledger import Ledger, Limits, Reservation, ledger_path, read_ledger
-from ..ledger_replay import LedgerState
-from ..money import parse_usd
-from ..records import split_lines, verify_chain
-from ..store import Store
+from ..experiments.ledger import Ledger, Limits, Reservation, ledger_path, read_ledger
+from ..formats.ledger import LedgerState
+from ..formats.money import parse_usd
+from ..formats.records import split_lines, verify_chain
+from ..evidence.store import Store
 from .config import Budgets
 
 __all__ = ["StudioBudgets", "CallBudget", "PairedReservation", "Standing"]
@@ -178,9 +182,8 @@ class StudioBudgets:
                 partner = partners.get(pk)
                 rid = r["id"]
                 res = Reservation(rid, r["run"], r["key"], r["tokens"], r["usd"], r["attempt"])
-                if partner is None and is_session:
-                    led.settle(res, tokens=0, usd=Decimal(0),
-                               reason="studio restarted: the day budget never reserved this call, so it was never made")
+                if partner is None:  # the commit covering both never ended: the call was never made
+                    led.settle(res, tokens=0, usd=Decimal(0), reason=_NEVER_MADE["session" if is_session else "day"])
                 elif partner is not None and partner["settled"] is not None and partner["settled"][0]:
                     _, tokens, usd = partner["settled"]
                     led.settle(res, tokens=tokens, usd=usd,
@@ -233,6 +236,16 @@ def _by_pair(rs: dict[str, dict]) -> dict[tuple, dict]:
     return out
 
 
+# Why a reservation whose partner is missing after a restart is released at zero. The pair
+# is written without waiting and made durable by the one commit the agent awaits before
+# the call, so a missing partner means that commit never ended (FORMAT.md "Studio").
+_NEVER_MADE = {
+    "session": "studio restarted: the day budget never reserved this call, so it was never made",
+    "day": "studio restarted: the session budget's reservation of this call was lost before the call, "
+           "so it was never made",
+}
+
+
 class CallBudget:
     """Both ledgers as one run sees them (the agent's ``reserve``/``settle`` interface).
     ``refused_by`` says which budget ended the run, when one did."""
@@ -249,14 +262,22 @@ class CallBudget:
 
     def reserve(self, *, run: str, key: str, tokens: int, usd: Decimal) -> PairedReservation:
         """Reserve in the session's ledger, then the day's. Raises BudgetError naming the
-        budget that refused; nothing stays reserved then."""
+        budget that refused; nothing stays reserved then.
+
+        Written, not waited for (as the runner's ledger): ``run_agent`` awaits
+        ``Store.commit`` between a reservation and its call, and that group commit covers
+        both ledgers, so the studio's event loop never blocks on their fsyncs and both
+        reservations are durable before the call (FORMAT.md "Durability"). A power cut
+        before that commit can keep one of the pair without the other; no call was made
+        then, and recovery settles the survivor at zero ("partner never reserved")."""
         try:
-            s = self.session.reserve(run=run, key=key, tokens=tokens, usd=usd, attempt=self.attempt)
+            s = self.session.reserve(run=run, key=key, tokens=tokens, usd=usd, attempt=self.attempt,
+                                     durable=False)
         except BudgetError as e:
             self.refused_by = "session"
             raise BudgetError(f"this session's budget is spent ({e})") from None
         try:
-            d = self.day.reserve(run=run, key=key, tokens=tokens, usd=usd, attempt=self.attempt)
+            d = self.day.reserve(run=run, key=key, tokens=tokens, usd=usd, attempt=self.attempt, durable=False)
         except BudgetError as e:
             self.session.settle(s, tokens=0, usd=Decimal(0), reason="refused by the studio's day budget")
             self.refused_by = "day"

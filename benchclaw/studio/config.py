@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import FormatError, InputError
-from ..money import parse_usd
-from ..policies import known_policy
+from ..formats.money import parse_usd
+from ..formats.policies import known_policy
 
 __all__ = ["StudioConfig", "Budgets", "load_config", "default_config", "CONFIG_VERSION"]
 

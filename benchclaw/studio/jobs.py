@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..providers.vault import redact
-from ..records import Record
+from ..formats.records import Record
 
 __all__ = ["Job", "record_event", "TEXT_CAP"]
 

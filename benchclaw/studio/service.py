@@ -11,7 +11,7 @@ The story of a process, top to bottom:
    start-up (an unknown id is refused, nothing is resolved from the request). Concurrency,
    rate and budget are checked, ``studio.job`` is journaled, and the job runs as an asyncio
    task in this process.
-3. ``_run_job``: the policy (``benchclaw.policies.next_batch``, as a grid's live trials)
+3. ``_run_job``: the policy (``benchclaw.formats.policies.next_batch``, as a grid's live trials)
    names tiers; before each run ``studio.run.start`` is journaled (durable: it is what the
    per-session run budget counts), then ``run_agent`` runs with both ledgers
    (``CallBudget``) and a store that turns each appended record into a live event.
@@ -35,12 +35,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from .._store_check import recover_store
+from ..evidence.check import recover_store
 from ..errors import BenchClawError, UsageError
-from ..money import fmt_usd
-from ..policies import Attempt, next_batch, outcome, policy_names
-from ..records import Record
-from ..store import Store
+from ..formats.money import fmt_usd
+from ..formats.policies import Attempt, next_batch, outcome, policy_names
+from ..formats.records import Record
+from ..evidence.store import Store
 from .budgets import CallBudget, Remaining, StudioBudgets
 from .config import StudioConfig
 from .jobs import Job, record_event
@@ -128,7 +128,7 @@ class Studio:
         from ..providers import make_provider
         from ..providers.catalog import load_catalog
         from ..sim import SimOptions
-        from ..tasks import get_task
+        from ..checks.tasks import get_task
 
         cfg = self.config
         self.catalog = load_catalog(cfg.catalog)

@@ -3,7 +3,7 @@
 It reads a bundle without extracting it and without network, and recomputes everything
 the bundle claims (see ``verifier.py`` for the numbered steps and docs/verify.md for what
 that proves and what it does not). It imports only the standard library, ``orjson``
-(through ``benchclaw.jsonio``, with a stdlib fallback) and BenchClaw's pure modules:
+(through ``benchclaw.formats.jsonio``, with a stdlib fallback) and BenchClaw's pure modules:
 never the providers, the agent, the runner, the store's writer side or the site
 (``tests/test_boundaries.py`` enforces it).
 """

@@ -4,7 +4,7 @@ For each run that passed step 2: the task version is rebuilt from the bundle's
 ``tasks/<id>/v<N>/`` files (``Task.from_files``, the loader the runtime uses); the run is
 replayed over the task inputs (``_replay``: every request, action, observation and
 ``run.end`` count follows from the model's replies), and the recorded ``artifact``
-records must equal the files the replay wrote; then ``benchclaw.tasks.check_artifacts``
+records must equal the files the replay wrote; then ``benchclaw.checks.tasks.check_artifacts``
 (pure) re-runs every check on those replayed files, held-out ones included, and each
 result must equal its ``check`` record field for field. ``run.end`` ``passed``,
 ``gate_passed`` and the status must follow from them.
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import hashlib
 
-from ..records import DIGEST_RE
-from ..tasks import Task, check_artifacts
+from ..formats.records import DIGEST_RE
+from ..checks.tasks import Task, check_artifacts
 from ._errors import VerificationError
 from ._index import Index, Run
 from ._replay import replay_run

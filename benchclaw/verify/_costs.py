@@ -8,7 +8,7 @@ usage from the raw usage blob (``money.normalise_usage``); the cost, or the
 bit for bit as decimal strings; for a streamed call without usage the lower bound is
 recounted from its request, its reply and its text chunk count (``money.stream_floor``). ``run.end`` totals must be the sums over the calls.
 
-The catalog is parsed with ``benchclaw.catalog_format``, the parser the runtime loads
+The catalog is parsed with ``benchclaw.formats.catalog``, the parser the runtime loads
 catalogs with (pure, so the verifier imports nothing from ``benchclaw.providers``);
 ``extends`` is resolved from the bundle by the digest the run recorded. Results that later
 steps need again (a call's confirmed cost, an upper bound) are kept, never recomputed.
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from .. import jsonio
-from ..catalog_format import MAX_EXTENDS, Catalog, parse_catalog
+from ..formats import jsonio
+from ..formats.catalog import MAX_EXTENDS, Catalog, parse_catalog
 from ..errors import BenchClawError, FormatError
-from ..money import (USAGE_FIELDS, CostBounds, Prices, Usage, call_cost_of, cost_upper_bound,
-                     estimate_prompt_tokens, fmt_usd, message_bytes, normalise_usage, stream_floor, sum_usage,
-                     usage_unread)
-from ..records import DIGEST_RE
+from ..formats.money import (USAGE_FIELDS, CostBounds, Prices, Usage, call_cost_of,
+                             cost_upper_bound, estimate_prompt_tokens, fmt_usd, message_bytes,
+                             normalise_usage, stream_floor, sum_usage, usage_unread)
+from ..formats.records import DIGEST_RE
 from ._errors import VerificationError
 from ._index import Index, Run
 from ._report import Section

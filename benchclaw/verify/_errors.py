@@ -12,9 +12,11 @@ exits 2; every other failure means the evidence does not match (exit 1).
 
 from __future__ import annotations
 
+import re
+
 from ..errors import EXIT_FAILED, EXIT_USAGE, BenchClawError
 
-__all__ = ["VerificationError", "UnreadableBundle"]
+__all__ = ["VerificationError", "UnreadableBundle", "from_error"]
 
 
 class VerificationError(BenchClawError):
@@ -45,3 +47,15 @@ class UnreadableBundle(VerificationError):
     """The input is not a bundle the verifier is willing to read (exit 2)."""
 
     exit_code = EXIT_USAGE
+
+
+# A record or store error says "path:line: message"; the verifier reports those fields apart.
+_WHERE = re.compile(r"^(?P<path>[^:]*):(?P<line>\d+): (?P<msg>.*)$", re.S)
+
+
+def from_error(err: BenchClawError, path: str) -> VerificationError:
+    """A record/store error ("path:line: message") as a VerificationError with fields."""
+    m = _WHERE.match(str(err))
+    if m and m.group("path") == path:
+        return VerificationError(path, m.group("msg"), int(m.group("line")))
+    return VerificationError(path, str(err).removeprefix(f"{path}: "))

@@ -28,7 +28,7 @@ the packed catalog) are every bundle's; the verifier runs these as steps 5-8 ins
    runs than its budget allowed.
 
 Kept apart from the experiment steps, and pure like them: step 5 (``_exploratory_ledgers``) reads the ledgers with
-``benchclaw.ledger_replay`` through the experiment step 5's own replay, never the studio's code.
+``benchclaw.formats.ledger`` through the experiment step 5's own replay, never the studio's code.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import BenchClawError
-from ..money import parse_usd
-from ..policies import Attempt, PolicyError, outcome
+from ..formats.money import parse_usd
+from ..formats.policies import Attempt, PolicyError, outcome
 from ._errors import VerificationError
 from ._index import Index, Run
 from ._journal import policy_sequence, run_times, journal_times, journal_of
@@ -328,7 +328,7 @@ def _ran_its_job(run: Run, jobs: dict) -> None:
 def _job_follows(ix: Index, runs, journal: list, name: str, line: int, rec, jobs: dict) -> None:
     """A job's runs are its steps 0, 1, ... in order; a job that ended ``passed`` or
     ``failed`` ran the tiers its policy asked for, and its status and tier are the policy's
-    outcome over those runs (``benchclaw.policies``, as a grid's live trials). A ``memory``
+    outcome over those runs (``benchclaw.formats.policies``, as a grid's live trials). A ``memory``
     job is not recomputed: its first tier came from the session's memory, which the journal
     does not record."""
     jid = rec.body.get("job")

@@ -2,7 +2,7 @@
 has the form's other steps and the one hook).
 
 Every ledger is replayed by step 5's own replay (``_ledgers``, over the shared fold
-``benchclaw.ledger_replay``): no reservation could have passed its session's or its day's
+``benchclaw.formats.ledger``): no reservation could have passed its session's or its day's
 limit. Then what only the studio's pairing shows: each ledger is one of the journal's, opened
 with the budgets of the ``studio.open`` in force; every session reservation has its day
 reservation (same ``run``, ``key`` and ``attempt``, the n-th with the n-th) with the same
@@ -18,7 +18,7 @@ import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 
-from .. import jsonio
+from ..formats import jsonio
 from ..errors import BenchClawError
 from ._costs import Costs
 from ._errors import VerificationError
@@ -69,9 +69,8 @@ def verify_ledgers(ix: Index, runs, costs: Costs, sec: Section) -> None:
                 released.add((res.lid, res.line))
     for triple, theirs in days.items():
         for res in theirs[len(sessions.get(triple, [])):]:
-            sec.fail(VerificationError(res.where(), f"reservation of call {res.body.get('key')} (attempt "
-                                       f"{res.body.get('attempt')}) has no session reservation: the studio "
-                                       "reserves in the session's ledger first", res.line))
+            if sec.attempt(_released, runs, res, False, "no session ledger reserved it"):
+                released.add((res.lid, res.line))
     day_reps = [replays[lid] for lid in sorted(replays) if studio_ledger(exp, lid)[0] == "day"]
     tie = Tie(costs)
     for run in runs.values():
@@ -171,9 +170,10 @@ def _paired(session: _Res, day: _Res) -> None:
                                 "ledgers of one call must agree", session.line)
 
 
-def _released(runs, res: _Res, refused: bool) -> None:
-    """A session reservation without a day partner was never made: released at zero."""
-    why = "the day ledger refused it" if refused else "no day ledger reserved it"
+def _released(runs, res: _Res, refused: bool, lone: str = "no day ledger reserved it") -> None:
+    """A reservation without its partner was never made (the pair is made durable by one
+    commit before the call): released at zero, and no run records the call."""
+    why = "the day ledger refused it" if refused else lone
     if _settled(res) != (True, 0, "0"):
         raise VerificationError(res.where(), f"call {res.body.get('key')}: {why}, so the call was never made, "
                                 f"but this reservation is settled {_settled(res) or 'not at all'}, not "

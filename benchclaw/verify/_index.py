@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
-from .. import jsonio
+from ..formats import jsonio
 from ._errors import VerificationError
 from ._zip import Limits
 from .manifest import Manifest, object_path

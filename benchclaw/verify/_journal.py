@@ -8,7 +8,7 @@
    inside one chained file, so a moved timestamp cannot hide behind a re-chained file.
 8. Completeness: every journal ``run`` record names a run the bundle holds, with the same
    cell, tier, policy, status, pass claims and cost; every sealed run of the experiment is
-   named by the journal; every ``trial`` is recomputed with ``benchclaw.policies.outcome``
+   named by the journal; every ``trial`` is recomputed with ``benchclaw.formats.policies.outcome``
    over its runs; and every planned unit of every ``grid.start`` (each cell x tier when
    every tier runs, each cell x live policy) has a run or trial, or a later ``stop`` that
    lists its cell as left. Every ``correction`` names this experiment, says what was
@@ -23,9 +23,9 @@ import re
 from decimal import Decimal
 
 from ..errors import BenchClawError
-from ..money import fmt_usd, parse_usd
-from ..policies import Attempt, PolicyError, next_batch, outcome
-from ..records import Record
+from ..formats.money import fmt_usd, parse_usd
+from ..formats.policies import Attempt, PolicyError, next_batch, outcome
+from ..formats.records import Record
 from ._errors import VerificationError
 from ._index import Index, Run
 from ._report import Section
@@ -217,7 +217,7 @@ def _grid_as_registered(ix: Index, journal: list, name: str, line: int, rec: Rec
     the spec's. A cell left out of the plan could otherwise be dropped unseen."""
     from pathlib import Path
 
-    from ..spec_format import parse_spec
+    from ..formats.spec import parse_spec
 
     digest = rec.body.get("spec_digest")
     reg = None
@@ -259,7 +259,7 @@ def _ledger_opened_as_registered(ix: Index, journal: list, rec: Record, spec) ->
     """The invocation's ``ledger.open`` has the spec's budget as its limits, names its
     experiment and invocation, and carries every earlier invocation's ledger (a ledger left
     out of ``carried`` would let this one spend the budget again)."""
-    from ..ledger_replay import Limits
+    from ..formats.ledger import Limits
 
     lid = rec.body.get("ledger")
     lname = f"ledgers/{lid}.jsonl"
@@ -300,7 +300,7 @@ def _spec(ix: Index, digest: str, specs: dict):
     unparsable: reported where the registration is checked)."""
     from pathlib import Path
 
-    from ..spec_format import parse_spec
+    from ..formats.spec import parse_spec
 
     if digest not in specs:
         try:

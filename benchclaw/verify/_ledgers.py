@@ -10,7 +10,7 @@ its reservation (same attempt id and ``turn.attempt`` key) with the recomputed b
 its settlement carries exactly the call's usage and cost; a known settlement without a
 call, or a reservation under an attempt no run in the bundle carries, is evidence dropped.
 
-The arithmetic is ``benchclaw.ledger_replay``, the very fold the ledger writer uses (and its
+The arithmetic is ``benchclaw.formats.ledger``, the very fold the ledger writer uses (and its
 refusal rule decides whether a reservation could have passed a limit); this step adds
 what a writer cannot see: ids reused, unknown settlements that do not repeat their bound,
 close totals, carried spend, and the tie to the runs. A call's cost and its run's prices
@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from ..errors import BenchClawError
-from ..ledger_replay import LedgerState, apply_record, refusal, totals
-from ..money import CostBounds, Prices, Usage, call_cost, fmt_usd, parse_usd
+from ..formats.ledger import LedgerState, apply_record, refusal, totals
+from ..formats.money import CostBounds, Prices, Usage, call_cost, fmt_usd, parse_usd
 from ._costs import Costs, upper_bound
-from ._errors import VerificationError
+from ._errors import VerificationError, from_error
 from ._index import Index, Run
 from ._journal import journal_of
-from ._reading import from_error
 from ._report import Section
 from ._shape import LEDGER, check_body
 

@@ -38,11 +38,11 @@ from array import array
 from pathlib import Path
 from typing import Iterator
 
-from .. import jsonio
+from ..formats import jsonio
 from ..errors import BenchClawError
-from ..records import blob_refs, split_lines, verify_chain
+from ..formats.records import blob_refs, split_lines, verify_chain
 from ._costs import derive
-from ._errors import UnreadableBundle, VerificationError
+from ._errors import UnreadableBundle, VerificationError, from_error
 from ._index import Index, ObjectReading, Rec, RunLog, frozen
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import start
@@ -50,12 +50,11 @@ from ._zip import Limits, ZipView
 from .experiment import chain_records, journal_records
 from .manifest import MANIFEST, RUN_PATH, parse_manifest
 
-__all__ = ["reading", "from_error"]
+__all__ = ["reading"]
 
 _MANIFEST_LIMIT = 512 << 20
 _RELEASE_BYTES = 64 << 20   # inflated archive bytes between two hand-backs of mapped pages
 _UNREAD = "-" * 64          # the worker's digest of an entry it could not inflate
-_WHERE = re.compile(r"^(?P<path>[^:]*):(?P<line>\d+): (?P<msg>.*)$", re.S)
 
 # What the steps read of an object, by the fields of the run records that name it (the
 # needs of every field naming it, or-ed): a request or raw usage, its ``derive`` reading; a
@@ -65,14 +64,6 @@ _WHERE = re.compile(r"^(?P<path>[^:]*):(?P<line>\d+): (?P<msg>.*)$", re.S)
 _DIGEST, _REQUEST, _TEXT, _WHOLE, _USAGE, _SIM = 0, 1, 2, 4, 8, 16  # _SIM: a request to the simulator
 _ROLES = {"call": (("request", _REQUEST), ("usage_raw", _USAGE), ("reply", _TEXT)),
           "artifact": (("digest", _DIGEST),), "action": (("observation", _DIGEST),)}
-
-
-def from_error(err: BenchClawError, path: str) -> VerificationError:
-    """A record/store error ("path:line: message") as a VerificationError with fields."""
-    m = _WHERE.match(str(err))
-    if m and m.group("path") == path:
-        return VerificationError(path, m.group("msg"), int(m.group("line")))
-    return VerificationError(path, str(err).removeprefix(f"{path}: "))
 
 
 @contextlib.contextmanager

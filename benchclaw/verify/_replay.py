@@ -28,10 +28,10 @@ import hashlib
 import json
 import unicodedata
 
-from .. import jsonio
+from ..formats import jsonio
 from ..checks import run_checks
-from ..records import DIGEST_RE
-from ..tasks import Task, match_lure, path_allowed, render_workspace_section
+from ..formats.records import DIGEST_RE
+from ..checks.tasks import Task, match_lure, path_allowed, render_workspace_section
 from ._costs import canon, short_hash
 from ._errors import VerificationError
 from ._index import Index, Run

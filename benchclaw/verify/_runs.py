@@ -19,14 +19,13 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..checks.digest import task_digest
-from ._errors import VerificationError
+from ._errors import VerificationError, from_error
 from ._index import Index, Run, RunLog, frozen
-from ._reading import from_error
 from ._report import Section
 from .layout import task_entry
 from .manifest import OBJECT_PATH, RUN_PATH, object_path
 
-__all__ = ["verify_runs", "from_error", "Runs"]
+__all__ = ["verify_runs", "Runs"]
 
 
 @dataclass(frozen=True)

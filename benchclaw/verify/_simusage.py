@@ -3,7 +3,7 @@
 A run on the in-process simulator records in ``run.start.sim`` the profile it ran under and
 the digest of the profiles file (a blob in the bundle). The simulator's usage is a
 function of the request and that profile (docs/FORMAT.md §6, "Simulated usage", with the
-rules in ``benchclaw.sim_rules``, the module the simulator itself uses), so the raw usage
+rules in ``benchclaw.formats.sim_rules``, the module the simulator itself uses), so the raw usage
 blob of every simulated reply must be exactly the one the simulator sends: the cache
 split from the profile's cache rule, the reasoning tokens drawn from the profile for the
 turn's kind with the request's noise, the completion the reasoning plus the reply's text.
@@ -18,13 +18,13 @@ from __future__ import annotations
 import hashlib
 from typing import NamedTuple
 
-from .. import jsonio
+from ..formats import jsonio
 from ..errors import BenchClawError
-from ..money import Usage
-from ..records import DIGEST_RE
-from ..sim_rules import (Profile, action_kinds, cache_split_of, detect_family, effort_for, first_prompt,
-                         parse_profiles, prompt_tokens, reasoning_tokens, reported, sim_tokens, turn_noise,
-                         usage_raw)
+from ..formats.money import Usage
+from ..formats.records import DIGEST_RE
+from ..formats.sim_rules import (Profile, action_kinds, cache_split_of, detect_family, effort_for,
+                                 first_prompt, parse_profiles, prompt_tokens, reasoning_tokens,
+                                 reported, sim_tokens, turn_noise, usage_raw)
 from ._errors import VerificationError
 from ._index import Run
 from .manifest import object_path

@@ -25,8 +25,8 @@ from decimal import Decimal
 from pathlib import Path
 
 from ..errors import BenchClawError
-from ..ledger_replay import LedgerState, apply_record
-from ..spec_format import parse_spec
+from ..formats.ledger import LedgerState, apply_record
+from ..formats.spec import parse_spec
 from ._errors import VerificationError
 from ._index import Index
 from .manifest import object_path

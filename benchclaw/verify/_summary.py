@@ -9,7 +9,7 @@ and the recomputed value, up to a handful per bundle.
 
 from __future__ import annotations
 
-from .. import jsonio
+from ..formats import jsonio
 from typing import Mapping
 
 from ..errors import BenchClawError

@@ -22,7 +22,7 @@ import signal
 import time
 from typing import Callable
 
-from .. import jsonio
+from ..formats import jsonio
 from ._errors import UnreadableBundle
 
 __all__ = ["start", "Pending"]

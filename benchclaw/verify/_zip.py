@@ -30,7 +30,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from ..names import entry_name_fold, entry_name_problem
+from ..formats.names import entry_name_fold, entry_name_problem
 from ._errors import UnreadableBundle, VerificationError
 
 __all__ = ["Limits", "Entry", "ZipView"]

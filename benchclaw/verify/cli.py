@@ -63,7 +63,7 @@ def render_text(report, max_failures: int = 10, quiet: bool = False) -> str:
     shown = report.failures()[:max_failures]
     if shown:
         lines.append("first failures:")
-        from ..names import terminal_safe  # a failure names bundle content: one line, escaped
+        from ..formats.names import terminal_safe  # a failure names bundle content: one line, escaped
 
         lines.extend(f"  [{s.number} {s.name}] {terminal_safe(str(err), keep_newlines=False)}" for s, err in shown)
     verdict = {0: "VERIFIED", 1: f"NOT VERIFIED: {report.failure_count} failure(s)",
@@ -74,14 +74,14 @@ def render_text(report, max_failures: int = 10, quiet: bool = False) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    from ..names import json_terminal_safe, terminal_safe
+    from ..formats.names import json_terminal_safe, terminal_safe
     from . import verify_bundle
 
     report = verify_bundle(args.bundle, registered=args.registered)
     try:
         # A bundle is hostile input: nothing from it reaches the terminal unescaped.
         if args.json:
-            from .. import jsonio
+            from ..formats import jsonio
 
             sys.stdout.write(json_terminal_safe(jsonio.dumps_pretty(report.to_dict())) + "\n")
         elif args.quiet:

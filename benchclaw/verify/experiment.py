@@ -3,12 +3,12 @@
 Export computes the claimed ``summary.json`` with ``analysis.fold`` over the very runs it
 is about to pack, and the verifier recomputes it with the same fold over the files it read
 from the zip (each run condensed as soon as it is read, so one run's records are held at
-a time). ``benchclaw.report`` folds a store's runs the same way, so an honest bundle
+a time). ``benchclaw.analysis.report`` folds a store's runs the same way, so an honest bundle
 verifies by construction and a difference can only come from the bytes. What this module adds is reading the zip's
 files: every ``journals/<experiment>/<writer>.jsonl`` (chains verified, merged in reader
 order), every run log of the experiment, the ledgers the grid or runs name, and blobs by
 digest. (The registered spec is read by the analysis itself, from its blob; the one spec
-parser is the pure ``benchclaw.spec_format``.)
+parser is the pure ``benchclaw.formats.spec``.)
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Callable, Mapping, Sequence
 from ..analysis import ExperimentData, summarise
 from ..analysis.fold import ExperimentFold
 from ..errors import BenchClawError
-from ..records import Record, split_lines, verify_chain
-from ._errors import VerificationError
+from ..formats.records import Record, split_lines, verify_chain
+from ._errors import VerificationError, from_error
 from .manifest import RUN_PATH, object_path
 
 __all__ = ["experiment_data_from_files", "summarise", "journal_records", "registrations",
@@ -34,7 +34,7 @@ def registration_digest(body: dict) -> str:
     record (absent ones as null): what ``benchclaw prereg`` prints for an auditor to hold."""
     import hashlib
 
-    from .. import jsonio
+    from ..formats import jsonio
 
     pinned = {k: body.get(k) for k in PINNED}
     if "sim_profiles" in body:  # only where pinned, so registrations made before it keep their digest
@@ -50,8 +50,6 @@ def chain_records(files: Mapping[str, bytes], name: str) -> list[Record]:
     try:
         return verify_chain(lines, name)
     except BenchClawError as e:
-        from ._runs import from_error
-
         raise from_error(e, name) from None
 
 

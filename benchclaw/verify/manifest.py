@@ -15,7 +15,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from .. import jsonio
+from ..formats import jsonio
 from ._errors import UnreadableBundle
 
 __all__ = ["MANIFEST", "BUNDLE_FORMAT", "BUNDLE_VERSION", "FileEntry", "Manifest",

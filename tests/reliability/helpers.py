@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from benchclaw.experiments import prereg
-from benchclaw.ledger import read_ledger
-from benchclaw.runner import GridResult, run_experiment
-from benchclaw.store import Store
+from benchclaw.experiments.ledger import read_ledger
+from benchclaw.experiments.runner import GridResult, run_experiment
+from benchclaw.evidence.store import Store
 
 FIGURES_ENV = "BENCHCLAW_RELIABILITY_FIGURES"
 
@@ -184,7 +184,7 @@ def build_products(store: Store, exp_id: str, out: Path, *, include_site: bool =
     verifier's verdict on it, the way a user makes them after a grid."""
     from benchclaw.analysis import render_markdown, render_terminal
     from benchclaw.bundle import export_bundle
-    from benchclaw.report import build_summary
+    from benchclaw.analysis.report import build_summary
     from benchclaw.site import build_site
     from benchclaw.verify import verify_bundle
 

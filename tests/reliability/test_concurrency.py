@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from benchclaw.experiments import prereg
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 from .helpers import record_figures, write_spec
 

@@ -35,10 +35,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchclaw._store_check import check_store
+from benchclaw.evidence.check import check_store
 from benchclaw.experiments import prereg
-from benchclaw.ledger import read_ledger
-from benchclaw.store import Store
+from benchclaw.experiments.ledger import read_ledger
+from benchclaw.evidence.store import Store
 
 from .helpers import (bodies, experiment_runs, journal, ledger_ids, record_figures, run_grid, verdict_text,
                       write_spec)
@@ -93,7 +93,7 @@ def _kill_all(roots: list[Path]) -> list[dict]:
 @pytest.fixture(scope="module")
 def crashed(tmp_path_factory):
     from benchclaw.bundle import export_bundle
-    from benchclaw.report import build_summary
+    from benchclaw.analysis.report import build_summary
     from benchclaw.verify import verify_bundle
 
     tmp = tmp_path_factory.mktemp("crash")
@@ -196,7 +196,7 @@ def test_figures(crashed):
 
 KILL_CHILD = """
 import os, sys
-from benchclaw import store as S
+from benchclaw.evidence import store as S
 kind, when = {kind!r}, {when!r}
 append, seal = S.RunWriter.append, S.RunWriter.seal
 def killing_append(self, k, body):
@@ -225,7 +225,7 @@ KILL_POINT_BUGS: dict[str, str] = {}  # "before-run-end" fixed: an aborted run's
 @pytest.mark.parametrize("point", list(KILL_POINTS))
 def test_a_kill_at_each_record_boundary_resumes_cleanly(tmp_path, point, request):
     from benchclaw.bundle import export_bundle
-    from benchclaw.report import build_summary
+    from benchclaw.analysis.report import build_summary
     from benchclaw.verify import verify_bundle
 
     kind, when = KILL_POINTS[point]

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 from .helpers import record_figures, register_and_run, verdict_text, write_spec
 

@@ -22,11 +22,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchclaw import jsonio
+from benchclaw.formats import jsonio
 from benchclaw.sim.backend import SimBackend, SimFaults
 from benchclaw.sim.profiles import load_profiles
 from benchclaw.sim.server import SimServer
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 from .helpers import (terminal_row, assert_ledgers_reconcile, bodies, build_products, experiment_runs, record_figures,
                       register_and_run, tier_row, write_spec, patched_profiles)
@@ -146,6 +146,16 @@ def test_the_grid_completes_with_one_run_per_fault_and_profile(grid):
     assert {r.start["profile"]["name"] for r in grid.runs} == set(PROFILES)
 
 
+def _assert_calls_per_run(fault: Fault, calls: list, end: dict, where: str) -> None:
+    """Every attempt a persistent fault allows was made, unless the run ended because the
+    next retry's wait was longer than the time it had left (on a loaded machine the run's
+    5 s can run short before the last backoff): fewer calls only for that stated reason."""
+    if len(calls) < fault.calls_per_run and "longer than the" in str(end["reason"]):
+        assert end["status"] == "provider_error" and "the run has left" in end["reason"], where
+        return
+    assert len(calls) == fault.calls_per_run, f"{where}: {end['reason']}"
+
+
 @pytest.mark.parametrize("name", list(FAULTS))
 def test_each_fault_ends_the_run_right_and_records_every_call(grid, name):
     fault = FAULTS[name]
@@ -155,7 +165,7 @@ def test_each_fault_ends_the_run_right_and_records_every_call(grid, name):
         assert end["status"] in fault.statuses, f"{where}: {end['status']}: {end['reason']}"
         assert end["calls"] == len(calls) >= 1
         if fault.calls_per_run is not None:
-            assert len(calls) == fault.calls_per_run, where
+            _assert_calls_per_run(fault, calls, end, where)
         if fault.error:
             failed = [c for c in calls if c["error"]]
             assert failed and all(c["error"]["kind"] == fault.error and c["outcome"] == "error" for c in failed), where

@@ -26,11 +26,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchclaw import jsonio
-from benchclaw._runner_io import default_backends
+from benchclaw.formats import jsonio
+from benchclaw.experiments.executor import default_backends
 from benchclaw.sim.lures import find_lures
-from benchclaw.store import Store
-from benchclaw.tasks import find_tasks, load_task, path_allowed
+from benchclaw.evidence.store import Store
+from benchclaw.checks.tasks import find_tasks, load_task, path_allowed
 
 from .helpers import (terminal_row, bodies, build_products, experiment_runs, record_figures, register_and_run, tier_row,
                       verdict_text, write_spec)

@@ -24,9 +24,9 @@ import time
 
 import pytest
 
-from benchclaw._store_check import check_store
+from benchclaw.evidence.check import check_store
 from benchclaw.experiments import prereg
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 from .helpers import record_figures, write_spec
 

@@ -30,7 +30,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 from .helpers import (bodies, build_products, experiment_runs, record_figures, register_and_run, verdict_text,
                       write_spec)

@@ -29,7 +29,7 @@ import pytest
 
 from benchclaw.sim.backend import SimBackend, SimFaults
 from benchclaw.sim.server import SimServer
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 from .helpers import bodies, experiment_runs, record_figures, write_spec
 

@@ -18,12 +18,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchclaw import jsonio
-from benchclaw.money import MAX_TOKEN_BYTES, Prices, Usage, call_cost
+from benchclaw.formats import jsonio
+from benchclaw.formats.money import MAX_TOKEN_BYTES, Prices, Usage, call_cost
 from benchclaw.sim.backend import SimBackend, SimFaults
 from benchclaw.sim.profiles import load_profiles
 from benchclaw.sim.server import SimServer
-from benchclaw.store import Store
+from benchclaw.evidence.store import Store
 
 from .helpers import (assert_ledgers_reconcile, bodies, build_products, experiment_runs, record_figures,
                       register_and_run, write_spec)

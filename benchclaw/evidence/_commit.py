@@ -39,7 +39,9 @@ import os
 import threading
 from pathlib import Path
 
-__all__ = ["Committer", "committer"]
+from ..errors import StorageError
+
+__all__ = ["Committer", "committer", "storage_error"]
 
 _THREADS = 8     # fsyncs in flight at once; more only contend for the GIL on their way back
 _INLINE = 4      # a phase this small runs on the committer's own thread (a hop costs more)
@@ -194,8 +196,6 @@ class Committer:
     def _move(renames: list) -> set[str]:
         """Step 2: every rename of the pass (its bytes are durable now); returns the
         directories to fsync. Raises StorageError for the first that fails."""
-        from .store import storage_error
-
         dirs: set[str] = set()
         for _, src, dst, sync in renames:
             try:
@@ -222,9 +222,18 @@ class Committer:
             raise errors[0]
 
 
-def _fsync_one(item) -> BaseException | None:
-    from .store import storage_error
+def storage_error(path: Path, what: str, err: OSError) -> StorageError:
+    """The StorageError for a failed write of ``path`` (names the file and the cause). It
+    lives here, below the store, because the commit pass raises it too."""
+    reason = err.strerror or str(err)
+    hint = " (the disk is full)" if err.errno == 28 else ""
+    if err.errno in (13, 30):  # EACCES, EROFS
+        hint = " (the runs directory is not writable here)"
+    return StorageError(f"{path}: cannot {what}: {reason}{hint}; everything written before is safe; "
+                        "free space, then run `benchclaw runs recover` (a grid run does it on start)")
 
+
+def _fsync_one(item) -> BaseException | None:
     fd, path, is_dir = item
     try:
         if is_dir:

@@ -4,14 +4,14 @@ Why it is built this way:
 - **asyncio, one process.** A run spends nearly all its time waiting for the model, so
   one event loop keeps ``--concurrency N`` runs in flight with no threads. ``N`` unit
   drivers pull units (grid runs, longest-expected first, then live trials: see
-  ``_grid.longest_first``) from one queue; each run takes a
+  ``experiments.grid.longest_first``) from one queue; each run takes a
   global slot and a per-tier slot (``settings.tier_concurrency``), so a speculative trial
   running two tiers at once cannot deadlock the pool.
 - **Evidence first, resumable by construction.** The experiment's lock is held for the
   grid's life (one runner per experiment; other experiments and ``try`` may share the runs
   directory). Before anything, open runs left by a crash are sealed as ``aborted``
   (``recover_store``, which leaves runs whose writer is alive alone) and runs sealed without a journal
-  record are adopted. What is done is then read from the journal (``_grid.History``):
+  record are adopted. What is done is then read from the journal (``experiments.grid.History``):
   finished units are skipped; a run that called the model counts as it stands (an aborted
   one is a failure), never silently redone; one that never called the model runs again.
 - **Interruption is a normal ending.** SIGINT/SIGTERM cancel the drivers; each cut-off
@@ -35,18 +35,18 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from ._grid import (History, Shard, Unit, attempt_from_run, longest_first, make_cells, make_units,
-                    resolve_tasks, run_length_prior, trial_id)
-from ._progress import Progress
-from ._runner_io import (Backends, LocalExecutor, RunDone, RunJob, RunParts, default_backends,
-                         first_last)
-from ._store_check import recover_store
-from .errors import BenchClawError
-from .experiments import Spec, require_registered
+from .grid import (History, Shard, Unit, attempt_from_run, longest_first, make_cells, make_units,
+                   resolve_tasks, run_length_prior, trial_id)
+from .progress import Progress
+from .executor import (Backends, LocalExecutor, RunDone, RunJob, RunParts, default_backends,
+                       first_last)
+from ..evidence.check import recover_store
+from ..errors import BenchClawError
+from . import Spec, require_registered
 from .ledger import Ledger, Limits, new_ledger_id, read_ledger
-from .money import fmt_usd
-from .policies import next_batch, outcome
-from .store import Store, default_writer
+from ..formats.money import fmt_usd
+from ..formats.policies import next_batch, outcome
+from ..evidence.store import Store, default_writer
 
 __all__ = ["run_experiment", "run_experiment_sync", "GridResult", "GridInterrupted", "Backends",
            "default_backends"]
@@ -98,9 +98,9 @@ async def run_experiment(store: Store, experiment: str, *, spec: Spec | None = N
     FormatError/ProviderConfigError for a grid that cannot run (unknown task, tier or
     price), and re-raises an unexpected error from a run after recording the stop.
     An interruption returns a result with ``status == "interrupted"``. ``shard`` runs only
-    that slice of the grid, with its share of the budget (``benchclaw._grid.Shard``).
+    that slice of the grid, with its share of the budget (``benchclaw.experiments.grid.Shard``).
     ``executor`` makes the runs (default ``LocalExecutor``: in this event loop; see
-    ``benchclaw._runner_io.Executor`` and ``benchclaw._executor_ray.RayExecutor``).
+    ``benchclaw.experiments.executor.Executor`` and ``benchclaw.experiments.ray_executor.RayExecutor``).
     """
     backends = backends or default_backends(sim_options)
     if spec is None:
@@ -434,7 +434,7 @@ class _Grid:
 
 
 # ------------------------------------------------------------------------ stopping rules
-# One entry per rule of spec_format.STOP_RULES: ``(grid, ledger state, params) -> why the
+# One entry per rule of formats.spec.STOP_RULES: ``(grid, ledger state, params) -> why the
 # grid stops now, or None``.
 
 def _spend_reached(g: _Grid, st, p: dict) -> str | None:

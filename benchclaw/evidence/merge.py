@@ -33,10 +33,11 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._store_check import check_store
-from .errors import IntegrityError, UsageError
-from .records import parse_line, split_lines
-from .store import VERSION_TEXT, Store, storage_error, write_atomically
+from ._commit import storage_error
+from .check import check_store
+from ..errors import IntegrityError, UsageError
+from ..formats.records import parse_line, split_lines
+from .store import VERSION_TEXT, Store, write_atomically
 
 __all__ = ["merge_store", "MergeReport"]
 

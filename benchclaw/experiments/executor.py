@@ -6,7 +6,7 @@ Why it is built this way:
   policies, resume, stopping rules, the journal); an executor makes one agent run at a
   time on request (``RunJob`` -> ``RunDone``) and, when a run is cut off, seals what it
   wrote and settles its reservations (``cut_off``). ``LocalExecutor`` runs the agent in
-  this event loop; ``benchclaw._executor_ray.RayExecutor`` runs it on a Ray cluster. Both
+  this event loop; ``benchclaw.experiments.ray_executor.RayExecutor`` runs it on a Ray cluster. Both
   leave the same files in the runs directory.
 - ``Backends`` names the five things a grid needs from the parts below it (tasks,
   catalog, agent profiles, providers, the agent loop). The defaults import them lazily;
@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Awaitable, Callable
 
-from .errors import IntegrityError
+from ..errors import IntegrityError
 from .ledger import Ledger, Reservation
-from .money import fmt_usd
-from .records import parse_line
-from ._store_check import recover_one, run_totals
-from .store import RunWriter, Store
+from ..formats.money import fmt_usd
+from ..formats.records import parse_line
+from ..evidence.check import recover_one, run_totals
+from ..evidence.store import RunWriter, Store
 
 __all__ = ["Backends", "default_backends", "RunLedger", "RunSlot",
            "seal_cut_off", "RunParts", "RunJob", "RunDone", "Executor", "LocalExecutor", "agent_kwargs",
@@ -53,10 +53,10 @@ class Backends:
 def default_backends(sim_options: Any = None) -> Backends:
     """The real parts: built-in tasks, shipped catalogs and profiles, ``make_provider``
     (with ``sim_options`` for ``sim`` tiers) and ``benchclaw.agent.run_agent``."""
-    from .agent import load_profile, run_agent
-    from .providers import make_provider
-    from .providers.catalog import load_catalog
-    from .tasks import find_tasks
+    from ..agent import load_profile, run_agent
+    from ..providers import make_provider
+    from ..providers.catalog import load_catalog
+    from ..checks.tasks import find_tasks
 
     return Backends(tasks=find_tasks, catalog=load_catalog, profile=load_profile,
                     provider=lambda tier: make_provider(tier, sim_options=sim_options), run_agent=run_agent)
@@ -156,7 +156,7 @@ class RunJob:
     """One agent run: ``cell`` at ``tier``; ``policy_context`` becomes ``run.start.policy``
     and its ``attempt`` tags the run's reservations."""
 
-    cell: Any              # benchclaw._grid.Cell
+    cell: Any              # benchclaw.experiments.grid.Cell
     tier: str
     policy_context: dict
 

@@ -2,7 +2,7 @@
 
 Worst-case spend = carried + settled + unknown (at the reservation's upper bound) + open
 reservations. This is the one definition of that arithmetic and of the rule that refuses
-a reservation: the writer (``benchclaw.ledger``, which folds in every writer's records
+a reservation: the writer (``benchclaw.experiments.ledger``, which folds in every writer's records
 under its lock) and the offline verifier (which replays a bundle's ledger and checks that
 no reservation could have passed a limit) both call it. It is pure (standard library,
 ``records``, ``money``) because the verifier must not import the writer side (file locks,
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Callable, Iterable, Mapping
 
-from .errors import FormatError, IntegrityError
+from ..errors import FormatError, IntegrityError
 from .money import fmt_usd, parse_usd
 from .records import Record
 

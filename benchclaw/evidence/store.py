@@ -4,7 +4,7 @@ Why it is built this way:
 - Every record is written whole with one ``O_APPEND`` write before ``append`` returns, so a
   process crash loses at most the line being written; recovery keeps every complete line and
   sets a torn one aside.
-- Durability is a group commit (``benchclaw._commit``): a write marks its file, one fsync
+- Durability is a group commit (``benchclaw.evidence._commit``): a write marks its file, one fsync
   pass on worker threads covers every file marked since the last, and a caller that needs
   its write on disk before its next step waits for the pass covering it: a sync caller
   blocks (``append(durable=True)``, ``put_blob``, ``seal``), the agent and runner await
@@ -35,15 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import jsonio
-from ._commit import committer
-from .errors import FormatError, InputError, IntegrityError, StorageError, UsageError
-from .names import safe_name
-from .records import (GENESIS, Record, encode, line_hash, parse_line, split_lines,
-                      utc_now, verify_chain)
+from ..formats import jsonio
+from ._commit import committer, storage_error
+from ..errors import FormatError, InputError, IntegrityError, StorageError, UsageError
+from ..formats.names import safe_name
+from ..formats.records import (GENESIS, Record, encode, line_hash, parse_line, split_lines, utc_now,
+                               verify_chain)
 
 __all__ = ["Store", "RunWriter", "SealedRun", "ChainFile", "Journal", "JournalEntry", "VERSION_TEXT",
-           "make_durable", "shared_lock", "default_writer", "storage_error", "write_atomically"]
+           "make_durable", "shared_lock", "default_writer", "write_atomically"]
 
 VERSION_TEXT = b"benchclaw-runs 1\n"
 _PRESENT_MAX = 65536  # blob digests a Store remembers as present (about 10 MB at most)
@@ -59,7 +59,7 @@ def _fsync_dir(path: Path) -> None:
 
 def make_durable(fd: int) -> None:
     """fsync ``fd`` now, on this thread: for the rare writers outside the group commit
-    (recovery, merge, the Ray landing). Appends and blobs go through ``benchclaw._commit``."""
+    (recovery, merge, the Ray landing). Appends and blobs go through ``benchclaw.evidence._commit``."""
     os.fsync(fd)
 
 
@@ -110,16 +110,6 @@ def _read_staged(path: Path) -> bytes | None:
     return None
 
 
-def storage_error(path: Path, what: str, err: OSError) -> StorageError:
-    """The StorageError for a failed write of ``path`` (names the file and the cause)."""
-    reason = err.strerror or str(err)
-    hint = " (the disk is full)" if err.errno == 28 else ""
-    if err.errno in (13, 30):  # EACCES, EROFS
-        hint = " (the runs directory is not writable here)"
-    return StorageError(f"{path}: cannot {what}: {reason}{hint}; everything written before is safe; "
-                        "free space, then run `benchclaw runs recover` (a grid run does it on start)")
-
-
 def _append_line(fd: int, path: Path, good_size: int, line: bytes, what: str) -> None:
     """The one append rule: write one whole line with ``O_APPEND``; a short write or an
     error (a full disk) cuts the file back to ``good_size``, so no torn line is left
@@ -165,7 +155,7 @@ class ChainFile:
       was appended since, and each new line must follow (``seq`` + 1, ``prev`` = hash of
       the line before). A file that shrank, was replaced, or whose last known line changed
       is refused with IntegrityError, never silently started over.
-    - **Durability rule**: the line is marked for the group commit (``benchclaw._commit``)
+    - **Durability rule**: the line is marked for the group commit (``benchclaw.evidence._commit``)
       and ``append`` waits for the pass covering it; with ``durable=False`` it does not wait,
       and the next commit anyone asks for (``Store.commit``, a durable append) carries it.
       ``ticket`` is the mark of the last append.

@@ -26,7 +26,7 @@ class PolicyError(ValueError):
     """An unknown policy name or a tier the grid does not have."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per run or trial of an analysis: no instance dict
 class Attempt:
     """One run's result as a policy sees it."""
 
@@ -40,7 +40,7 @@ class Attempt:
     batch: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per run or trial of an analysis: no instance dict
 class TrialOutcome:
     policy: str
     attempts: tuple[Attempt, ...]

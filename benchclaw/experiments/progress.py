@@ -13,7 +13,7 @@ from collections import deque
 from decimal import Decimal
 from typing import TextIO
 
-from .money import fmt_usd
+from ..formats.money import fmt_usd
 
 __all__ = ["Progress", "fmt_eta"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from . import jsonio
-from .errors import FormatError, IntegrityError
+from ..errors import FormatError, IntegrityError
 
 __all__ = [
     "ENVELOPE_VERSION",

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from . import jsonio
-from .errors import InputError, UsageError
-from .names import terminal_safe
-from .records import Record
+from ..formats import jsonio
+from ..errors import InputError, UsageError
+from ..formats.names import terminal_safe
+from ..formats.records import Record
 from .store import Store
 
 __all__ = ["run_rows", "resolve_run_id", "timeline"]

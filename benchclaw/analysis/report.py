@@ -15,16 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
-from . import jsonio
-from .analysis import ExperimentData, render_markdown, summarise
-from .analysis.fold import CondensedRun, ExperimentFold
-from .analysis.inputs import registered_digest
-from .errors import FormatError, InputError, RegistrationError
-from .records import GENESIS, Record, line_hash, parse_line
-from .store import ChainFile, Store, safe_name
+from ..formats import jsonio
+from . import ExperimentData, render_markdown, summarise
+from .fold import CondensedRun, ExperimentFold
+from .inputs import registered_digest
+from ..errors import FormatError, InputError, RegistrationError
+from ..formats.records import GENESIS, Record, line_hash, parse_line
+from ..evidence.store import ChainFile, Store, safe_name
 
 __all__ = ["load_experiment", "build_summary", "write_summary", "write_markdown",
-           "summary_bytes", "build_comparison", "ledger_stream", "ExperimentInput", "experiment_input"]
+           "summary_bytes", "build_comparison", "ledger_stream", "ExperimentInput", "experiment_input",
+           "analysed_journal"]
 
 
 def load_experiment(store: Store, experiment: str, *,
@@ -61,12 +62,24 @@ def experiment_input(store: Store, experiment: str, known: Mapping[str, Condense
     ``known``: every run of the experiment by id, with its cached ``CondensedRun`` or None
     (then it is read from the store). Raises IntegrityError/FormatError (naming the file)
     for a damaged journal, ledger or run log."""
-    entries = [(e.writer, e.record) for e in store.read_journal(experiment)]
+    entries = analysed_journal(store, experiment)
     digest = registered_digest([rec for _, rec in entries])
     spec, spec_error = _spec(store, digest)
     fold = _fold(store, experiment, known)
     data = fold.data(entries, store.get_blob, ledgers=_ledgers(store, fold, entries), spec=spec)
     return ExperimentInput(data, spec_error)
+
+
+def analysed_journal(store: Store, experiment: str) -> list[tuple[str, Record]]:
+    """(writer, record) of every journal record the analysis and the site read, in reader
+    order (at, writer, seq; FORMAT.md §7), each writer's chain verified as it streams. A
+    grid's ``run`` records (one per run, read by neither) are left out: held, they were
+    the largest part of a 20,000-run build's memory after the runs themselves."""
+    entries = []
+    for path in store.journal_paths(experiment):
+        entries.extend((path.stem, rec) for rec in ledger_stream(path) if rec.kind != "run")
+    entries.sort(key=lambda e: (e[1].at, e[0], e[1].seq))
+    return entries
 
 
 def _spec(store: Store, digest: str | None) -> tuple[dict, str | None]:
@@ -133,7 +146,7 @@ def build_summary(store: Store, experiment: str) -> dict:
 def build_comparison(store: Store, experiments: list[str], policies: list[str] | None = None) -> dict:
     """The comparison object of ``experiments`` in the order given (``analysis.compare``
     over each one's summary and facts). Raises as ``load_experiment`` for each."""
-    from .analysis import compare, experiment_facts
+    from . import compare, experiment_facts
 
     items = []
     for exp in experiments:

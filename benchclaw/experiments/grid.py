@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Callable, Iterable, Mapping
 
-from .errors import FormatError, UsageError
-from .policies import Attempt
-from .records import parse_line
-from .store import Store
+from ..errors import FormatError, UsageError
+from ..formats.policies import Attempt
+from ..formats.records import parse_line
+from ..evidence.store import Store
 
 __all__ = ["Cell", "Unit", "History", "Shard", "resolve_tasks", "make_cells", "make_units", "cell_id",
            "group_key", "trial_id", "attempt_from_run", "BAD_STATUSES", "longest_first",
@@ -58,7 +58,7 @@ def trial_id(policy: str, cell: str, rerun: bool) -> str:
 
 @dataclass(frozen=True)
 class Cell:
-    task: Any        # benchclaw.tasks.Task
+    task: Any        # benchclaw.checks.tasks.Task
     profile: str
     seed: int
 

@@ -26,7 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import FormatError, InputError
+from ..errors import FormatError, InputError
 from .money import parse_usd
 from .names import safe_name
 from .policies import PolicyError, parse_policy
@@ -262,7 +262,7 @@ def _hypotheses(t: _Table) -> tuple[Hypothesis, ...]:
 def _parse_rule(rule: str, where: str) -> Any:
     """Validate with the analysis engineer's parser when it is installed, else keep the text."""
     try:
-        from .analysis.rules import parse_rule
+        from .rules import parse_rule
     except ImportError:
         return None
     try:

@@ -2,12 +2,12 @@
 
 Why it is built this way:
 - **The runner still plans on the driver.** Units, policies, resume, stopping rules and
-  the journal stay in ``benchclaw.runner``; only ``run_agent`` moves to a worker. A worker
+  the journal stay in ``benchclaw.experiments.runner``; only ``run_agent`` moves to a worker. A worker
   writes its run into a scratch runs directory and returns the sealed bytes and blobs;
   the driver stores them (content addressed, so storing twice is a no-op) under the same
   run id, so its runs directory ends up as a local run would leave it.
 - **One ledger authority.** Every reservation goes through one Ray actor, ``_Authority``,
-  pinned to the driver's node. It owns a ``benchclaw.ledger.Ledger`` on the invocation's
+  pinned to the driver's node. It owns a ``benchclaw.experiments.ledger.Ledger`` on the invocation's
   ledger file (the same fold, flock and fsync as a local run) and serialises reservations,
   so no number of workers can pass the budget or the per-call stop.
 - **Evidence before the call.** With each reservation (and settlement) a worker sends the
@@ -33,13 +33,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ._grid import reserved_attempts
-from ._runner_io import Executor, RunDone, RunJob, RunParts, agent_kwargs, first_last
-from ._store_check import recover_one
-from .errors import BudgetError, IntegrityError, UsageError
+from .grid import reserved_attempts
+from .executor import Executor, RunDone, RunJob, RunParts, agent_kwargs, first_last
+from ..evidence.check import recover_one
+from ..errors import BudgetError, IntegrityError, UsageError
 from .ledger import Ledger, Reservation
-from .records import GENESIS, blob_refs, line_hash, parse_line, split_lines, verify_chain
-from .store import RunWriter, Store, storage_error, write_atomically
+from ..formats.records import GENESIS, blob_refs, line_hash, parse_line, split_lines, verify_chain
+from ..evidence.store import RunWriter, Store, storage_error, write_atomically
 
 __all__ = ["RayExecutor", "require_ray"]
 
@@ -69,7 +69,7 @@ class RayExecutor(Executor):
         self.refs: dict[str, Any] = {}
         self.preloaded: dict[str, Any] = {}
 
-    # -- the executor interface (benchclaw._runner_io.Executor) -------------------------
+    # -- the executor interface (benchclaw.experiments.executor.Executor) -------------------------
     def prepare(self, parts: RunParts) -> None:
         ray = require_ray()
         if not ray.is_initialized():

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Iterable, Mapping
 
-from .errors import FormatError, ProviderConfigError
+from ..errors import FormatError, ProviderConfigError
 
 __all__ = [
     "Usage",

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import jsonio
-from .errors import FormatError
+from ..errors import FormatError
 
 __all__ = ["Profile", "USAGE_SHAPES", "TURN_KINDS", "parse_profiles", "effort_for", "sim_tokens",
            "prompt_tokens", "digest", "Streams", "turn_noise", "FAMILY_CUES", "detect_family", "first_prompt",

@@ -33,7 +33,7 @@ from decimal import Decimal
 from typing import Callable, Protocol
 
 from ..errors import FormatError
-from .interval import (Interval, compare, kleene_and, kleene_not, kleene_or)
+from .interval import Interval, compare, kleene_and, kleene_not, kleene_or
 
 __all__ = ["RuleError", "Rule", "Term", "Evaluation", "parse_rule", "FUNCTIONS", "LIMITS",
            "MODES", "MetricSource"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from .errors import InputError
+from ..errors import InputError
 
 __all__ = ["safe_name", "SAFE_NAME_CHARS", "terminal_safe", "json_terminal_safe", "entry_name_problem",
            "entry_name_fold", "ENTRY_NAME_BYTES"]

@@ -9,7 +9,7 @@ Why it is built this way (FORMAT.md "Ledgers"):
   a call with no usage (timeout, abort, crash) stays spent at its upper bound, marked
   unknown. So the worst-case spend never passes the limit, whatever the provider does.
 - **Durable.** Every reservation, settlement and refusal is one hash-chained record
-  appended by the one chain writer (``benchclaw.store.ChainFile``: its append, refresh
+  appended by the one chain writer (``benchclaw.evidence.store.ChainFile``: its append, refresh
   and durability rules), fsynced before its call is made: before ``reserve`` returns, or,
   for a caller on an event loop (``durable=False``), by the group commit it awaits then. After a crash the
   file is replayed: a reservation never settled counts as spent at its upper bound, which
@@ -19,7 +19,7 @@ Why it is built this way (FORMAT.md "Ledgers"):
   other writers appended (``ChainFile.append_with``), so threads and processes sharing a
   ledger can never jointly pass a limit.
 
-The replay arithmetic and the refusal rule are the pure ``benchclaw.ledger_replay`` (the
+The replay arithmetic and the refusal rule are the pure ``benchclaw.formats.ledger`` (the
 offline verifier replays bundles with it); ``Limits`` and ``LedgerState`` live there and are
 re-exported here.
 
@@ -37,14 +37,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Callable
 
-from .errors import BudgetError, InputError, IntegrityError
-from .ledger_replay import LEDGER_KINDS, LedgerState, Limits
-from .ledger_replay import apply_record as _apply
-from .ledger_replay import refusal as _refusal
-from .ledger_replay import totals as _totals
-from .money import fmt_usd
-from .records import Record, split_lines, utc_now, verify_chain
-from .store import ChainFile, Store, safe_name, shared_lock
+from ..errors import BudgetError, InputError, IntegrityError
+from ..formats.ledger import LEDGER_KINDS, LedgerState, Limits
+from ..formats.ledger import apply_record as _apply
+from ..formats.ledger import refusal as _refusal
+from ..formats.ledger import totals as _totals
+from ..formats.money import fmt_usd
+from ..formats.records import Record, split_lines, utc_now, verify_chain
+from ..evidence.store import ChainFile, Store, safe_name, shared_lock
 
 __all__ = ["Ledger", "Limits", "Reservation", "LedgerState", "ledger_path", "new_ledger_id",
            "read_ledger", "LEDGER_KINDS"]

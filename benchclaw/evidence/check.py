@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
-from .errors import FormatError, IntegrityError
-from .money import fmt_usd
-from .records import RUN_KINDS, Record, blob_refs, encode, line_hash, split_lines, utc_now, verify_chain
+from ..errors import FormatError, IntegrityError
+from ..formats.money import fmt_usd
+from ..formats.records import (RUN_KINDS, Record, blob_refs, encode, line_hash, split_lines,
+                               utc_now, verify_chain)
 from .store import ChainFile, Store, make_durable, storage_error
 
 __all__ = ["check_store", "recover_store", "recover_one", "run_totals", "Damage", "CheckReport", "Recovered"]

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .checks import CheckResult, CheckSpec, run_checks, validate_spec
-from .checks.digest import task_digest
-from .checks.quotes import parse_line_spec
-from .errors import FormatError, InputError
-from .names import entry_name_fold, entry_name_problem, terminal_safe
-from .paths import builtin_tasks_dir
+from . import CheckResult, CheckSpec, run_checks, validate_spec
+from .digest import task_digest
+from .quotes import parse_line_spec
+from ..errors import FormatError, InputError
+from ..formats.names import entry_name_fold, entry_name_problem, terminal_safe
+from ..paths import builtin_tasks_dir
 
 __all__ = ["Task", "load_task", "find_tasks", "get_task", "task_digest", "path_allowed",
            "match_lure", "render_workspace_section", "workspace_with", "check_artifacts",

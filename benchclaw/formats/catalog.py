@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
-from .errors import FormatError, ProviderConfigError
+from ..errors import FormatError, ProviderConfigError
 from .money import PRICE_FIELDS, Prices
 
 __all__ = ["Tier", "Catalog", "parse_catalog", "KNOWN_PROVIDERS", "CATALOG_VERSION", "MAX_EXTENDS"]
