@@ -148,7 +148,7 @@ def _same_result(run: Run, line: int, got: dict, want: dict) -> None:
 
 
 def _end_claims(run: Run, passed: bool, gate: bool) -> None:
-    end, last = run.end, len(run.records)
+    end, last = run.end, run.count
     for key, want in (("passed", passed), ("gate_passed", gate)):
         if end.get(key) is not want:
             raise VerificationError(run.path, f"run.end {key}={end.get(key)!r}, the recomputed "
@@ -160,7 +160,7 @@ def _end_claims(run: Run, passed: bool, gate: bool) -> None:
 
 
 def _no_checks(run: Run) -> None:
-    end, last = run.end, len(run.records)
+    end, last = run.end, run.count
     if end.get("status") != "aborted":
         raise VerificationError(run.path, f"run ended {end.get('status')!r} but holds no check "
                                 "results (only an aborted run may lack them)", last)
@@ -170,4 +170,4 @@ def _no_checks(run: Run) -> None:
 def _no_claims(run: Run) -> None:
     """An aborted run's claims are fixed at false (FORMAT.md §3, crash recovery)."""
     if run.end.get("passed") or run.end.get("gate_passed"):
-        raise VerificationError(run.path, "an aborted run claims a pass", len(run.records))
+        raise VerificationError(run.path, "an aborted run claims a pass", run.count)

@@ -453,7 +453,7 @@ def _normalised(b: _Step, run: Run, line: int, digest) -> Usage | None:
 
 
 def _totals(run: Run, calls: int, usages: list[Usage], total: CostBounds) -> None:
-    end, last = run.end, len(run.records)
+    end, last = run.end, run.count
     usage = sum_usage(usages).to_dict()
     if end.get("calls") != calls:
         raise VerificationError(run.path, f"run.end calls={end.get('calls')!r}, the run holds {calls}", last)

@@ -215,7 +215,7 @@ def verify_order(ix: Index, runs, sec: Section) -> None:
 
 
 def _run_after_its_start(run: Run, first: str, started: dict, jobs: dict) -> None:
-    at = run.records[0].at
+    at = run.started_at
     if at <= first:
         raise VerificationError(run.path, f"run started at {at}, before the studio journal opened at {first}", 1)
     start = started.get(run.policy.get("attempt"))
@@ -297,7 +297,7 @@ def _as_configured(run: Run, jobs: dict, opens: list) -> None:
     """The run used what the studio offered when its job started (``studio.open`` in force):
     its catalog, one of its tiers, tasks and profiles, and a policy it allowed."""
     job = jobs.get(run.policy.get("job"))
-    opened = budgets_in_force(opens, run.records[0].at)
+    opened = budgets_in_force(opens, run.started_at)
     if job is None or opened is None:
         return  # reported by _ran_its_job and step 7
     o, st = opened.body, run.start

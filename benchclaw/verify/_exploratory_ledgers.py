@@ -212,7 +212,7 @@ def _tie_run(tie: Tie, exp: str, run: Run, replays: dict, day_reps: list) -> Non
     if run.end.get("status") == "budget_stop" and not any(
             r.get("attempt") == attempt for rep in (session, *day_reps) for r in rep.refusals):
         raise VerificationError(run.path, f"ended budget_stop but neither {want} nor a day ledger records a "
-                                "refusal for it", len(run.records))
+                                "refusal for it", run.count)
 
 
 RESTARTED = "studio restarted: the call was cut off"

@@ -5,8 +5,10 @@ hand each other what they accepted: step 2 the runs, step 4 the calls' costs), n
 zip. What the index keeps of an entry is what some step reads of it, and no more:
 
 - every entry: its size and SHA-256, or the error that kept it from being read;
-- a run log: its records (bodies parsed, line bytes dropped once the chain was checked), or
-  the error its parse stopped at (``RunLog``);
+- a run log: its bytes as the zip deflated them, its first and last record, the digests
+  its records reference, or the error its parse stopped at (``RunLog``). Its records are
+  parsed again from those bytes when a step asks (``RunLog.records``), never all held at
+  once: at 20,000 runs they would be a gigabyte;
 - an object: its digest; a request's or raw usage blob's reading (``_costs.derive``); a
   reply's text; the bytes of the few objects read whole (catalogs, specs, task listings),
   and of one no reading could be taken of (the step that needs it reports why). Requests,
@@ -21,6 +23,8 @@ Nothing here changes once ``_reading.reading`` yields it: the mappings are read-
 
 from __future__ import annotations
 
+import zlib
+from array import array
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, NamedTuple
@@ -51,18 +55,41 @@ class Rec(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RunLog:
-    """A run log as read: its records, the first record whose body is ill-typed (its line
-    and error, or 0 and None), and the digests each record before it references (as raw
-    32-byte SHA-256 values, one after another); ``fault``:
-    a first record that is not ``run.start`` or a last that is not ``run.end``. A log whose
-    chain is broken is its ``VerificationError`` instead."""
+    """A run log as read, in a few kilobytes: ``packed``, its bytes as the zip deflated them
+    (``stored``: as they are); ``count`` records, the ``first`` and ``last`` (every step
+    reads them); the first record whose body is ill-typed (its line and error, or 0 and
+    None); the digests each record before it references, as raw 32-byte SHA-256 values
+    one after another in ``refs``, record i's ending at ``ref_ends[i]``; ``fault``: a first
+    record that is not ``run.start`` or a last that is not ``run.end``. A log whose chain
+    is broken is its ``VerificationError`` instead."""
 
-    records: tuple[Rec, ...]
+    packed: bytes
+    stored: bool
+    count: int
+    first: Rec | None
+    last: Rec | None
     bad_line: int
     bad: VerificationError | None
-    refs: tuple[bytes, ...]
+    refs: bytes
+    ref_ends: array
     fault: VerificationError | None = None
 
+    def records(self) -> tuple[Rec, ...]:
+        """The records, parsed afresh from ``packed`` (nothing is kept: the caller holds
+        them as long as it reads them). The bytes, chain and envelopes were checked by
+        the reading stage, so this parse cannot fail."""
+        data = self.packed if self.stored else zlib.decompress(self.packed, -15)
+        # one JSON array, not a parse a line: each line parsed alone as a JSON object, and a
+        # raw newline cannot occur inside one, so the newlines are exactly the separators
+        return tuple(_rec(obj) for obj in jsonio.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]"))
+
+    def refs_of(self, line: int) -> bytes:
+        """The raw digests record ``line`` (1-based, before ``bad_line``) references."""
+        return self.refs[self.ref_ends[line - 2] if line > 1 else 0:self.ref_ends[line - 1]]
+
+
+def _rec(obj: dict) -> Rec:
+    return Rec(obj["seq"], obj["at"], obj["kind"], obj["body"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,20 +105,41 @@ class ObjectReading:
 
 @dataclass(frozen=True)
 class Run:
-    """A run that step 2 accepted: its id, bundle path and chained records."""
+    """A run that step 2 accepted: its id, bundle path and log. Its records are parsed on
+    first use and kept in ``_recent``, a slot the index shares between all its runs: the
+    steps read runs one at a time, so at most one run's records are held, however many
+    runs the bundle has (reading another run's replaces them)."""
 
     run_id: str
     path: str
-    records: tuple[Rec, ...]
-    _kinds: dict = field(default_factory=dict, repr=False, compare=False)
+    log: RunLog
+    _recent: list = field(default_factory=lambda: [None, (), {}], repr=False, compare=False)
+
+    @property
+    def records(self) -> tuple[Rec, ...]:
+        slot = self._recent
+        if slot[0] is not self.log:
+            slot[:] = [None, self.log.records(), {}]  # the old run's records go first
+            slot[0] = self.log
+        return slot[1]
 
     @property
     def start(self) -> dict:
-        return self.records[0].body
+        return self.log.first.body
 
     @property
     def end(self) -> dict:
-        return self.records[-1].body
+        return self.log.last.body
+
+    @property
+    def started_at(self) -> str:
+        """``run.start``'s ``at``, without parsing the records."""
+        return self.log.first.at
+
+    @property
+    def count(self) -> int:
+        """How many records the run has (the last one's line), without parsing them."""
+        return self.log.count
 
     @property
     def policy(self) -> dict:
@@ -100,10 +148,12 @@ class Run:
 
     def of_kind(self, kind: str) -> list[tuple[int, Rec]]:
         """(1-based line, record) of every record of ``kind`` (grouped on first use)."""
-        if not self._kinds:
-            for i, r in enumerate(self.records, 1):
-                self._kinds.setdefault(r.kind, []).append((i, r))
-        return self._kinds.get(kind, [])
+        records = self.records
+        kinds = self._recent[2]
+        if not kinds:
+            for i, r in enumerate(records, 1):
+                kinds.setdefault(r.kind, []).append((i, r))
+        return kinds.get(kind, [])
 
 
 @dataclass(frozen=True)
@@ -121,6 +171,8 @@ class Index:
     content: Mapping[str, bytes]                 # every other entry's bytes
     task_files: Mapping[str, Mapping[str, bytes]]  # tasks/<id>/v<N> -> {relative path: bytes}
     registered: frozenset | None                 # registration digests the auditor holds
+    recent: list = field(default_factory=lambda: [None, (), {}], repr=False, compare=False)
+    # ^ the one run whose records are held (``Run.records``): a memo, not evidence
 
     def has(self, name: str) -> bool:
         return name in self.sizes

@@ -138,7 +138,7 @@ def _registrations(ix: Index, exp: str, journal: list) -> None:
 
 
 def _run_registered(run: Run, regs: list) -> None:
-    start_at = run.records[0].at
+    start_at = run.started_at
     if start_at <= regs[0][0]:
         raise VerificationError(run.path, f"run started at {start_at}, before the experiment was "
                                 f"registered at {regs[0][0]}", 1)
@@ -191,7 +191,7 @@ def _registered_digest(ix: Index, exp: str, first: tuple) -> None:
 
 def _run_pinned(ix: Index, run: Run, records: list, specs: dict) -> None:
     """The run used the catalog and a task version its registration pinned (FORMAT.md §8)."""
-    digest, start_at = run.policy.get("spec_digest"), run.records[0].at
+    digest, start_at = run.policy.get("spec_digest"), run.started_at
     reg = None
     for name, line, rec in records:
         if rec.body.get("spec_digest") == digest and rec.at < start_at:
@@ -434,7 +434,7 @@ def _trial(runs, name: str, line: int, body: dict, tiers: list) -> None:
         try:
             low, high = parse_usd(cost["low"], "cost.low"), parse_usd(cost["high"], "cost.high")
         except BenchClawError as e:
-            raise VerificationError(run.path, f"run.end {e}", len(run.records)) from None
+            raise VerificationError(run.path, f"run.end {e}", run.count) from None
         attempts.append(Attempt(run.start.get("tier"), bool(run.end.get("gate_passed")),
                                 bool(run.end.get("passed")), low, high,
                                 int(run.end.get("elapsed_ms") or 0), run_id,

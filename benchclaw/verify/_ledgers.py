@@ -72,9 +72,9 @@ def verify_ledgers(ix: Index, runs, costs: Costs, sec: Section) -> None:
     for lid, rep in replays.items():
         sec.attempt(_check_carried, rep, replays)
     sec.attempt(named_ledgers_present, ix, runs, replays)
-    tied = _runs_by_attempt(Tie(costs), runs, replays, sec)
+    tied, keys = _runs_by_attempt(Tie(costs), runs, replays, sec)
     for rep in replays.values():
-        sec.attempt(_no_orphans, rep, tied.get(rep.name, {}))
+        sec.attempt(_no_orphans, rep, tied.get(rep.name, {}), keys.get(rep.name, {}))
 
 
 def ledger_records(ix: Index, name: str) -> tuple:
@@ -210,17 +210,22 @@ def named_ledgers_present(ix: Index, runs, replays: dict) -> None:
                                 f"from the bundle ({len(missing)} ledger(s) missing)")
 
 
-def _runs_by_attempt(tie: Tie, runs, replays: dict, sec: Section) -> dict:
+def _runs_by_attempt(tie: Tie, runs, replays: dict, sec: Section) -> tuple[dict, dict]:
+    """The runs naming each ledger, by attempt, with the keys of their calls (taken in the
+    same pass: a run's records are parsed again each time a step reads another run's)."""
     tied: dict[str, dict] = {}
+    keys: dict[str, dict] = {}
     for run in runs.values():
         lid = run.start.get("ledger")
         if lid is None or lid not in replays:
             continue
         attempt = run.policy.get("attempt")
         tied.setdefault(lid, {})[attempt] = run
+        calls = run.of_kind("call")
+        keys.setdefault(lid, {})[attempt] = {f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in calls}
         if sec.attempt(_check_run_calls, tie, run, replays[lid], attempt):
-            sec.count("calls tied", len(run.of_kind("call")))
-    return tied
+            sec.count("calls tied", len(calls))
+    return tied, keys
 
 
 def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt) -> None:
@@ -234,7 +239,7 @@ def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt) -> None:
             raise VerificationError(run.path, f"call: cannot tie it to the ledger ({e})", line) from None
     if run.end.get("status") == "budget_stop" and not any(r.get("attempt") == attempt for r in rep.refusals):
         raise VerificationError(run.path, f"ended budget_stop but {rep.name} records no refusal for it",
-                                len(run.records))
+                                run.count)
 
 
 def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, attempt,
@@ -268,10 +273,9 @@ def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, att
                                 f"${s.get('usd')}, the call's usage gives {want[1]} tokens ${want[2]}", line)
 
 
-def _no_orphans(rep: LedgerReplay, runs: dict) -> None:
+def _no_orphans(rep: LedgerReplay, runs: dict, calls: dict) -> None:
+    """``calls``: attempt -> the keys of its run's calls (``_runs_by_attempt``)."""
     name = f"{_PREFIX}{rep.name}.jsonl"
-    calls = {a: {f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in run.of_kind("call")}
-             for a, run in runs.items()}
     for (attempt, key), (line, res) in sorted(rep.reserves.items(), key=lambda kv: kv[1][0]):
         run = runs.get(attempt)
         if run is None:

@@ -34,6 +34,7 @@ import hashlib
 import mmap
 import os
 import re
+from array import array
 from pathlib import Path
 from typing import Iterator
 
@@ -157,7 +158,7 @@ def _read(pages: _Pages, limits: Limits, registered) -> Index:
         if data is None:
             continue
         if name.startswith("runs/"):
-            run_logs[name] = _run_log(name, data, limits, roles)
+            run_logs[name] = _run_log(name, data, _packed(view, name, data), limits, roles)
         elif name.startswith("ledgers/"):
             ledgers[name] = _ledger(name, data)
         elif not name.startswith("site/"):  # the pages: hashed for step 1, read by no step
@@ -206,21 +207,37 @@ def _task_files(content: dict) -> dict:
 
 # ------------------------------------------------------------------------------ run logs and ledgers
 
-def _run_log(name: str, data: bytes, limits: Limits, roles: dict) -> RunLog | VerificationError:
+def _packed(view: ZipView, name: str, data: bytes) -> tuple[bytes, bool]:
+    """A run log's bytes as the zip holds them (deflated: a third of their size) and whether
+    they are stored as they are: what ``RunLog.records`` parses again. A copy, not a view of
+    the archive, so what is parsed later is what was hashed now."""
+    e = view.entries[name]
+    if e.csize == e.usize:  # stored (or deflate gained nothing): keep the inflated bytes
+        return data, True
+    return bytes(view.data[e.data_offset:e.end]), False
+
+
+def _run_log(name: str, data: bytes, packed: tuple[bytes, bool], limits: Limits,
+             roles: dict) -> RunLog | VerificationError:
     """Chain, first and last record, then each body's shape in order (stopping at the first
-    ill-typed one) and the digests it references; the objects' roles noted in ``roles``."""
+    ill-typed one) and the digests it references; the objects' roles noted in ``roles``.
+    The parsed records are dropped here: a step parses them again from ``packed``."""
     if not RUN_PATH.match(name):
         return VerificationError(name, "not a run log name (runs/<aa>/<64 hex>.jsonl)")
     try:
         records = _chain(name, data, limits)
     except VerificationError as e:
         return e
+    first, last = (_compact(records[:1]) or (None,))[0], (_compact(records[-1:]) or (None,))[0]
+
+    def log(bad_line=0, bad=None, refs=b"", ends=(), fault=None) -> RunLog:
+        return RunLog(*packed, len(records), first, last, bad_line, bad, refs, array("I", ends), fault)
+
     if not records or records[0].kind != "run.start":
-        return RunLog(_compact(records), 0, None, (), VerificationError(name, "a run must start with run.start", 1))
+        return log(fault=VerificationError(name, "a run must start with run.start", 1))
     if records[-1].kind != "run.end":
-        return RunLog(_compact(records), 0, None, (),
-                      VerificationError(name, "a sealed run must end with run.end", len(records)))
-    refs, bad_line, bad = [], 0, None
+        return log(fault=VerificationError(name, "a sealed run must end with run.end", len(records)))
+    refs, ends, bad_line, bad = [], [], 0, None
     sim = records[0].body.get("sim") is not None  # its requests' readings add the simulator's facts
     for i, rec in enumerate(records, 1):
         try:
@@ -229,9 +246,10 @@ def _run_log(name: str, data: bytes, limits: Limits, roles: dict) -> RunLog | Ve
             bad_line, bad = i, e
             break
         mine = _refs(rec.line, rec.body)
-        refs.append(b"".join(bytes.fromhex(d[7:]) for d in mine))  # 32 bytes a digest, not 120
+        refs.extend(bytes.fromhex(d[7:]) for d in mine)  # 32 bytes a digest, not 120
+        ends.append(32 * len(refs))
         _note_roles(rec, mine, roles, sim)
-    return RunLog(_compact(records), bad_line, bad, tuple(refs))
+    return log(bad_line, bad, b"".join(refs), ends)
 
 
 def _note_roles(rec, refs, roles: dict, sim: bool) -> None:

@@ -278,7 +278,7 @@ class _Run:
 
     def end(self) -> None:
         """``run.end``'s counts and status follow from the records (FORMAT.md §3 ``run.end``)."""
-        run, end, last = self.run, self.run.end, len(self.run.records)
+        run, end, last = self.run, self.run.end, self.run.count
         status = end.get("status")
         if status == "aborted":
             return  # cut off anywhere: its counts are whatever the records hold

@@ -95,19 +95,18 @@ def _check_run(ix: Index, name: str, good: set, digests: dict, accepted: dict, r
     if parsed.fault is not None:
         raise parsed.fault
     _check_records(ix, name, parsed, good, sec)
-    records = parsed.records
-    _check_task(ix, name, records[0].body.get("task"), digests)
+    _check_task(ix, name, parsed.first.body.get("task"), digests)
     rejected.discard(run_id)
-    accepted[run_id] = Run(run_id, name, records)
-    sec.count("records", len(records))
+    accepted[run_id] = Run(run_id, name, parsed, ix.recent)
+    sec.count("records", parsed.count)
 
 
 def _check_records(ix: Index, name: str, parsed: RunLog, good: set, sec: Section) -> None:
     """In record order: a body's types, then its references."""
-    for i, rec in enumerate(parsed.records, 1):
+    for i, rec in enumerate(parsed.records(), 1):
         if i == parsed.bad_line:
             raise parsed.bad
-        refs = parsed.refs[i - 1]
+        refs = parsed.refs_of(i)
         for at in range(0, len(refs), 32):
             if refs[at:at + 32] not in good:
                 _check_ref(ix, name, i, "sha256:" + refs[at:at + 32].hex())

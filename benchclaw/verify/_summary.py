@@ -16,7 +16,7 @@ from ..errors import BenchClawError
 from ._errors import VerificationError
 from ._index import Index, RunLog
 from ._report import Section
-from .experiment import experiment_data_from_files, summarise
+from .experiment import chain_records, experiment_data_from_files, summarise
 
 __all__ = ["verify_summary", "differences", "SUMMARY"]
 
@@ -62,12 +62,21 @@ def verify_summary(ix: Index, runs, sec: Section) -> None:
         raise VerificationError(SUMMARY, "missing: the bundle claims no summary to verify")
     claimed = ix.read_json(SUMMARY)
     experiments = ix.manifest.experiments
-    chains = {run.path: run.records for run in runs.values()}
-    chains.update({n: log.records for n, log in ix.run_logs.items() if isinstance(log, RunLog)})
-    chains.update({n: recs for n, recs in ix.ledgers.items() if not isinstance(recs, VerificationError)})
     for exp in experiments:
         mine = claimed if len(experiments) == 1 else (claimed.get(exp) if isinstance(claimed, dict) else None)
-        sec.attempt(_compare, ix, chains, exp, mine, sec)
+        sec.attempt(_compare, ix, exp, mine, sec)
+
+
+def _chain(ix: Index, files: "_Files", name: str):
+    """The records of a run log or ledger the reading stage verified (a run log's parsed
+    again, one at a time: the analysis condenses each at once), or the error reading gave."""
+    log = ix.run_logs.get(name)
+    if isinstance(log, RunLog):
+        return log.records()
+    recs = ix.ledgers.get(name)
+    if isinstance(recs, tuple):
+        return recs
+    return chain_records(files, name)  # raises the error the reading stage kept
 
 
 class _Files(Mapping):
@@ -96,9 +105,10 @@ class _Files(Mapping):
         return len(self._ix.names)
 
 
-def _compare(ix: Index, chains: dict, exp: str, claimed, sec: Section) -> None:
+def _compare(ix: Index, exp: str, claimed, sec: Section) -> None:
+    files = _Files(ix)
     try:
-        data = experiment_data_from_files(_Files(ix), exp, chains=chains)
+        data = experiment_data_from_files(files, exp, chains=lambda name: _chain(ix, files, name))
         recomputed = jsonio.loads(jsonio.dumps(summarise(data)))  # the JSON value, as written
     except BenchClawError as e:
         raise VerificationError(SUMMARY, f"cannot recompute the summary of {exp}: {e}") from None

@@ -1,10 +1,10 @@
 """Build the analysis input (``ExperimentData``) from a bundle's files, purely.
 
-Export computes the claimed ``summary.json`` with this function over the very files it is
-about to pack, and the verifier recomputes it with the same function over the files it
-read from the zip. Both end in ``analysis.experiment_data``, the constructor
-``benchclaw.analysis.report`` uses on a store, so an honest bundle verifies by construction and a
-difference can only come from the bytes. What this module adds is reading the zip's
+Export computes the claimed ``summary.json`` with ``analysis.fold`` over the very runs it
+is about to pack, and the verifier recomputes it with the same fold over the files it read
+from the zip (each run condensed as soon as it is read, so one run's records are held at
+a time). ``benchclaw.analysis.report`` folds a store's runs the same way, so an honest bundle
+verifies by construction and a difference can only come from the bytes. What this module adds is reading the zip's
 files: every ``journals/<experiment>/<writer>.jsonl`` (chains verified, merged in reader
 order), every run log of the experiment, the ledgers the grid or runs name, and blobs by
 digest. (The registered spec is read by the analysis itself, from its blob; the one spec
@@ -13,9 +13,10 @@ parser is the pure ``benchclaw.formats.spec``.)
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping, Sequence
 
-from ..analysis import ExperimentData, experiment_data, summarise
+from ..analysis import ExperimentData, summarise
+from ..analysis.fold import ExperimentFold
 from ..errors import BenchClawError
 from ..formats.records import Record, split_lines, verify_chain
 from ._errors import VerificationError, from_error
@@ -70,34 +71,24 @@ def registrations(journal: list[tuple[str, int, Record]]) -> list[tuple[str, str
             if rec.kind in ("prereg", "deviation") and isinstance(rec.body.get("spec_digest"), str)]
 
 
-def _runs(files: Mapping[str, bytes], experiment: str, chains: Mapping[str, list]) -> dict[str, tuple[Record, ...]]:
-    runs = {}
-    for name in sorted(files):
-        m = RUN_PATH.match(name)
-        if not m:
-            continue
-        records = chains[name] if name in chains else chain_records(files, name)
-        policy = records[0].body.get("policy") if records else None
-        if isinstance(policy, dict) and policy.get("experiment") == experiment:
-            runs[m.group(2)] = tuple(records)
-    return runs
-
-
 def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
-                               chains: Mapping[str, list] | None = None) -> ExperimentData:
-    """The analysis input of ``experiment`` from bundle files (path -> bytes), built by
-    ``analysis.experiment_data`` exactly as ``benchclaw.analysis.report`` builds it from a store.
-    Raises VerificationError naming the entry when a journal, run, ledger or the spec
-    cannot be read. ``chains``: entry name -> records already verified from exactly these
-    bytes (the verifier's step 2), so they are not parsed twice."""
+                               chains: Callable[[str], Sequence[Record]] | None = None) -> ExperimentData:
+    """The analysis input of ``experiment`` from bundle files (path -> bytes), built as
+    export builds the claim (``analysis.fold``: each run condensed as soon as it is read,
+    so one run's records are held at a time). Raises VerificationError naming the entry
+    when a journal, run, ledger or the spec cannot be read. ``chains``: entry name ->
+    records already verified from exactly these bytes (the verifier's reading stage), so
+    they are not verified twice; by default each is parsed from ``files``."""
+    chain = chains or (lambda name: chain_records(files, name))
     prefix = f"journals/{experiment}/"
     entries = [(name[len(prefix):-len(".jsonl")], rec) for name, _, rec in journal_records(files, experiment)]
-    runs = _runs(files, experiment, chains or {})
-    ids = {rec.body.get("ledger") for _, rec in entries if rec.kind == "grid.start"}
-    ids |= {recs[0].body.get("ledger") for recs in runs.values() if recs}
-    chains = chains or {}
-    names = [f"ledgers/{lid}.jsonl" for lid in sorted(i for i in ids if isinstance(i, str))]
-    ledgers = [chains[n] if n in chains else chain_records(files, n) for n in names if n in files]
+    fold = ExperimentFold(experiment)
+    for name in sorted(files):  # run id order: runs/<aa>/<id>.jsonl
+        m = RUN_PATH.match(name)
+        if m:
+            fold.add(m.group(2), chain(name))
+    names = [f"ledgers/{lid}.jsonl" for lid in fold.ledger_ids(rec for _, rec in entries)]
+    ledgers = [chain(n) for n in names if n in files]
 
     def get_blob(d: str) -> bytes:
         name = object_path(d)
@@ -106,7 +97,7 @@ def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
         return files[name]
 
     try:
-        return experiment_data(experiment, entries, runs, get_blob, ledgers=ledgers)
+        return fold.data(entries, get_blob, ledgers=lambda: ledgers)
     except BenchClawError as e:
         if isinstance(e, VerificationError):
             raise
