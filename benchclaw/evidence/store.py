@@ -328,17 +328,24 @@ class ChainFile:
         return verify_chain(lines, str(self.path))
 
 
+def open_lock_file(path: Path, *, make_parent: bool = False) -> int | None:
+    """A descriptor to flock ``path`` shared: opened for writing (created if missing), else
+    read-only (a read-only runs directory), else None (nothing can be writing there)."""
+    for flags in (os.O_WRONLY | os.O_CREAT | os.O_APPEND, os.O_RDONLY):
+        try:
+            if make_parent and flags & os.O_CREAT:
+                path.parent.mkdir(exist_ok=True)
+            return os.open(path, flags | os.O_CLOEXEC, 0o644)
+        except OSError:
+            continue
+    return None
+
+
 @contextlib.contextmanager
 def shared_lock(lock_path: Path):
     """Hold ``lock_path`` shared (readers of a shared chain file). Opens it read-only when it
     cannot be created (a read-only runs directory) and skips locking when it cannot be opened."""
-    fd = None
-    for flags in (os.O_WRONLY | os.O_CREAT | os.O_APPEND, os.O_RDONLY):
-        try:
-            fd = os.open(lock_path, flags | os.O_CLOEXEC, 0o644)
-            break
-        except OSError:
-            continue
+    fd = open_lock_file(lock_path)
     try:
         if fd is not None:
             fcntl.flock(fd, fcntl.LOCK_SH)
@@ -755,15 +762,7 @@ class Store:
         reader (``export``) reads: waits while one runs, telling ``note`` so. Where the lock
         cannot be opened (a read-only copy) nothing can be writing, and nothing is held."""
         path = self.experiment_lock_path(experiment)
-        fd = None
-        for flags in (os.O_WRONLY | os.O_CREAT, os.O_RDONLY):
-            try:
-                if flags & os.O_CREAT:
-                    path.parent.mkdir(exist_ok=True)
-                fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
-                break
-            except OSError:
-                continue
+        fd = open_lock_file(path, make_parent=True)
         try:
             if fd is not None:
                 try:
