@@ -5,6 +5,7 @@ killed mid-call whose run is sealed aborted and whose experiment resumes to comp
 import asyncio
 import os
 import signal
+import tempfile
 from decimal import Decimal as D
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 import ray
 
 from benchclaw.formats import jsonio
-from benchclaw.experiments.ray_executor import RayExecutor
+from benchclaw.experiments.ray_executor import RayExecutor, _alive
 from benchclaw.experiments.executor import Backends, default_backends
 from benchclaw.evidence.check import check_store
 from benchclaw.bundle import export_bundle
@@ -147,6 +148,9 @@ def test_a_worker_killed_mid_call_is_sealed_aborted_and_the_experiment_resumes(t
 
     second = run(store, RayExecutor())
     assert second.status == "complete" and second.units == 1
+    # the killed workers' scratch directories were swept by the tasks that ran after them
+    scratch = [n for n in os.listdir(tempfile.gettempdir()) if n.startswith("benchclaw-ray-")]
+    assert all(_alive(int(n.split("-")[2])) for n in scratch if n.split("-")[2].isdigit())
     # nothing lost: every grid unit and trial has exactly one run that called the model
     journal = [e.body for e in store.read_journal("S1") if e.kind == "run"]
     called = [(b["cell"], b["policy"], b["tier"], b["trial"]) for b in journal if b["called_model"]]

@@ -244,7 +244,8 @@ def _run_on_worker(shared: RunParts, job: RunJob, authority, ledger_id: str,
     holds already (Ray resolves only top-level refs, so they are fetched here)."""
     import ray
 
-    with tempfile.TemporaryDirectory(prefix="benchclaw-ray-") as tmp:
+    sweep_scratch()
+    with tempfile.TemporaryDirectory(prefix=f"{_SCRATCH}{os.getpid()}-") as tmp:
         store = _ScratchStore(Path(tmp), job.attempt)
         ledger = _RemoteLedger(authority, ledger_id, job.attempt, store)
         for digest, ref in preload.items():
@@ -263,6 +264,44 @@ def _run_on_worker(shared: RunParts, job: RunJob, authority, ledger_id: str,
         result = asyncio.run(go())
         data = store.run_path(result.run_id).read_bytes()
         return data, {d: b for d, b in store.blobs().items() if d not in ledger.sent_blobs}
+
+
+_SCRATCH = "benchclaw-ray-"
+
+
+def sweep_scratch(parent: str | None = None) -> int:
+    """Remove the scratch runs directories that workers killed mid-run left behind (Ray
+    force-cancels a task with SIGKILL, so its ``TemporaryDirectory`` is never cleaned up);
+    returns how many were removed. A scratch directory is named after its worker's pid
+    (``benchclaw-ray-<pid>-*``); it is removed only when no process has that pid on this
+    node, so a live worker's directory is never touched (a reused pid only delays the
+    removal). Directories without a pid in their name, or that cannot be removed, are
+    left alone: a sweep never fails a run."""
+    import shutil
+
+    parent = parent or tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(_SCRATCH)]
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        pid = name[len(_SCRATCH):].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        removed += not os.path.exists(os.path.join(parent, name))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: someone else's live process
+        return True
+    return True
 
 
 # ------------------------------------------------------------------------ the authority
