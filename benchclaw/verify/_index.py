@@ -10,11 +10,13 @@ zip. What the index keeps of an entry is what some step reads of it, and no more
   parsed again from those bytes when a step asks (``RunLog.records``), never all held at
   once: at 20,000 runs they would be a gigabyte;
 - an object: its digest; a request's or raw usage blob's reading (``_costs.derive``); a
-  reply's text; the bytes of the few objects read whole (catalogs, specs, task listings),
+  reply's text (each kept ``marshal``led, an ``ObjectReading`` again when a step asks); the bytes of the few objects read whole (catalogs, specs, task listings),
   and of one no reading could be taken of (the step that needs it reports why). Requests,
   observations, written contents and artifacts are not kept: the steps compare what they
   recompute with the object's digest;
-- a ledger: its chained records, or its chain error; each experiment's journal;
+- a ledger: its bytes as the zip deflated them, its first and last record, or its chain
+  error (``LedgerLog``): it reads as its records, parsed again as they are iterated;
+- each experiment's journal;
 - every other entry (tasks, journals, summary, spec) but the site pages (read by no step):
   its bytes.
 
@@ -23,6 +25,7 @@ Nothing here changes once ``_reading.reading`` yields it: the mappings are read-
 
 from __future__ import annotations
 
+import marshal
 import zlib
 from array import array
 from dataclasses import dataclass, field
@@ -34,7 +37,7 @@ from ._errors import VerificationError
 from ._zip import Limits
 from .manifest import Manifest, object_path
 
-__all__ = ["Index", "RunLog", "Run", "ObjectReading", "Rec", "frozen"]
+__all__ = ["Index", "RunLog", "LedgerLog", "Run", "ObjectReading", "Rec", "frozen", "kept"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -90,6 +93,62 @@ class RunLog:
 
 def _rec(obj: dict) -> Rec:
     return Rec(obj["seq"], obj["at"], obj["kind"], obj["body"])
+
+
+_CHUNK = 1 << 20  # inflated bytes parsed at a time when a ledger is streamed
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerLog:
+    """A ledger as read: its bytes as the zip deflated them (``stored``: as they are), its
+    ``count`` records and the ``first`` and ``last``. It reads as the tuple of its records
+    (``len``, iteration, ``[0]`` and ``[-1]``) without holding them: each iteration parses
+    the bytes again, a megabyte at a time. A grid's ledger has two records a call, 60 MB
+    at 20,000 runs, four times that parsed; the steps that read it fold it in one pass."""
+
+    packed: bytes
+    stored: bool
+    count: int
+    first: Rec | None
+    last: Rec | None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        for chunk in _line_chunks(self.packed, self.stored):
+            yield from map(_rec, jsonio.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]"))
+
+    def __getitem__(self, i: int) -> Rec:
+        """Record ``i``: the first and last at once, any other by streaming up to it."""
+        j = i + self.count if i < 0 else i
+        if not 0 <= j < self.count:
+            raise IndexError(i)
+        if j in (0, self.count - 1):
+            return self.first if j == 0 else self.last
+        return next(r for k, r in enumerate(self) if k == j)
+
+
+def _line_chunks(packed: bytes, stored: bool):
+    """The inflated bytes in runs of whole lines, about ``_CHUNK`` each (the bytes end
+    with a newline: the reading stage refused a torn last line)."""
+    if stored:
+        pos = 0
+        while pos < len(packed):
+            end = packed.find(b"\n", min(pos + _CHUNK, len(packed)) - 1) + 1 or len(packed)
+            yield packed[pos:end]
+            pos = end
+        return
+    d, tail, view = zlib.decompressobj(-15), b"", memoryview(packed)
+    for at in range(0, len(packed), _CHUNK // 4):
+        buf = tail + d.decompress(view[at:at + _CHUNK // 4])
+        cut = buf.rfind(b"\n") + 1
+        if cut:
+            yield buf[:cut]
+        tail = buf[cut:]
+    rest = tail + d.flush()
+    if rest:
+        yield rest
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +224,8 @@ class Index:
     digests: Mapping[str, str]                   # entry -> sha256:<hex> of its bytes (read ones)
     unread: Mapping[str, VerificationError]      # entry -> why it could not be inflated
     run_logs: Mapping[str, RunLog | VerificationError]   # runs/... entry -> its parse
-    objects: Mapping[str, ObjectReading]         # objects/... entry -> what is kept of it
-    ledgers: Mapping[str, tuple | VerificationError]     # ledgers/... entry -> chained records
+    objects: Mapping[str, bytes]                 # objects/... entry -> what is kept of it (kept())
+    ledgers: Mapping[str, LedgerLog | VerificationError]  # ledgers/... entry -> its chained records
     journals: Mapping[str, list | VerificationError]     # experiment -> (entry, line, Record)
     content: Mapping[str, bytes]                 # every other entry's bytes
     task_files: Mapping[str, Mapping[str, bytes]]  # tasks/<id>/v<N> -> {relative path: bytes}
@@ -183,8 +242,9 @@ class Index:
         if name in self.content:
             return self.content[name]
         got = self.objects.get(name)
-        if got is not None and got.data is not None:
-            return got.data
+        data = marshal.loads(got)[2] if got is not None else None
+        if data is not None:
+            return data
         if name not in self.sizes:
             raise VerificationError(where or name, f"{name} is missing from the bundle", record)
         if name in self.unread:
@@ -203,10 +263,20 @@ class Index:
 
     def reading(self, digest: str) -> ObjectReading:
         """What is kept of the object ``digest`` (an empty reading when nothing is)."""
-        return self.objects.get(object_path(digest), _NOTHING)
+        got = self.objects.get(object_path(digest))
+        return _NOTHING if got is None else ObjectReading(*marshal.loads(got))
 
     def names_under(self, prefix: str) -> list[str]:
         return [n for n in self.names if n.startswith(prefix)]
 
 
 _NOTHING = ObjectReading()
+
+
+def kept(derived: tuple | None, text: str | None, data: bytes | None) -> bytes:
+    """An ``ObjectReading``'s fields as the index keeps them: ``marshal``led, a third of the
+    memory of the tuple (and of its strings and numbers) they are, for each of the hundreds
+    of thousands of requests and usages of a large bundle. The values are this stage's own
+    (``_costs.derive``'s plain tuples, lists, dicts, strings and numbers), never the
+    bundle's bytes unmarshalled."""
+    return marshal.dumps((derived, text, data))

@@ -40,10 +40,10 @@ from typing import Iterator
 
 from ..formats import jsonio
 from ..errors import BenchClawError
-from ..formats.records import blob_refs, split_lines, verify_chain
+from ..formats.records import GENESIS, blob_refs, line_hash, parse_line, split_lines, verify_chain
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
-from ._index import Index, ObjectReading, Rec, RunLog, frozen
+from ._index import Index, LedgerLog, Rec, RunLog, frozen, kept
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import start
 from ._zip import Limits, ZipView
@@ -125,11 +125,16 @@ class _Pages:
 
     def read(self, view: ZipView, name: str) -> bytes:
         data = view.read(name)
+        self.walked(view.entries[name].csize)
+        return data
+
+    def walked(self, nbytes: int) -> None:
+        """``nbytes`` more of the archive were touched (read, or spanned by the directory
+        walk, whose local headers are spread over every page)."""
         if self._mapped:
-            self._read += view.entries[name].csize
+            self._read += nbytes
             if self._read >= _RELEASE_BYTES:
                 self.release()
-        return data
 
     def release(self) -> None:
         if self._mapped:
@@ -140,13 +145,14 @@ class _Pages:
 # ------------------------------------------------------------------------------ the stage
 
 def _read(pages: _Pages, limits: Limits, registered) -> Index:
-    view = ZipView(pages.data, limits)
-    pages.release()  # the directory walk touched every local header
+    view = ZipView(pages.data, limits, pages.walked)  # its walk touches every local header's page
+    pages.release()
     manifest = _manifest(view)
     digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
     unread: dict[str, VerificationError] = {}
     run_logs, ledgers, content = {}, {}, {}
     roles: dict[str, int] = {}  # object digest -> what the run records need of it (_ROLES)
+    shared: dict = {}  # the values the kept run.start and run.end records share (_shared)
     objects = []
     for name in view.names:  # A: everything but the objects, here
         if name.startswith("objects/"):
@@ -158,9 +164,9 @@ def _read(pages: _Pages, limits: Limits, registered) -> Index:
         if data is None:
             continue
         if name.startswith("runs/"):
-            run_logs[name] = _run_log(name, data, _packed(view, name, data), limits, roles)
+            run_logs[name] = _run_log(name, data, _packed(view, name, data), limits, roles, shared)
         elif name.startswith("ledgers/"):
-            ledgers[name] = _ledger(name, data)
+            ledgers[name] = _ledger(name, data, _packed(view, name, data))
         elif not name.startswith("site/"):  # the pages: hashed for step 1, read by no step
             content[name] = data
     readings = _read_objects(pages, view, objects, roles, digests, unread)  # B: on two cores
@@ -218,7 +224,7 @@ def _packed(view: ZipView, name: str, data: bytes) -> tuple[bytes, bool]:
 
 
 def _run_log(name: str, data: bytes, packed: tuple[bytes, bool], limits: Limits,
-             roles: dict) -> RunLog | VerificationError:
+             roles: dict, shared: dict) -> RunLog | VerificationError:
     """Chain, first and last record, then each body's shape in order (stopping at the first
     ill-typed one) and the digests it references; the objects' roles noted in ``roles``.
     The parsed records are dropped here: a step parses them again from ``packed``."""
@@ -228,7 +234,7 @@ def _run_log(name: str, data: bytes, packed: tuple[bytes, bool], limits: Limits,
         records = _chain(name, data, limits)
     except VerificationError as e:
         return e
-    first, last = (_compact(records[:1]) or (None,))[0], (_compact(records[-1:]) or (None,))[0]
+    first, last = (_kept(r, shared) for r in (records[0], records[-1])) if records else (None, None)
 
     def log(bad_line=0, bad=None, refs=b"", ends=(), fault=None) -> RunLog:
         return RunLog(*packed, len(records), first, last, bad_line, bad, refs, array("I", ends), fault)
@@ -306,12 +312,70 @@ def _compact(records: list) -> tuple[Rec, ...]:
     return tuple(Rec(r.seq, r.at, r.kind, r.body) for r in records)
 
 
-def _ledger(name: str, data: bytes) -> tuple | VerificationError:
+def _kept(rec, shared: dict) -> Rec:
+    """A run's first or last record as the index keeps it: its body's values that equal one
+    an earlier run's record had (the catalog, task, profile, settings and prices each
+    ``run.start`` repeats, the strings of its policy) are that value, held once for the
+    bundle instead of once a run. They are read-only, as the whole index is."""
+    return Rec(rec.seq, rec.at, _shared(rec.kind, shared), {k: _shared(v, shared) for k, v in rec.body.items()})
+
+
+def _shared(value, shared: dict, depth: int = 0):
+    """``value``, or the equal value ``shared`` already holds (keyed by the BLAKE2b of its
+    ``repr``, which tells ``1``, ``1.0`` and ``true`` apart where ``==`` does not); a new
+    container's own values are shared in turn, two levels down."""
+    kind = type(value)
+    if kind is str:
+        return shared.setdefault(value, value) if len(value) <= 128 else value
+    if (kind is not dict and kind is not list) or depth > 1:
+        return value
+    key = hashlib.blake2b(repr(value).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    got = shared.get(key)
+    if got is None:
+        if kind is dict:
+            value = {k: _shared(v, shared, depth + 1) for k, v in value.items()}
+        else:
+            value = [_shared(v, shared, depth + 1) for v in value]
+        shared[key] = got = value
+    return got
+
+
+def _ledger(name: str, data: bytes, packed: tuple[bytes, bool]) -> LedgerLog | VerificationError:
+    """The ledger's chain checked line by line, holding one record at a time (its records
+    are a step's to parse again, as they fold them); a broken chain is the error
+    ``chain_records`` gives, the whole ledger parsed again to name the line at fault."""
     try:
-        records = chain_records({name: data}, name)
-    except VerificationError as e:
-        return e
-    return _compact(records)
+        count, first, last = _chain_stream(name, data)
+    except (BenchClawError, _Broken):
+        try:
+            records = chain_records({name: data}, name)
+        except VerificationError as e:
+            return e
+        count, first, last = len(records), _compact(records[:1]) or (None,), _compact(records[-1:]) or (None,)
+        first, last = first[0], last[0]
+    return LedgerLog(*packed, count, first, last)
+
+
+class _Broken(Exception):
+    """A ledger line that does not chain: ``chain_records`` says where and why."""
+
+
+def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None]:
+    """(count, first, last) of a chained JSONL entry, the chain checked as ``verify_chain``
+    checks it. Raises ``_Broken`` or BenchClawError at the first defect."""
+    if data and not data.endswith(b"\n"):
+        raise _Broken()  # torn last line
+    prev, first, rec, i, pos = GENESIS, None, None, 0, 0
+    while pos < len(data):
+        end = data.index(b"\n", pos)
+        line = data[pos:end]
+        rec = parse_line(line, name)
+        if rec.seq != i or rec.prev != prev:
+            raise _Broken()
+        prev, pos, i = line_hash(line), end + 1, i + 1
+        if first is None:
+            first = _compact([rec])[0]
+    return i, first, (_compact([rec])[0] if rec is not None else None)
 
 
 def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
@@ -333,7 +397,7 @@ def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
 # ------------------------------------------------------------------------------ the objects
 
 def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, digests: dict,
-                  unread: dict) -> dict[str, ObjectReading]:
+                  unread: dict) -> dict[str, bytes]:
     """Every object inflated, hashed and read once, the first half (by compressed bytes) in
     a forked worker while this process reads the second."""
     total, half, cut = sum(view.entries[n].csize for n in names), 0, 0
@@ -346,7 +410,7 @@ def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, d
         there = pending.result()
     finally:
         pending.cancel()
-    readings: dict[str, ObjectReading] = {}
+    readings: dict[str, bytes] = {}  # ObjectReading's fields, kept()
     _adopt(names[:cut], there, digests, unread, readings)
     _adopt(names[cut:], here, digests, unread, readings)
     return readings
@@ -358,8 +422,8 @@ def _objects_in_worker(pages: _Pages, view: ZipView, names: list[str], roles: di
 
 def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, *, as_json: bool) -> dict:
     """The SHA-256 hexes as one string (a fraction of the memory of a list), read errors
-    by entry, and each object's reading ([derived, text, bytes]); ``as_json``: every value
-    a JSON value (the bytes as a latin-1 string), for the worker's pipe."""
+    by entry, and each object's reading as the index keeps it (``_index.kept``); ``as_json``:
+    every value a JSON value (those bytes as a latin-1 string), for the worker's pipe."""
     hexes, errors, kept = [], {}, {}
     for name in names:
         try:
@@ -376,8 +440,9 @@ def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, *, as_
     return {"digests": "".join(hexes), "errors": errors, "kept": kept}
 
 
-def _reading_of(needs: int, data: bytes, as_json: bool) -> list | None:
-    """What is kept of an object the run records need as ``needs`` (``_ROLES``)."""
+def _reading_of(needs: int, data: bytes, as_json: bool) -> bytes | str | None:
+    """What is kept of an object the run records need as ``needs`` (``_ROLES``): its
+    ``ObjectReading``'s fields, ``kept`` at once (no list of them is held for every object)."""
     if needs == _DIGEST:
         return None
     derived = text = whole = None
@@ -393,8 +458,9 @@ def _reading_of(needs: int, data: bytes, as_json: bool) -> list | None:
         except UnicodeDecodeError:
             needs |= _WHOLE
     if needs & _WHOLE:
-        whole = data.decode("latin-1") if as_json else data  # a JSON string: a character a byte
-    return [derived, text, whole]
+        whole = data
+    got = kept(tuple(derived) if derived is not None else None, text, whole)
+    return got.decode("latin-1") if as_json else got  # a JSON string: a character a byte
 
 
 def _adopt(names: list[str], got: dict, digests: dict, unread: dict, readings: dict) -> None:
@@ -407,6 +473,5 @@ def _adopt(names: list[str], got: dict, digests: dict, unread: dict, readings: d
             digests[name] = "sha256:" + hexd
     for name, e in got["errors"].items():
         unread[name] = VerificationError(e["path"], e["message"], e["record"])
-    for name, (derived, text, data) in got["kept"].items():
-        readings[name] = ObjectReading(tuple(derived) if derived is not None else None, text,
-                                       data.encode("latin-1") if isinstance(data, str) else data)
+    for name, got in got["kept"].items():
+        readings[name] = got.encode("latin-1") if isinstance(got, str) else got
