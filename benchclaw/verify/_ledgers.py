@@ -55,9 +55,10 @@ class LedgerReplay:
     state: LedgerState = field(default_factory=LedgerState)
     carried_from: list = field(default_factory=list)
     open: dict = field(default_factory=dict)        # reservation id -> reserve body (+ line)
-    reserves: dict = field(default_factory=dict)    # (attempt, key) -> (line, reserve body)
-    settles: dict = field(default_factory=dict)     # reservation id -> (line, settle body)
+    reserves: dict = field(default_factory=dict)    # (attempt, key) -> (line, reserve fields kept)
+    settles: dict = field(default_factory=dict)     # reservation id -> (line, settle fields kept)
     refusals: list = field(default_factory=list)    # refuse bodies
+    strings: dict = field(default_factory=dict, repr=False)  # _once
 
     def spent(self) -> tuple[Decimal, int]:
         return self.state.spent_usd, self.state.spent_tokens
@@ -165,14 +166,27 @@ _CHECK = {"ledger.open": _open_check, "reserve": _reserve_check, "settle": _sett
           "ledger.close": _close_check}
 
 
+# What the tie to the runs reads of a reservation and of a settlement: only these fields
+# are held (a grid's ledger has two records a call, each body six or more strings).
+_RESERVE_KEPT = ("id", "tokens", "usd")
+_SETTLE_KEPT = ("known", "tokens", "usd", "reason")
+
+
 def _index_reserve(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
-    rep.open[body["id"]] = res = {"line": line, **body}  # tokens and usd as written
-    rep.reserves[(body.get("attempt"), body.get("key"))] = (line, res)
+    res = {k: body[k] for k in _RESERVE_KEPT if k in body}  # tokens and usd as written
+    res["line"] = line
+    rep.open[body["id"]] = res
+    rep.reserves[(_once(rep, body.get("attempt")), _once(rep, body.get("key")))] = (line, res)
 
 
 def _index_settle(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
     rep.open.pop(body.get("id"))
-    rep.settles[body.get("id")] = (line, body)
+    rep.settles[body.get("id")] = (line, {k: body[k] for k in _SETTLE_KEPT if k in body})
+
+
+def _once(rep: LedgerReplay, value):
+    """``value``, held once per ledger (an attempt id and a call key recur in every call)."""
+    return rep.strings.setdefault(value, value) if type(value) is str else value
 
 
 def _index_refuse(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
