@@ -35,9 +35,9 @@ from typing import Mapping, NamedTuple
 from ..formats import jsonio
 from ._errors import VerificationError
 from ._zip import Limits
-from .manifest import Manifest, object_path
+from .manifest import FileEntry, Manifest, object_path
 
-__all__ = ["Index", "RunLog", "LedgerLog", "Run", "ObjectReading", "Rec", "frozen", "kept"]
+__all__ = ["Index", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -160,6 +160,32 @@ class ObjectReading:
     derived: tuple | None = None
     text: str | None = None
     data: bytes | None = None
+
+
+class ManifestRows:
+    """The manifest's rows as the index keeps them: each path (the zip's own name string
+    when the entry is there), the SHA-256s as raw 32-byte values one after another, the
+    sizes in an array; a ``FileEntry`` again as each is read. A quarter million rows
+    would be a hundred megabytes of objects."""
+
+    __slots__ = ("_paths", "_digests", "_sizes")
+
+    def __init__(self, rows, names: Mapping[str, str]):
+        """``names``: each entry name of the zip, to itself. Raises OverflowError for a
+        size past 64 bits (the caller keeps the rows as they are: step 1 reports it)."""
+        self._paths = [names.get(r.path, r.path) for r in rows]
+        self._digests = b"".join(bytes.fromhex(r.digest[7:]) for r in rows)
+        self._sizes = array("Q", (r.size for r in rows))
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def __getitem__(self, i: int) -> FileEntry:
+        i = range(len(self._paths))[i]  # negative indexes and IndexError as a tuple's
+        return FileEntry(self._paths[i], "sha256:" + self._digests[32 * i:32 * i + 32].hex(), self._sizes[i])
+
+    def __iter__(self):
+        return map(self.__getitem__, range(len(self._paths)))
 
 
 @dataclass(frozen=True)

@@ -43,12 +43,12 @@ from ..errors import BenchClawError
 from ..formats.records import GENESIS, blob_refs, line_hash, parse_line, split_lines, verify_chain
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
-from ._index import Index, LedgerLog, Rec, RunLog, frozen, kept
+from ._index import Index, LedgerLog, ManifestRows, Rec, RunLog, frozen, kept
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import start
 from ._zip import Limits, ZipView
 from .experiment import chain_records, journal_records
-from .manifest import MANIFEST, RUN_PATH, parse_manifest
+from .manifest import MANIFEST, RUN_PATH, Manifest, parse_manifest
 
 __all__ = ["reading"]
 
@@ -187,7 +187,13 @@ def _manifest(view: ZipView):
         data = view.read(MANIFEST)
     except VerificationError as e:
         raise UnreadableBundle(MANIFEST, e.message) from None
-    return parse_manifest(data)
+    m = parse_manifest(data)
+    del data
+    try:
+        rows = ManifestRows(m.files, {n: n for n in view.names})
+    except OverflowError:  # a size no array holds: kept as parsed, for step 1 to refuse
+        return m
+    return Manifest(m.experiments, rows, m.digest, m.exploratory)
 
 
 def _inflate(pages: _Pages, view: ZipView, name: str, digests: dict, unread: dict) -> bytes | None:
