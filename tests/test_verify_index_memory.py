@@ -11,7 +11,8 @@ import pytest
 
 from benchclaw.formats.records import GENESIS, Record, encode, line_hash
 from benchclaw.verify import _index, verify_bundle
-from benchclaw.verify._index import LedgerLog, ManifestRows, ObjectReading, Rec, kept
+from benchclaw.verify._errors import UnreadableBundle
+from benchclaw.verify._index import Archive, LedgerLog, Span, ManifestRows, ObjectReading, Rec, kept
 from benchclaw.verify._reading import _chain_stream, _kept, _ledger
 from benchclaw.verify.experiment import chain_records
 from benchclaw.verify.manifest import FileEntry, Manifest, build_manifest
@@ -34,12 +35,19 @@ def deflated(data: bytes) -> bytes:
     return c.compress(data) + c.flush()
 
 
+def span(raw: bytes, archive: bytearray | None = None) -> Span:
+    """``raw`` as the reading stage keeps it: where it lies in an archive (``archive``, a
+    copy of it by default) and its seal."""
+    held = bytearray(raw) if archive is None else archive
+    return Archive(lambda offset, n: bytes(held[offset:offset + n])).span(0, raw)
+
+
 @pytest.mark.parametrize("stored", [True, False])
 def test_a_ledger_kept_deflated_reads_as_its_chained_records(monkeypatch, stored):
     monkeypatch.setattr(_index, "_CHUNK", 512)  # many chunks, lines cut at every boundary
     data = ledger_bytes(300)
     want = [Rec(r.seq, r.at, r.kind, r.body) for r in chain_records({"l": data}, "l")]
-    log = _ledger("ledgers/x.jsonl", data, (data if stored else deflated(data), stored))
+    log = _ledger("ledgers/x.jsonl", data, (span(data if stored else deflated(data)), stored))
     assert isinstance(log, LedgerLog)
     assert list(log) == want and list(log) == want  # iterated twice: parsed again each time
     assert len(log) == 300 and bool(log)
@@ -53,11 +61,11 @@ def test_a_broken_ledger_chain_gives_the_error_the_whole_parse_gives():
     lines = data.split(b"\n")
     lines[5], lines[6] = lines[6], lines[5]  # reordered
     bad = b"\n".join(lines)
-    got = _ledger("ledgers/x.jsonl", bad, (bad, True))
+    got = _ledger("ledgers/x.jsonl", bad, (span(bad), True))
     with pytest.raises(Exception) as want:
         chain_records({"ledgers/x.jsonl": bad}, "ledgers/x.jsonl")
     assert str(got) == str(want.value) and got.record == want.value.record
-    torn = _ledger("ledgers/x.jsonl", data[:-1], (data[:-1], True))
+    torn = _ledger("ledgers/x.jsonl", data[:-1], (span(data[:-1]), True))
     assert "torn last line" in str(torn)
     assert _chain_stream("e", b"") == (0, None, None)
 
@@ -108,3 +116,16 @@ def test_shared_run_record_values_are_equal_and_never_conflate_json_types():
 def test_an_object_reading_kept_marshalled_reads_back_as_its_fields():
     fields = (("r", 4096, 10, 11, [6, "ab"], 12, None), "a reply \udcff", b"\x00bytes")
     assert ObjectReading(*__import__("marshal").loads(kept(*fields))) == ObjectReading(*fields)
+
+
+def test_bytes_read_again_that_differ_from_those_hashed_stop_the_verifier():
+    data = ledger_bytes(5)
+    held = bytearray(data)
+    log = _ledger("ledgers/x.jsonl", data, (span(data, held), True))
+    assert len(list(log)) == 5
+    held[40:41] = b"X" if held[40:41] != b"X" else b"Y"  # the file changed under the verifier
+    with pytest.raises(UnreadableBundle, match="changed while it was being verified"):
+        list(log)
+    del held[-3:]  # and truncated
+    with pytest.raises(UnreadableBundle, match="changed while it was being verified"):
+        list(log)

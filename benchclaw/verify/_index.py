@@ -5,7 +5,8 @@ hand each other what they accepted: step 2 the runs, step 4 the calls' costs), n
 zip. What the index keeps of an entry is what some step reads of it, and no more:
 
 - every entry: its size and SHA-256, or the error that kept it from being read;
-- a run log: its bytes as the zip deflated them, its first and last record, the digests
+- a run log: where its bytes lie in the zip (read again, and checked against the BLAKE2b
+  taken when they were hashed, when a step asks), its first and last record, the digests
   its records reference, or the error its parse stopped at (``RunLog``). Its records are
   parsed again from those bytes when a step asks (``RunLog.records``), never all held at
   once: at 20,000 runs they would be a gigabyte;
@@ -14,7 +15,7 @@ zip. What the index keeps of an entry is what some step reads of it, and no more
   and of one no reading could be taken of (the step that needs it reports why). Requests,
   observations, written contents and artifacts are not kept: the steps compare what they
   recompute with the object's digest;
-- a ledger: its bytes as the zip deflated them, its first and last record, or its chain
+- a ledger: where its bytes lie in the zip, as a run log's, its first and last record, or its chain
   error (``LedgerLog``): it reads as its records, parsed again as they are iterated;
 - each experiment's journal;
 - every other entry (tasks, journals, summary, spec) but the site pages (read by no step):
@@ -25,19 +26,20 @@ Nothing here changes once ``_reading.reading`` yields it: the mappings are read-
 
 from __future__ import annotations
 
+import hashlib
 import marshal
 import zlib
 from array import array
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 from ..formats import jsonio
-from ._errors import VerificationError
+from ._errors import UnreadableBundle, VerificationError
 from ._zip import Limits
 from .manifest import FileEntry, Manifest, object_path
 
-__all__ = ["Index", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept"]
+__all__ = ["Index", "Archive", "Span", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -56,17 +58,57 @@ class Rec(NamedTuple):
     body: dict
 
 
+class Archive:
+    """The bundle's bytes, read again where the index keeps only where an entry lies
+    (``Span``): ``read_at(offset, length)`` (a ``pread`` of the file, which maps nothing
+    into the process, or a slice of bytes given in memory)."""
+
+    __slots__ = ("_read_at",)
+
+    def __init__(self, read_at: Callable[[int, int], bytes]):
+        self._read_at = read_at
+
+    def span(self, offset: int, raw: bytes) -> "Span":
+        """Where ``raw``, the bytes the reading stage inflated and hashed, lie."""
+        return Span(self, offset, len(raw), _seal(raw))
+
+    def read(self, span: "Span") -> bytes:
+        """The span's bytes, exactly those the reading stage had (else UnreadableBundle:
+        the file changed under the verifier, and what it hashed is no longer what it reads)."""
+        data = self._read_at(span.offset, span.length)
+        if len(data) != span.length or _seal(data) != span.seal:
+            raise UnreadableBundle("", "the bundle file changed while it was being verified")
+        return data
+
+
+def _seal(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+class Span(NamedTuple):
+    """An entry's bytes as the zip holds them (deflated, unless stored): where they lie and
+    their BLAKE2b, 16 bytes, so a step parses exactly what the reading stage hashed."""
+
+    archive: Archive
+    offset: int
+    length: int
+    seal: bytes
+
+    def read(self) -> bytes:
+        return self.archive.read(self)
+
+
 @dataclass(frozen=True, slots=True)
 class RunLog:
-    """A run log as read, in a few kilobytes: ``packed``, its bytes as the zip deflated them
-    (``stored``: as they are); ``count`` records, the ``first`` and ``last`` (every step
+    """A run log as read, in a few hundred bytes: ``packed``, where its bytes lie in the zip
+    (deflated; ``stored``: as they are); ``count`` records, the ``first`` and ``last`` (every step
     reads them); the first record whose body is ill-typed (its line and error, or 0 and
     None); the digests each record before it references, as raw 32-byte SHA-256 values
     one after another in ``refs``, record i's ending at ``ref_ends[i]``; ``fault``: a first
     record that is not ``run.start`` or a last that is not ``run.end``. A log whose chain
     is broken is its ``VerificationError`` instead."""
 
-    packed: bytes
+    packed: Span
     stored: bool
     count: int
     first: Rec | None
@@ -81,7 +123,8 @@ class RunLog:
         """The records, parsed afresh from ``packed`` (nothing is kept: the caller holds
         them as long as it reads them). The bytes, chain and envelopes were checked by
         the reading stage, so this parse cannot fail."""
-        data = self.packed if self.stored else zlib.decompress(self.packed, -15)
+        raw = self.packed.read()
+        data = raw if self.stored else zlib.decompress(raw, -15)
         # one JSON array, not a parse a line: each line parsed alone as a JSON object, and a
         # raw newline cannot occur inside one, so the newlines are exactly the separators
         return tuple(_rec(obj) for obj in jsonio.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]"))
@@ -100,13 +143,13 @@ _CHUNK = 1 << 20  # inflated bytes parsed at a time when a ledger is streamed
 
 @dataclass(frozen=True, slots=True)
 class LedgerLog:
-    """A ledger as read: its bytes as the zip deflated them (``stored``: as they are), its
-    ``count`` records and the ``first`` and ``last``. It reads as the tuple of its records
+    """A ledger as read: where its bytes lie in the zip (deflated; ``stored``: as they are),
+    its ``count`` records and the ``first`` and ``last``. It reads as the tuple of its records
     (``len``, iteration, ``[0]`` and ``[-1]``) without holding them: each iteration parses
     the bytes again, a megabyte at a time. A grid's ledger has two records a call, 60 MB
     at 20,000 runs, four times that parsed; the steps that read it fold it in one pass."""
 
-    packed: bytes
+    packed: Span
     stored: bool
     count: int
     first: Rec | None
@@ -116,7 +159,7 @@ class LedgerLog:
         return self.count
 
     def __iter__(self):
-        for chunk in _line_chunks(self.packed, self.stored):
+        for chunk in _line_chunks(self.packed.read(), self.stored):
             yield from map(_rec, jsonio.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]"))
 
     def __getitem__(self, i: int) -> Rec:

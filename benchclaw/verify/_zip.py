@@ -278,6 +278,10 @@ class ZipView:
         Raises KeyError for an unknown name, ``VerificationError`` (naming the entry) when
         its data is corrupt: bad deflate stream, wrong size, wrong CRC.
         """
+        return self.read_raw(name)[1]
+
+    def read_raw(self, name: str) -> tuple[bytes, bytes]:
+        """(the member's bytes as the archive holds them, inflated), as ``read``."""
         e = self.entries[name]
         raw = self.data[e.data_offset:e.end]
         if e.method == _STORED:
@@ -288,7 +292,7 @@ class ZipView:
             raise VerificationError(name, f"inflates to {len(out)} bytes, the header says {e.usize}")
         if zlib.crc32(out) != e.crc:
             raise VerificationError(name, "CRC-32 does not match the header (corrupt entry)")
-        return out
+        return raw, out
 
     @staticmethod
     def _inflate(e: Entry, raw: bytes) -> bytes:
