@@ -129,3 +129,16 @@ def test_bytes_read_again_that_differ_from_those_hashed_stop_the_verifier():
     del held[-3:]  # and truncated
     with pytest.raises(UnreadableBundle, match="changed while it was being verified"):
         list(log)
+
+
+def test_a_ledger_replay_keeps_the_fields_the_tie_reads_as_the_body_reads():
+    from benchclaw.verify._ledgers import Kept
+
+    body = {"attempt": "a", "id": "r1", "key": "0.0", "tokens": 7, "usd": "0.5", "known": False}
+    got = Kept(body, ("id", "tokens", "usd", "known", "reason"), 3)
+    assert (got["id"], got["tokens"], got["usd"], got["line"]) == ("r1", 7, "0.5", 3)
+    assert got.get("known") is False and got.get("reason") is None and got.get("attempt") is None
+    assert got.get("get") is None  # only the kept fields, never an attribute of the class
+    for missing in ("reason", "attempt", "get"):
+        with pytest.raises(KeyError):
+            got[missing]

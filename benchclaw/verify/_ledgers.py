@@ -172,16 +172,39 @@ _RESERVE_KEPT = ("id", "tokens", "usd")
 _SETTLE_KEPT = ("known", "tokens", "usd", "reason")
 
 
+class Kept:
+    """The fields of a reserve or settle body the tie to the runs reads, read as the body is
+    (``res["usd"]``, ``s.get("reason")``) in a third of a dict's memory: a grid's ledger
+    holds 230,000 of them at 20,000 runs."""
+
+    __slots__ = ("id", "tokens", "usd", "known", "reason", "line")
+
+    def __init__(self, body: dict, keys: tuple, line: int | None = None):
+        for k in keys:
+            if k in body:
+                setattr(self, k, body[k])
+        if line is not None:
+            self.line = line
+
+    def __getitem__(self, key: str):
+        if key in Kept.__slots__ and hasattr(self, key):
+            return getattr(self, key)
+        raise KeyError(key)
+
+    def get(self, key: str, default=None):
+        return getattr(self, key, default) if key in Kept.__slots__ else default
+
+
 def _index_reserve(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
-    res = {k: body[k] for k in _RESERVE_KEPT if k in body}  # tokens and usd as written
-    res["line"] = line
+    res = Kept(body, _RESERVE_KEPT, line)  # tokens and usd as written
+    res.usd = _once(rep, res.usd)  # a call's bound recurs: held once
     rep.open[body["id"]] = res
     rep.reserves[(_once(rep, body.get("attempt")), _once(rep, body.get("key")))] = (line, res)
 
 
 def _index_settle(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
-    rep.open.pop(body.get("id"))
-    rep.settles[body.get("id")] = (line, {k: body[k] for k in _SETTLE_KEPT if k in body})
+    res = rep.open.pop(body.get("id"))
+    rep.settles[res["id"]] = (line, Kept(body, _SETTLE_KEPT))  # the id string the reservation holds
 
 
 def _once(rep: LedgerReplay, value):
