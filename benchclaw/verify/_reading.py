@@ -14,11 +14,14 @@ B. the objects (most of a bundle's bytes) are inflated, hashed and read in two h
 C. each experiment's journal is merged and shape-checked.
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
-inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the page
-cache, out of this process's resident set); a run log's and a ledger's line bytes are
-dropped once their chain is checked; an object's bytes are dropped once hashed unless a
-step reads them (``_index``). GC tactics: the collector is off for the whole ``with`` (the
-index holds millions of acyclic records, built here and read by every step).
+walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
+page cache, out of this process's resident set); a run log's and a ledger's records are
+dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
+again with ``pread`` when a step parses them); the values the runs' first and last records
+repeat are held once; the manifest's rows and the objects' readings are kept in compact
+forms; an object's bytes are dropped once hashed unless a step reads them (``_index``). GC
+tactics: the collector is off for the whole ``with`` (the index holds millions of acyclic
+records, built here and read by every step).
 
 An unreadable container or manifest, a worker that crashed or overran
 ``Limits.worker_seconds`` raise ``UnreadableBundle`` (exit 2); an entry that fails to inflate
