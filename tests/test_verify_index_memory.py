@@ -142,3 +142,16 @@ def test_a_ledger_replay_keeps_the_fields_the_tie_reads_as_the_body_reads():
     for missing in ("reason", "attempt", "get"):
         with pytest.raises(KeyError):
             got[missing]
+
+
+def test_digests_of_objects_named_by_their_hash_read_as_the_strings():
+    from benchclaw.verify._index import NAMED, Digests
+
+    h = "ab" + "0" * 62
+    got = Digests({f"objects/ab/{h}": NAMED, "runs/x": "sha256:" + "1" * 64})
+    assert got[f"objects/ab/{h}"] == got.get(f"objects/ab/{h}") == "sha256:" + h
+    assert got.get("runs/x") == "sha256:" + "1" * 64 and got.get("nope") is None and got.get("nope", 3) == 3
+    assert "runs/x" in got and "nope" not in got and len(got) == 2
+    assert dict(got) == {f"objects/ab/{h}": "sha256:" + h, "runs/x": "sha256:" + "1" * 64}
+    with pytest.raises(KeyError):
+        got["nope"]

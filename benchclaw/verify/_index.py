@@ -39,7 +39,7 @@ from ._errors import UnreadableBundle, VerificationError
 from ._zip import Limits
 from .manifest import FileEntry, Manifest, object_path
 
-__all__ = ["Index", "Archive", "Span", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept"]
+__all__ = ["Index", "Archive", "Span", "Digests", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -203,6 +203,37 @@ class ObjectReading:
     derived: tuple | None = None
     text: str | None = None
     data: bytes | None = None
+
+
+NAMED = object()  # in ``Digests``' dict: the entry's bytes hash to the 64 hex its name ends with
+
+
+class Digests(Mapping):
+    """entry -> ``sha256:<hex>`` of its bytes, read-only. An object whose bytes hash to its
+    name (``objects/<aa>/<hex>``: all of them in an honest bundle) holds ``NAMED``, not a
+    string: its name already says it, and 200,000 digest strings are 25 MB."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, d: dict):
+        self._d = d
+
+    def __getitem__(self, name: str) -> str:
+        got = self._d[name]
+        return "sha256:" + name[11:] if got is NAMED else got
+
+    def get(self, name: str, default=None):
+        got = self._d.get(name, default)
+        return "sha256:" + name[11:] if got is NAMED else got
+
+    def __contains__(self, name) -> bool:
+        return name in self._d
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
 
 
 class ManifestRows:

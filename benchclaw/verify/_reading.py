@@ -46,7 +46,7 @@ from ..errors import BenchClawError
 from ..formats.records import GENESIS, blob_refs, line_hash, parse_line, split_lines, verify_chain
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
-from ._index import Archive, Index, LedgerLog, ManifestRows, Rec, RunLog, Span, frozen, kept
+from ._index import NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, RunLog, Span, frozen, kept
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import start
 from ._zip import Limits, ZipView
@@ -183,7 +183,7 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
     pages.release()
     journals = {exp: _journal(content, unread, exp) for exp in manifest.experiments}  # C
     return Index(limits=limits, names=tuple(view.names), sizes=frozen({n: e.usize for n, e in view.entries.items()}),
-                 manifest=manifest, digests=frozen(digests), unread=frozen(unread), run_logs=frozen(run_logs),
+                 manifest=manifest, digests=Digests(digests), unread=frozen(unread), run_logs=frozen(run_logs),
                  objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
                  content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
 
@@ -485,7 +485,7 @@ def _adopt(names: list[str], got: dict, digests: dict, unread: dict, readings: d
     for i, name in enumerate(names):
         hexd = hexes[64 * i:64 * i + 64]
         if hexd != _UNREAD:
-            digests[name] = "sha256:" + hexd
+            digests[name] = NAMED if name[11:] == hexd else "sha256:" + hexd  # _index.Digests
     for name, e in got["errors"].items():
         unread[name] = VerificationError(e["path"], e["message"], e["record"])
     for name, got in got["kept"].items():
