@@ -5,16 +5,19 @@ hand each other what they accepted: step 2 the runs, step 4 the calls' costs), n
 zip. What the index keeps of an entry is what some step reads of it, and no more:
 
 - every entry: its size and SHA-256, or the error that kept it from being read;
-- a run log: its bytes as the zip deflated them, its first and last record, the digests
+- a run log: where its bytes lie in the zip (read again, and checked against the BLAKE2b
+  taken when they were hashed, when a step asks), its first and last record, the digests
   its records reference, or the error its parse stopped at (``RunLog``). Its records are
   parsed again from those bytes when a step asks (``RunLog.records``), never all held at
   once: at 20,000 runs they would be a gigabyte;
 - an object: its digest; a request's or raw usage blob's reading (``_costs.derive``); a
-  reply's text; the bytes of the few objects read whole (catalogs, specs, task listings),
+  reply's text (each kept ``marshal``led, an ``ObjectReading`` again when a step asks); the bytes of the few objects read whole (catalogs, specs, task listings),
   and of one no reading could be taken of (the step that needs it reports why). Requests,
   observations, written contents and artifacts are not kept: the steps compare what they
   recompute with the object's digest;
-- a ledger: its chained records, or its chain error; each experiment's journal;
+- a ledger: where its bytes lie in the zip, as a run log's, its first and last record, or its chain
+  error (``LedgerLog``): it reads as its records, parsed again as they are iterated;
+- each experiment's journal;
 - every other entry (tasks, journals, summary, spec) but the site pages (read by no step):
   its bytes.
 
@@ -23,18 +26,20 @@ Nothing here changes once ``_reading.reading`` yields it: the mappings are read-
 
 from __future__ import annotations
 
+import hashlib
+import marshal
 import zlib
 from array import array
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 from ..formats import jsonio
-from ._errors import VerificationError
+from ._errors import UnreadableBundle, VerificationError
 from ._zip import Limits
-from .manifest import Manifest, object_path
+from .manifest import FileEntry, Manifest, object_path
 
-__all__ = ["Index", "RunLog", "Run", "ObjectReading", "Rec", "frozen"]
+__all__ = ["Index", "Archive", "Span", "Digests", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -53,17 +58,57 @@ class Rec(NamedTuple):
     body: dict
 
 
+class Archive:
+    """The bundle's bytes, read again where the index keeps only where an entry lies
+    (``Span``): ``read_at(offset, length)`` (a ``pread`` of the file, which maps nothing
+    into the process, or a slice of bytes given in memory)."""
+
+    __slots__ = ("_read_at",)
+
+    def __init__(self, read_at: Callable[[int, int], bytes]):
+        self._read_at = read_at
+
+    def span(self, offset: int, raw: bytes) -> "Span":
+        """Where ``raw``, the bytes the reading stage inflated and hashed, lie."""
+        return Span(self, offset, len(raw), _seal(raw))
+
+    def read(self, span: "Span") -> bytes:
+        """The span's bytes, exactly those the reading stage had (else UnreadableBundle:
+        the file changed under the verifier, and what it hashed is no longer what it reads)."""
+        data = self._read_at(span.offset, span.length)
+        if len(data) != span.length or _seal(data) != span.seal:
+            raise UnreadableBundle("", "the bundle file changed while it was being verified")
+        return data
+
+
+def _seal(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+class Span(NamedTuple):
+    """An entry's bytes as the zip holds them (deflated, unless stored): where they lie and
+    their BLAKE2b, 16 bytes, so a step parses exactly what the reading stage hashed."""
+
+    archive: Archive
+    offset: int
+    length: int
+    seal: bytes
+
+    def read(self) -> bytes:
+        return self.archive.read(self)
+
+
 @dataclass(frozen=True, slots=True)
 class RunLog:
-    """A run log as read, in a few kilobytes: ``packed``, its bytes as the zip deflated them
-    (``stored``: as they are); ``count`` records, the ``first`` and ``last`` (every step
+    """A run log as read, in a few hundred bytes: ``packed``, where its bytes lie in the zip
+    (deflated; ``stored``: as they are); ``count`` records, the ``first`` and ``last`` (every step
     reads them); the first record whose body is ill-typed (its line and error, or 0 and
     None); the digests each record before it references, as raw 32-byte SHA-256 values
     one after another in ``refs``, record i's ending at ``ref_ends[i]``; ``fault``: a first
     record that is not ``run.start`` or a last that is not ``run.end``. A log whose chain
     is broken is its ``VerificationError`` instead."""
 
-    packed: bytes
+    packed: Span
     stored: bool
     count: int
     first: Rec | None
@@ -78,7 +123,8 @@ class RunLog:
         """The records, parsed afresh from ``packed`` (nothing is kept: the caller holds
         them as long as it reads them). The bytes, chain and envelopes were checked by
         the reading stage, so this parse cannot fail."""
-        data = self.packed if self.stored else zlib.decompress(self.packed, -15)
+        raw = self.packed.read()
+        data = raw if self.stored else zlib.decompress(raw, -15)
         # one JSON array, not a parse a line: each line parsed alone as a JSON object, and a
         # raw newline cannot occur inside one, so the newlines are exactly the separators
         return tuple(_rec(obj) for obj in jsonio.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]"))
@@ -92,6 +138,62 @@ def _rec(obj: dict) -> Rec:
     return Rec(obj["seq"], obj["at"], obj["kind"], obj["body"])
 
 
+_CHUNK = 1 << 20  # inflated bytes parsed at a time when a ledger is streamed
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerLog:
+    """A ledger as read: where its bytes lie in the zip (deflated; ``stored``: as they are),
+    its ``count`` records and the ``first`` and ``last``. It reads as the tuple of its records
+    (``len``, iteration, ``[0]`` and ``[-1]``) without holding them: each iteration parses
+    the bytes again, a megabyte at a time. A grid's ledger has two records a call, 60 MB
+    at 20,000 runs, four times that parsed; the steps that read it fold it in one pass."""
+
+    packed: Span
+    stored: bool
+    count: int
+    first: Rec | None
+    last: Rec | None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        for chunk in _line_chunks(self.packed.read(), self.stored):
+            yield from map(_rec, jsonio.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]"))
+
+    def __getitem__(self, i: int) -> Rec:
+        """Record ``i``: the first and last at once, any other by streaming up to it."""
+        j = i + self.count if i < 0 else i
+        if not 0 <= j < self.count:
+            raise IndexError(i)
+        if j in (0, self.count - 1):
+            return self.first if j == 0 else self.last
+        return next(r for k, r in enumerate(self) if k == j)
+
+
+def _line_chunks(packed: bytes, stored: bool):
+    """The inflated bytes in runs of whole lines, about ``_CHUNK`` each (the bytes end
+    with a newline: the reading stage refused a torn last line)."""
+    if stored:
+        pos = 0
+        while pos < len(packed):
+            end = packed.find(b"\n", min(pos + _CHUNK, len(packed)) - 1) + 1 or len(packed)
+            yield packed[pos:end]
+            pos = end
+        return
+    d, tail, view = zlib.decompressobj(-15), b"", memoryview(packed)
+    for at in range(0, len(packed), _CHUNK // 4):
+        buf = tail + d.decompress(view[at:at + _CHUNK // 4])
+        cut = buf.rfind(b"\n") + 1
+        if cut:
+            yield buf[:cut]
+        tail = buf[cut:]
+    rest = tail + d.flush()
+    if rest:
+        yield rest
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectReading:
     """What the steps read of an object besides its digest. ``derived``: ``_costs.derive``'s
@@ -101,6 +203,63 @@ class ObjectReading:
     derived: tuple | None = None
     text: str | None = None
     data: bytes | None = None
+
+
+NAMED = object()  # in ``Digests``' dict: the entry's bytes hash to the 64 hex its name ends with
+
+
+class Digests(Mapping):
+    """entry -> ``sha256:<hex>`` of its bytes, read-only. An object whose bytes hash to its
+    name (``objects/<aa>/<hex>``: all of them in an honest bundle) holds ``NAMED``, not a
+    string: its name already says it, and 200,000 digest strings are 25 MB."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, d: dict):
+        self._d = d
+
+    def __getitem__(self, name: str) -> str:
+        got = self._d[name]
+        return "sha256:" + name[11:] if got is NAMED else got
+
+    def get(self, name: str, default=None):
+        got = self._d.get(name, default)
+        return "sha256:" + name[11:] if got is NAMED else got
+
+    def __contains__(self, name) -> bool:
+        return name in self._d
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+class ManifestRows:
+    """The manifest's rows as the index keeps them: each path (the zip's own name string
+    when the entry is there), the SHA-256s as raw 32-byte values one after another, the
+    sizes in an array; a ``FileEntry`` again as each is read. A quarter million rows
+    would be a hundred megabytes of objects."""
+
+    __slots__ = ("_paths", "_digests", "_sizes")
+
+    def __init__(self, rows, names: Mapping[str, str]):
+        """``names``: each entry name of the zip, to itself. Raises OverflowError for a
+        size past 64 bits (the caller keeps the rows as they are: step 1 reports it)."""
+        self._paths = [names.get(r.path, r.path) for r in rows]
+        self._digests = b"".join(bytes.fromhex(r.digest[7:]) for r in rows)
+        self._sizes = array("Q", (r.size for r in rows))
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def __getitem__(self, i: int) -> FileEntry:
+        i = range(len(self._paths))[i]  # negative indexes and IndexError as a tuple's
+        return FileEntry(self._paths[i], "sha256:" + self._digests[32 * i:32 * i + 32].hex(), self._sizes[i])
+
+    def __iter__(self):
+        return map(self.__getitem__, range(len(self._paths)))
 
 
 @dataclass(frozen=True)
@@ -165,8 +324,8 @@ class Index:
     digests: Mapping[str, str]                   # entry -> sha256:<hex> of its bytes (read ones)
     unread: Mapping[str, VerificationError]      # entry -> why it could not be inflated
     run_logs: Mapping[str, RunLog | VerificationError]   # runs/... entry -> its parse
-    objects: Mapping[str, ObjectReading]         # objects/... entry -> what is kept of it
-    ledgers: Mapping[str, tuple | VerificationError]     # ledgers/... entry -> chained records
+    objects: Mapping[str, bytes]                 # objects/... entry -> what is kept of it (kept())
+    ledgers: Mapping[str, LedgerLog | VerificationError]  # ledgers/... entry -> its chained records
     journals: Mapping[str, list | VerificationError]     # experiment -> (entry, line, Record)
     content: Mapping[str, bytes]                 # every other entry's bytes
     task_files: Mapping[str, Mapping[str, bytes]]  # tasks/<id>/v<N> -> {relative path: bytes}
@@ -183,8 +342,9 @@ class Index:
         if name in self.content:
             return self.content[name]
         got = self.objects.get(name)
-        if got is not None and got.data is not None:
-            return got.data
+        data = marshal.loads(got)[2] if got is not None else None
+        if data is not None:
+            return data
         if name not in self.sizes:
             raise VerificationError(where or name, f"{name} is missing from the bundle", record)
         if name in self.unread:
@@ -203,10 +363,20 @@ class Index:
 
     def reading(self, digest: str) -> ObjectReading:
         """What is kept of the object ``digest`` (an empty reading when nothing is)."""
-        return self.objects.get(object_path(digest), _NOTHING)
+        got = self.objects.get(object_path(digest))
+        return _NOTHING if got is None else ObjectReading(*marshal.loads(got))
 
     def names_under(self, prefix: str) -> list[str]:
         return [n for n in self.names if n.startswith(prefix)]
 
 
 _NOTHING = ObjectReading()
+
+
+def kept(derived: tuple | None, text: str | None, data: bytes | None) -> bytes:
+    """An ``ObjectReading``'s fields as the index keeps them: ``marshal``led, a third of the
+    memory of the tuple (and of its strings and numbers) they are, for each of the hundreds
+    of thousands of requests and usages of a large bundle. The values are this stage's own
+    (``_costs.derive``'s plain tuples, lists, dicts, strings and numbers), never the
+    bundle's bytes unmarshalled."""
+    return marshal.dumps((derived, text, data))

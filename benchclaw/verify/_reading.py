@@ -14,11 +14,14 @@ B. the objects (most of a bundle's bytes) are inflated, hashed and read in two h
 C. each experiment's journal is merged and shape-checked.
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
-inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the page
-cache, out of this process's resident set); a run log's and a ledger's line bytes are
-dropped once their chain is checked; an object's bytes are dropped once hashed unless a
-step reads them (``_index``). GC tactics: the collector is off for the whole ``with`` (the
-index holds millions of acyclic records, built here and read by every step).
+walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
+page cache, out of this process's resident set); a run log's and a ledger's records are
+dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
+again with ``pread`` when a step parses them); the values the runs' first and last records
+repeat are held once; the manifest's rows and the objects' readings are kept in compact
+forms; an object's bytes are dropped once hashed unless a step reads them (``_index``). GC
+tactics: the collector is off for the whole ``with`` (the index holds millions of acyclic
+records, built here and read by every step).
 
 An unreadable container or manifest, a worker that crashed or overran
 ``Limits.worker_seconds`` raise ``UnreadableBundle`` (exit 2); an entry that fails to inflate
@@ -40,20 +43,21 @@ from typing import Iterator
 
 from ..formats import jsonio
 from ..errors import BenchClawError
-from ..formats.records import blob_refs, split_lines, verify_chain
+from ..formats.records import GENESIS, blob_refs, line_hash, parse_line, split_lines, verify_chain
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
-from ._index import Index, ObjectReading, Rec, RunLog, frozen
+from ._index import NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, RunLog, Span, frozen, kept
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import start
 from ._zip import Limits, ZipView
 from .experiment import chain_records, journal_records
-from .manifest import MANIFEST, RUN_PATH, parse_manifest
+from .manifest import MANIFEST, RUN_PATH, Manifest, parse_manifest
 
 __all__ = ["reading"]
 
 _MANIFEST_LIMIT = 512 << 20
 _RELEASE_BYTES = 64 << 20   # inflated archive bytes between two hand-backs of mapped pages
+_STORED = 0                 # a zip entry's method: stored as it is (else deflated)
 _UNREAD = "-" * 64          # the worker's digest of an entry it could not inflate
 
 # What the steps read of an object, by the fields of the run records that name it (the
@@ -74,8 +78,8 @@ def reading(source: str | os.PathLike | bytes, limits: Limits,
     paused = gc.isenabled()
     gc.disable()  # millions of acyclic records, read and then read again: GC passes only cost time
     try:
-        with _archive(source, limits) as data:
-            yield _read(_Pages(data), limits, registered)
+        with _archive(source, limits) as (data, read_at):
+            yield _read(_Pages(data), Archive(read_at), limits, registered)
     finally:
         if paused:
             gc.enable()
@@ -86,9 +90,11 @@ def reading(source: str | os.PathLike | bytes, limits: Limits,
 @contextlib.contextmanager
 def _archive(source, limits: Limits):
     """The archive's bytes: given, or the file memory-mapped read-only (pages the kernel can
-    take back, where a read would hold the whole archive in this process)."""
+    take back, where a read would hold the whole archive in this process); and a function
+    that reads a range of them again (``_index.Archive``)."""
     if isinstance(source, (bytes, bytearray)):
-        yield bytes(source)
+        data = bytes(source)
+        yield data, lambda offset, n: data[offset:offset + n]
         return
     path = Path(source)
     try:
@@ -102,14 +108,14 @@ def _archive(source, limits: Limits):
         if size > limits.archive_bytes:
             raise UnreadableBundle(str(path), f"{size} bytes, above the limit of {limits.archive_bytes}")
         if size == 0:
-            yield b""
+            yield b"", lambda offset, n: b""
             return
         try:
             m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as e:
             raise UnreadableBundle(str(path), f"cannot map ({e})") from None
-        try:
-            yield m
+        try:  # read again with pread: a run log read by a step maps no page in
+            yield m, lambda offset, n, fd=f.fileno(): os.pread(fd, n, offset)
         finally:
             m.close()
 
@@ -124,12 +130,21 @@ class _Pages:
         self._mapped = isinstance(data, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED")
 
     def read(self, view: ZipView, name: str) -> bytes:
-        data = view.read(name)
+        return self.read_raw(view, name)[1]
+
+    def read_raw(self, view: ZipView, name: str) -> tuple[bytes, bytes]:
+        """(the entry's bytes as the zip holds them, inflated)."""
+        got = view.read_raw(name)
+        self.walked(view.entries[name].csize)
+        return got
+
+    def walked(self, nbytes: int) -> None:
+        """``nbytes`` more of the archive were touched (read, or spanned by the directory
+        walk, whose local headers are spread over every page)."""
         if self._mapped:
-            self._read += view.entries[name].csize
+            self._read += nbytes
             if self._read >= _RELEASE_BYTES:
                 self.release()
-        return data
 
     def release(self) -> None:
         if self._mapped:
@@ -139,14 +154,15 @@ class _Pages:
 
 # ------------------------------------------------------------------------------ the stage
 
-def _read(pages: _Pages, limits: Limits, registered) -> Index:
-    view = ZipView(pages.data, limits)
-    pages.release()  # the directory walk touched every local header
+def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
+    view = ZipView(pages.data, limits, pages.walked)  # its walk touches every local header's page
+    pages.release()
     manifest = _manifest(view)
     digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
     unread: dict[str, VerificationError] = {}
     run_logs, ledgers, content = {}, {}, {}
     roles: dict[str, int] = {}  # object digest -> what the run records need of it (_ROLES)
+    shared: dict = {}  # the values the kept run.start and run.end records share (_shared)
     objects = []
     for name in view.names:  # A: everything but the objects, here
         if name.startswith("objects/"):
@@ -154,20 +170,20 @@ def _read(pages: _Pages, limits: Limits, registered) -> Index:
             continue
         if name == MANIFEST:
             continue
-        data = _inflate(pages, view, name, digests, unread)
+        raw, data = _inflate(pages, view, name, digests, unread)
         if data is None:
             continue
         if name.startswith("runs/"):
-            run_logs[name] = _run_log(name, data, _packed(view, name, data), limits, roles)
+            run_logs[name] = _run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)
         elif name.startswith("ledgers/"):
-            ledgers[name] = _ledger(name, data)
+            ledgers[name] = _ledger(name, data, _packed(view, archive, name, raw))
         elif not name.startswith("site/"):  # the pages: hashed for step 1, read by no step
             content[name] = data
     readings = _read_objects(pages, view, objects, roles, digests, unread)  # B: on two cores
     pages.release()
     journals = {exp: _journal(content, unread, exp) for exp in manifest.experiments}  # C
     return Index(limits=limits, names=tuple(view.names), sizes=frozen({n: e.usize for n, e in view.entries.items()}),
-                 manifest=manifest, digests=frozen(digests), unread=frozen(unread), run_logs=frozen(run_logs),
+                 manifest=manifest, digests=Digests(digests), unread=frozen(unread), run_logs=frozen(run_logs),
                  objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
                  content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
 
@@ -181,18 +197,25 @@ def _manifest(view: ZipView):
         data = view.read(MANIFEST)
     except VerificationError as e:
         raise UnreadableBundle(MANIFEST, e.message) from None
-    return parse_manifest(data)
-
-
-def _inflate(pages: _Pages, view: ZipView, name: str, digests: dict, unread: dict) -> bytes | None:
-    """The entry's bytes, its digest recorded; None (its error recorded) when corrupt."""
+    m = parse_manifest(data)
+    del data
     try:
-        data = pages.read(view, name)
+        rows = ManifestRows(m.files, {n: n for n in view.names})
+    except OverflowError:  # a size no array holds: kept as parsed, for step 1 to refuse
+        return m
+    return Manifest(m.experiments, rows, m.digest, m.exploratory)
+
+
+def _inflate(pages: _Pages, view: ZipView, name: str, digests: dict, unread: dict) -> tuple[bytes | None, bytes | None]:
+    """(the entry's bytes as the zip holds them, inflated), its digest recorded; Nones (its
+    error recorded) when corrupt."""
+    try:
+        raw, data = pages.read_raw(view, name)
     except VerificationError as e:
         unread[name] = e
-        return None
+        return None, None
     digests[name] = "sha256:" + hashlib.sha256(data).hexdigest()
-    return data
+    return raw, data
 
 
 def _task_files(content: dict) -> dict:
@@ -207,18 +230,16 @@ def _task_files(content: dict) -> dict:
 
 # ------------------------------------------------------------------------------ run logs and ledgers
 
-def _packed(view: ZipView, name: str, data: bytes) -> tuple[bytes, bool]:
-    """A run log's bytes as the zip holds them (deflated: a third of their size) and whether
-    they are stored as they are: what ``RunLog.records`` parses again. A copy, not a view of
-    the archive, so what is parsed later is what was hashed now."""
+def _packed(view: ZipView, archive: Archive, name: str, raw: bytes) -> tuple[Span, bool]:
+    """Where a run log's or ledger's bytes lie in the zip (``raw``, those just inflated and
+    hashed: a third of their size, deflated) and whether they are stored as they are: what
+    ``RunLog.records`` reads and parses again. Not the bytes: 80 MB at 20,000 runs."""
     e = view.entries[name]
-    if e.csize == e.usize:  # stored (or deflate gained nothing): keep the inflated bytes
-        return data, True
-    return bytes(view.data[e.data_offset:e.end]), False
+    return archive.span(e.data_offset, raw), e.method == _STORED
 
 
-def _run_log(name: str, data: bytes, packed: tuple[bytes, bool], limits: Limits,
-             roles: dict) -> RunLog | VerificationError:
+def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
+             roles: dict, shared: dict) -> RunLog | VerificationError:
     """Chain, first and last record, then each body's shape in order (stopping at the first
     ill-typed one) and the digests it references; the objects' roles noted in ``roles``.
     The parsed records are dropped here: a step parses them again from ``packed``."""
@@ -228,7 +249,7 @@ def _run_log(name: str, data: bytes, packed: tuple[bytes, bool], limits: Limits,
         records = _chain(name, data, limits)
     except VerificationError as e:
         return e
-    first, last = (_compact(records[:1]) or (None,))[0], (_compact(records[-1:]) or (None,))[0]
+    first, last = (_kept(r, shared) for r in (records[0], records[-1])) if records else (None, None)
 
     def log(bad_line=0, bad=None, refs=b"", ends=(), fault=None) -> RunLog:
         return RunLog(*packed, len(records), first, last, bad_line, bad, refs, array("I", ends), fault)
@@ -306,12 +327,70 @@ def _compact(records: list) -> tuple[Rec, ...]:
     return tuple(Rec(r.seq, r.at, r.kind, r.body) for r in records)
 
 
-def _ledger(name: str, data: bytes) -> tuple | VerificationError:
+def _kept(rec, shared: dict) -> Rec:
+    """A run's first or last record as the index keeps it: its body's values that equal one
+    an earlier run's record had (the catalog, task, profile, settings and prices each
+    ``run.start`` repeats, the strings of its policy) are that value, held once for the
+    bundle instead of once a run. They are read-only, as the whole index is."""
+    return Rec(rec.seq, rec.at, _shared(rec.kind, shared), {k: _shared(v, shared) for k, v in rec.body.items()})
+
+
+def _shared(value, shared: dict, depth: int = 0):
+    """``value``, or the equal value ``shared`` already holds (keyed by the BLAKE2b of its
+    ``repr``, which tells ``1``, ``1.0`` and ``true`` apart where ``==`` does not); a new
+    container's own values are shared in turn, two levels down."""
+    kind = type(value)
+    if kind is str:
+        return shared.setdefault(value, value) if len(value) <= 128 else value
+    if (kind is not dict and kind is not list) or depth > 1:
+        return value
+    key = hashlib.blake2b(repr(value).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    got = shared.get(key)
+    if got is None:
+        if kind is dict:
+            value = {k: _shared(v, shared, depth + 1) for k, v in value.items()}
+        else:
+            value = [_shared(v, shared, depth + 1) for v in value]
+        shared[key] = got = value
+    return got
+
+
+def _ledger(name: str, data: bytes, packed: tuple[Span, bool]) -> LedgerLog | VerificationError:
+    """The ledger's chain checked line by line, holding one record at a time (its records
+    are a step's to parse again, as they fold them); a broken chain is the error
+    ``chain_records`` gives, the whole ledger parsed again to name the line at fault."""
     try:
-        records = chain_records({name: data}, name)
-    except VerificationError as e:
-        return e
-    return _compact(records)
+        count, first, last = _chain_stream(name, data)
+    except (BenchClawError, _Broken):
+        try:
+            records = chain_records({name: data}, name)
+        except VerificationError as e:
+            return e
+        count, first, last = len(records), _compact(records[:1]) or (None,), _compact(records[-1:]) or (None,)
+        first, last = first[0], last[0]
+    return LedgerLog(*packed, count, first, last)
+
+
+class _Broken(Exception):
+    """A ledger line that does not chain: ``chain_records`` says where and why."""
+
+
+def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None]:
+    """(count, first, last) of a chained JSONL entry, the chain checked as ``verify_chain``
+    checks it. Raises ``_Broken`` or BenchClawError at the first defect."""
+    if data and not data.endswith(b"\n"):
+        raise _Broken()  # torn last line
+    prev, first, rec, i, pos = GENESIS, None, None, 0, 0
+    while pos < len(data):
+        end = data.index(b"\n", pos)
+        line = data[pos:end]
+        rec = parse_line(line, name)
+        if rec.seq != i or rec.prev != prev:
+            raise _Broken()
+        prev, pos, i = line_hash(line), end + 1, i + 1
+        if first is None:
+            first = _compact([rec])[0]
+    return i, first, (_compact([rec])[0] if rec is not None else None)
 
 
 def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
@@ -333,7 +412,7 @@ def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
 # ------------------------------------------------------------------------------ the objects
 
 def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, digests: dict,
-                  unread: dict) -> dict[str, ObjectReading]:
+                  unread: dict) -> dict[str, bytes]:
     """Every object inflated, hashed and read once, the first half (by compressed bytes) in
     a forked worker while this process reads the second."""
     total, half, cut = sum(view.entries[n].csize for n in names), 0, 0
@@ -346,7 +425,7 @@ def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, d
         there = pending.result()
     finally:
         pending.cancel()
-    readings: dict[str, ObjectReading] = {}
+    readings: dict[str, bytes] = {}  # ObjectReading's fields, kept()
     _adopt(names[:cut], there, digests, unread, readings)
     _adopt(names[cut:], here, digests, unread, readings)
     return readings
@@ -358,8 +437,8 @@ def _objects_in_worker(pages: _Pages, view: ZipView, names: list[str], roles: di
 
 def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, *, as_json: bool) -> dict:
     """The SHA-256 hexes as one string (a fraction of the memory of a list), read errors
-    by entry, and each object's reading ([derived, text, bytes]); ``as_json``: every value
-    a JSON value (the bytes as a latin-1 string), for the worker's pipe."""
+    by entry, and each object's reading as the index keeps it (``_index.kept``); ``as_json``:
+    every value a JSON value (those bytes as a latin-1 string), for the worker's pipe."""
     hexes, errors, kept = [], {}, {}
     for name in names:
         try:
@@ -376,8 +455,9 @@ def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, *, as_
     return {"digests": "".join(hexes), "errors": errors, "kept": kept}
 
 
-def _reading_of(needs: int, data: bytes, as_json: bool) -> list | None:
-    """What is kept of an object the run records need as ``needs`` (``_ROLES``)."""
+def _reading_of(needs: int, data: bytes, as_json: bool) -> bytes | str | None:
+    """What is kept of an object the run records need as ``needs`` (``_ROLES``): its
+    ``ObjectReading``'s fields, ``kept`` at once (no list of them is held for every object)."""
     if needs == _DIGEST:
         return None
     derived = text = whole = None
@@ -393,8 +473,9 @@ def _reading_of(needs: int, data: bytes, as_json: bool) -> list | None:
         except UnicodeDecodeError:
             needs |= _WHOLE
     if needs & _WHOLE:
-        whole = data.decode("latin-1") if as_json else data  # a JSON string: a character a byte
-    return [derived, text, whole]
+        whole = data
+    got = kept(tuple(derived) if derived is not None else None, text, whole)
+    return got.decode("latin-1") if as_json else got  # a JSON string: a character a byte
 
 
 def _adopt(names: list[str], got: dict, digests: dict, unread: dict, readings: dict) -> None:
@@ -404,9 +485,8 @@ def _adopt(names: list[str], got: dict, digests: dict, unread: dict, readings: d
     for i, name in enumerate(names):
         hexd = hexes[64 * i:64 * i + 64]
         if hexd != _UNREAD:
-            digests[name] = "sha256:" + hexd
+            digests[name] = NAMED if name[11:] == hexd else "sha256:" + hexd  # _index.Digests
     for name, e in got["errors"].items():
         unread[name] = VerificationError(e["path"], e["message"], e["record"])
-    for name, (derived, text, data) in got["kept"].items():
-        readings[name] = ObjectReading(tuple(derived) if derived is not None else None, text,
-                                       data.encode("latin-1") if isinstance(data, str) else data)
+    for name, got in got["kept"].items():
+        readings[name] = got.encode("latin-1") if isinstance(got, str) else got

@@ -14,7 +14,7 @@ from typing import Mapping
 
 from ..errors import BenchClawError
 from ._errors import VerificationError
-from ._index import Index, RunLog
+from ._index import Index, LedgerLog, RunLog
 from ._report import Section
 from .experiment import chain_records, experiment_data_from_files, summarise
 
@@ -74,7 +74,7 @@ def _chain(ix: Index, files: "_Files", name: str):
     if isinstance(log, RunLog):
         return log.records()
     recs = ix.ledgers.get(name)
-    if isinstance(recs, tuple):
+    if isinstance(recs, LedgerLog):  # its records, streamed
         return recs
     return chain_records(files, name)  # raises the error the reading stage kept
 

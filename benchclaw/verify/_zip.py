@@ -29,6 +29,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import Callable
 
 from ..formats.names import entry_name_fold, entry_name_problem
 from ._errors import UnreadableBundle, VerificationError
@@ -94,9 +95,13 @@ class ZipView:
     Construction raises ``UnreadableBundle`` for anything in the module docstring's list.
     """
 
-    def __init__(self, data: bytes, limits: Limits = Limits()):
+    def __init__(self, data: bytes, limits: Limits = Limits(), walked: Callable[[int], None] | None = None):
+        """``walked(n)``: told the archive bytes each local header check spanned (the
+        header and its entry's data), so a caller holding the archive memory-mapped can
+        hand the pages this walk touched back to the kernel as it goes."""
         self.data = data
         self.limits = limits
+        self._walked = walked
         if len(data) > limits.archive_bytes:
             raise _bad(f"the archive is {len(data)} bytes, above the limit of {limits.archive_bytes}")
         cd_offset, cd_end, count = self._end_records()
@@ -182,7 +187,9 @@ class ZipView:
             if total > self.limits.total_bytes:
                 raise _bad(f"entries inflate to more than the limit of {self.limits.total_bytes} bytes")
             entry = Entry(name, method, crc, csize, usize, offset)
-            self.entries[name] = self._check_local(entry, raw_name, (flags, method, mtime, mdate))
+            self.entries[name] = entry = self._check_local(entry, raw_name, (flags, method, mtime, mdate))
+            if self._walked is not None:
+                self._walked(entry.end - entry.header_offset)
             pos = end
         if pos != cd_end:
             raise _bad("the central directory holds more than its end record counts")
@@ -271,6 +278,10 @@ class ZipView:
         Raises KeyError for an unknown name, ``VerificationError`` (naming the entry) when
         its data is corrupt: bad deflate stream, wrong size, wrong CRC.
         """
+        return self.read_raw(name)[1]
+
+    def read_raw(self, name: str) -> tuple[bytes, bytes]:
+        """(the member's bytes as the archive holds them, inflated), as ``read``."""
         e = self.entries[name]
         raw = self.data[e.data_offset:e.end]
         if e.method == _STORED:
@@ -281,7 +292,7 @@ class ZipView:
             raise VerificationError(name, f"inflates to {len(out)} bytes, the header says {e.usize}")
         if zlib.crc32(out) != e.crc:
             raise VerificationError(name, "CRC-32 does not match the header (corrupt entry)")
-        return out
+        return raw, out
 
     @staticmethod
     def _inflate(e: Entry, raw: bytes) -> bytes:

@@ -1,0 +1,157 @@
+"""The index's compact forms (issue 17 item 2) read exactly as what they replace.
+
+A ledger kept deflated reads as its chained records, a manifest's rows as its
+``FileEntry`` rows, a run's first and last records as parsed (values shared between runs
+only when their JSON is the same), and an object's reading as its fields.
+"""
+
+import zlib
+
+import pytest
+
+from benchclaw.formats.records import GENESIS, Record, encode, line_hash
+from benchclaw.verify import _index, verify_bundle
+from benchclaw.verify._errors import UnreadableBundle
+from benchclaw.verify._index import Archive, LedgerLog, Span, ManifestRows, ObjectReading, Rec, kept
+from benchclaw.verify._reading import _chain_stream, _kept, _ledger
+from benchclaw.verify.experiment import chain_records
+from benchclaw.verify.manifest import FileEntry, Manifest, build_manifest
+
+from tests.test_bundle_support import EXP, RawEntry, manifest_for, raw_zip
+
+
+def ledger_bytes(n: int) -> bytes:
+    lines, prev = [], GENESIS
+    for i in range(n):
+        body = {"attempt": f"a{i % 7}", "id": f"r{i}", "key": f"{i}.0", "tokens": i, "usd": f"0.{i:04d}"}
+        line = encode(Record(seq=i, at=f"2026-01-01T00:00:{i % 60:02d}.000000Z", kind="reserve", body=body, prev=prev))
+        lines.append(line)
+        prev = line_hash(line)
+    return b"\n".join(lines) + b"\n"
+
+
+def deflated(data: bytes) -> bytes:
+    c = zlib.compressobj(6, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush()
+
+
+def span(raw: bytes, archive: bytearray | None = None) -> Span:
+    """``raw`` as the reading stage keeps it: where it lies in an archive (``archive``, a
+    copy of it by default) and its seal."""
+    held = bytearray(raw) if archive is None else archive
+    return Archive(lambda offset, n: bytes(held[offset:offset + n])).span(0, raw)
+
+
+@pytest.mark.parametrize("stored", [True, False])
+def test_a_ledger_kept_deflated_reads_as_its_chained_records(monkeypatch, stored):
+    monkeypatch.setattr(_index, "_CHUNK", 512)  # many chunks, lines cut at every boundary
+    data = ledger_bytes(300)
+    want = [Rec(r.seq, r.at, r.kind, r.body) for r in chain_records({"l": data}, "l")]
+    log = _ledger("ledgers/x.jsonl", data, (span(data if stored else deflated(data)), stored))
+    assert isinstance(log, LedgerLog)
+    assert list(log) == want and list(log) == want  # iterated twice: parsed again each time
+    assert len(log) == 300 and bool(log)
+    assert (log[0], log[-1], log[150], log[-2]) == (want[0], want[-1], want[150], want[-2])
+    with pytest.raises(IndexError):
+        log[300]
+
+
+def test_a_broken_ledger_chain_gives_the_error_the_whole_parse_gives():
+    data = ledger_bytes(20)
+    lines = data.split(b"\n")
+    lines[5], lines[6] = lines[6], lines[5]  # reordered
+    bad = b"\n".join(lines)
+    got = _ledger("ledgers/x.jsonl", bad, (span(bad), True))
+    with pytest.raises(Exception) as want:
+        chain_records({"ledgers/x.jsonl": bad}, "ledgers/x.jsonl")
+    assert str(got) == str(want.value) and got.record == want.value.record
+    torn = _ledger("ledgers/x.jsonl", data[:-1], (span(data[:-1]), True))
+    assert "torn last line" in str(torn)
+    assert _chain_stream("e", b"") == (0, None, None)
+
+
+def test_manifest_rows_read_as_the_parsed_rows():
+    files = {"b/x": b"12345", "a": b"", "objects/zz": b"z" * 70000}
+    rows = build_manifest([EXP], files).files
+    names = {n: n for n in files}
+    kept_rows = ManifestRows(rows, names)
+    assert list(kept_rows) == list(rows) and len(kept_rows) == 3
+    assert kept_rows[-1] == rows[-1] and kept_rows[0].path is names[rows[0].path]
+    with pytest.raises(IndexError):
+        kept_rows[3]
+    with pytest.raises(OverflowError):
+        ManifestRows((FileEntry("a", rows[0].digest, 1 << 64),), names)
+
+
+def test_a_manifest_size_past_64_bits_is_refused_by_step_one_not_a_traceback(monkeypatch):
+    """A size no array holds (the stdlib JSON parser reads any integer) keeps the rows as
+    parsed, and step 1 refuses it like any wrong size."""
+    from benchclaw.verify import _reading
+
+    files = {b"VERSION": b"benchclaw-runs 1\n", b"summary.json": b"{}"}
+    real = _reading.parse_manifest
+
+    def huge(data):
+        m = real(data)
+        rows = (FileEntry(m.files[0].path, m.files[0].digest, 1 << 64),) + m.files[1:]
+        return Manifest(m.experiments, rows, m.digest, m.exploratory)
+
+    monkeypatch.setattr(_reading, "parse_manifest", huge)
+    rep = verify_bundle(raw_zip([RawEntry(b"manifest.json", manifest_for(files))]
+                                + [RawEntry(k, v) for k, v in files.items()]))
+    assert rep.fatal is None and rep.exit_code == 1
+    assert any(f"the manifest says {1 << 64}" in str(f) for f in rep.section("container").failures)
+
+
+def test_shared_run_record_values_are_equal_and_never_conflate_json_types():
+    shared: dict = {}
+    a = _kept(Rec(0, "t", "run.start", {"task": {"id": "x", "n": 1}, "p": {"v": True}, "q": [1.0]}), shared)
+    b = _kept(Rec(0, "t", "run.start", {"task": {"id": "x", "n": 1}, "p": {"v": 1}, "q": [1]}), shared)
+    assert a.body["task"] is b.body["task"]  # the same JSON: held once
+    assert b.body == {"task": {"id": "x", "n": 1}, "p": {"v": 1}, "q": [1]}
+    assert b.body["p"]["v"] is not True and type(b.body["q"][0]) is int  # 1, true and 1.0 stay apart
+    assert a.body["p"]["v"] is True and type(a.body["q"][0]) is float
+
+
+def test_an_object_reading_kept_marshalled_reads_back_as_its_fields():
+    fields = (("r", 4096, 10, 11, [6, "ab"], 12, None), "a reply \udcff", b"\x00bytes")
+    assert ObjectReading(*__import__("marshal").loads(kept(*fields))) == ObjectReading(*fields)
+
+
+def test_bytes_read_again_that_differ_from_those_hashed_stop_the_verifier():
+    data = ledger_bytes(5)
+    held = bytearray(data)
+    log = _ledger("ledgers/x.jsonl", data, (span(data, held), True))
+    assert len(list(log)) == 5
+    held[40:41] = b"X" if held[40:41] != b"X" else b"Y"  # the file changed under the verifier
+    with pytest.raises(UnreadableBundle, match="changed while it was being verified"):
+        list(log)
+    del held[-3:]  # and truncated
+    with pytest.raises(UnreadableBundle, match="changed while it was being verified"):
+        list(log)
+
+
+def test_a_ledger_replay_keeps_the_fields_the_tie_reads_as_the_body_reads():
+    from benchclaw.verify._ledgers import Kept
+
+    body = {"attempt": "a", "id": "r1", "key": "0.0", "tokens": 7, "usd": "0.5", "known": False}
+    got = Kept(body, ("id", "tokens", "usd", "known", "reason"), 3)
+    assert (got["id"], got["tokens"], got["usd"], got["line"]) == ("r1", 7, "0.5", 3)
+    assert got.get("known") is False and got.get("reason") is None and got.get("attempt") is None
+    assert got.get("get") is None  # only the kept fields, never an attribute of the class
+    for missing in ("reason", "attempt", "get"):
+        with pytest.raises(KeyError):
+            got[missing]
+
+
+def test_digests_of_objects_named_by_their_hash_read_as_the_strings():
+    from benchclaw.verify._index import NAMED, Digests
+
+    h = "ab" + "0" * 62
+    got = Digests({f"objects/ab/{h}": NAMED, "runs/x": "sha256:" + "1" * 64})
+    assert got[f"objects/ab/{h}"] == got.get(f"objects/ab/{h}") == "sha256:" + h
+    assert got.get("runs/x") == "sha256:" + "1" * 64 and got.get("nope") is None and got.get("nope", 3) == 3
+    assert "runs/x" in got and "nope" not in got and len(got) == 2
+    assert dict(got) == {f"objects/ab/{h}": "sha256:" + h, "runs/x": "sha256:" + "1" * 64}
+    with pytest.raises(KeyError):
+        got["nope"]
