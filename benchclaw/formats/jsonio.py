@@ -38,9 +38,15 @@ def dumps(obj) -> bytes:
     return _std_dumps(obj)
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})  # exact types that are never a float
+
+
 def _has_float(obj) -> bool:
     """Whether a float sits anywhere in ``obj`` within ``MAX_DEPTH`` (iterative: this runs
-    before every record and blob is serialised, so it is kept cheap)."""
+    before every record and blob is serialised, so it is kept cheap). Each container's
+    value types are collected at C speed (``set(map(type, ...))``); only a container
+    holding a type other than the plain JSON ones is walked value by value (a float
+    subclass must be found as ``isinstance`` finds it)."""
     if isinstance(obj, float):
         return True
     stack = [(obj, 0)]
@@ -52,7 +58,14 @@ def _has_float(obj) -> bool:
             cur = cur.values()
         elif not isinstance(cur, (list, tuple)):
             continue
+        types = set(map(type, cur))
+        if types <= _PLAIN:
+            continue
+        if float in types:
+            return True
         for v in cur:
+            if type(v) in _PLAIN:
+                continue
             if isinstance(v, float):
                 return True
             if isinstance(v, (dict, list, tuple)):
