@@ -246,7 +246,13 @@ def upper_bound(cache: dict, prices: Prices, estimate: int, max_tokens: int) -> 
 
 def sim_prompt_tokens(messages: list) -> int:
     """The simulator's prompt token count (FORMAT.md §6, "Simulated usage")."""
-    return 3 + sum(4 + (len(str(m.get("content") or "")) + 3) // 4 for m in messages)
+    return 3 + sum(message_tokens(messages))
+
+
+def message_tokens(messages: list) -> list[int]:
+    """Each message's share of ``sim_prompt_tokens`` (the 3 of the reply's priming aside):
+    the prompt and its cached prefix are sums of these, counted once."""
+    return [4 + (len(str(m.get("content") or "")) + 3) // 4 for m in messages]
 
 
 try:
@@ -275,14 +281,44 @@ def short_hash(value) -> str:
     return hashlib.sha256(canon(value)).hexdigest()[:32]
 
 
-def conversation_hashes(messages: list) -> list:
+def conversation_hashes(messages: list, parts: list[bytes] | None = None) -> list:
     """What step 3's replay needs of a request, so it never inflates a request again:
     [message count, hash of all messages, hash of all but the last two, hash of the last
-    two, hash of the task message's content] (None where there is no such part)."""
+    two, hash of the task message's content] (None where there is no such part).
+    ``parts``: ``canon_parts(messages)``, when there are: each hash is then that of the
+    very same bytes, with every byte serialised once and the shared prefix hashed once."""
     n = len(messages)
-    return [n, short_hash(messages), short_hash(messages[:-2]) if n > 2 else None,
-            short_hash(messages[-2:]) if n > 2 else None,
-            short_hash(messages[1].get("content")) if n >= 2 else None]
+    if parts is None:
+        return [n, short_hash(messages), short_hash(messages[:-2]) if n > 2 else None,
+                short_hash(messages[-2:]) if n > 2 else None,
+                short_hash(messages[1].get("content")) if n >= 2 else None]
+    import hashlib
+
+    h, head = hashlib.sha256(b"["), None
+    for i, part in enumerate(parts):
+        if i == n - 2 and n > 2:  # the list of all but the last two, closed: its hash
+            closed = h.copy()
+            closed.update(b"]")
+            head = closed.hexdigest()[:32]
+        if i:
+            h.update(b",")
+        h.update(part)
+    h.update(b"]")
+    tail = hashlib.sha256(b"[" + parts[-2] + b"," + parts[-1] + b"]").hexdigest()[:32] if n > 2 else None
+    return [n, h.hexdigest()[:32], head, tail, short_hash(messages[1].get("content")) if n >= 2 else None]
+
+
+def canon_parts(messages: list) -> list[bytes] | None:
+    """Each message's ``canon`` bytes, when orjson takes every one: ``canon(messages)`` is
+    then exactly ``[`` + the parts joined by ``,`` + ``]`` (None otherwise: the whole list
+    goes the canonical way, and so must the callers)."""
+    if _orjson is None:
+        return None
+    dumps, option = _orjson.dumps, _orjson.OPT_SORT_KEYS
+    try:
+        return [dumps(m, option=option) for m in messages]
+    except TypeError:
+        return None
 
 
 def _chars(data: bytes) -> int | None:
@@ -315,8 +351,11 @@ def derive(data: bytes, sim: bool = False) -> list | None:
                 not all(isinstance(m, dict) for m in messages):
             return None
         try:
-            return ["r", max_tokens, estimate_prompt_tokens(messages), sim_prompt_tokens(messages),
-                    conversation_hashes(messages), message_bytes(messages), sim_facts(obj) if sim else None]
+            parts = canon_parts(messages)
+            tokens = message_tokens(messages)
+            return ["r", max_tokens, estimate_prompt_tokens(messages), 3 + sum(tokens),
+                    conversation_hashes(messages, parts), message_bytes(messages),
+                    sim_facts(obj, parts, tokens) if sim else None]
         except Exception:  # noqa: BLE001 - RecursionError and the like: step 4 reports it
             return None
     n = _chars(data)

@@ -24,7 +24,7 @@ from ..formats.money import Usage
 from ..formats.records import DIGEST_RE
 from ..formats.sim_rules import (Profile, action_kinds, cache_split_of, detect_family, effort_for,
                                  first_prompt, parse_profiles, prompt_tokens, reasoning_tokens,
-                                 reported, sim_tokens, turn_noise, usage_raw)
+                                 reported, sim_tokens, turn_noise, usage_raw, Streams)
 from ._errors import VerificationError
 from ._index import Run
 from .manifest import object_path
@@ -162,17 +162,54 @@ class SimFacts(NamedTuple):
     family: str | None
 
 
-def sim_facts(request) -> list | None:
+def sim_facts(request, parts: list[bytes] | None = None, tokens: list[int] | None = None) -> list | None:
     """``SimFacts`` of a parsed request as JSON values (``z`` as ``float.hex``, exact), or
-    None when it holds no model or message list. Pure: the reading stage takes it."""
+    None when it holds no model or message list. Pure: the reading stage takes it, passing
+    what it has already made of the messages: ``parts``, each one's canonical bytes
+    (``_costs.canon_parts``), and ``tokens``, each one's tokens (``_costs.message_tokens``)."""
     messages = request.get("messages") if isinstance(request, dict) else None
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages) \
             or not isinstance(request.get("model"), str):
         return None
     seed = request.get("seed") if isinstance(request.get("seed"), int) else 0
-    z = turn_noise(seed, request["model"], messages).gauss(0.0, 1.0)  # the turn's first draw: its reasoning
-    prefix = prompt_tokens(messages[:-2]) if len(messages) > 2 else 0
-    return [prompt_tokens(messages), prefix, z.hex(), detect_family(first_prompt(messages))]
+    z = _noise(seed, request["model"], messages, parts).gauss(0.0, 1.0)  # the turn's first draw: its reasoning
+    if tokens is None:
+        prompt, prefix = prompt_tokens(messages), prompt_tokens(messages[:-2]) if len(messages) > 2 else 0
+    else:
+        prompt, prefix = 3 + sum(tokens), 3 + sum(tokens[:-2]) if len(messages) > 2 else 0
+    return [prompt, prefix, z.hex(), _family(first_prompt(messages))]
+
+
+def _noise(seed: int, model: str, messages: list, parts: list[bytes] | None):
+    """``turn_noise(seed, model, messages)``: its digest is of ``jsonio.dumps([seed, model,
+    messages])``, which is the messages' ``parts`` framed by the seed's and model's bytes
+    when no message holds a float (then both backends write the same bytes); a float, or
+    no parts, goes the canonical way."""
+    if parts is None or not all(_plain(m) for m in messages):
+        return turn_noise(seed, model, messages)
+    head = b"[" + jsonio.dumps(seed) + b"," + jsonio.dumps(model) + b",["
+    return Streams(hashlib.sha256(head + b",".join(parts) + b"]]").digest()).rng("noise")
+
+
+def _plain(message: dict) -> bool:
+    """No float in the message (a role and a content string: checked at once)."""
+    return all(type(v) is str for v in message.values()) or not jsonio._has_float(message)
+
+
+_FAMILIES: dict[str, str | None] = {}  # first prompt -> its family: a grid repeats a few prompts
+
+
+def _family(prompt: str | None) -> str | None:
+    """``detect_family`` once per prompt (the regular expressions cost more than the lookup);
+    only short prompts are kept, and only so many, so a hostile bundle cannot grow it."""
+    if prompt is None or len(prompt) > 16384:
+        return detect_family(prompt)
+    got = _FAMILIES.get(prompt, _FAMILIES)
+    if got is _FAMILIES:
+        got = detect_family(prompt)
+        if len(_FAMILIES) < 256:
+            _FAMILIES[prompt] = got
+    return got
 
 
 def request_facts(b, run: Run, line: int, body: dict) -> SimFacts:
