@@ -15,7 +15,7 @@ try:  # pragma: no cover - exercised by whichever backend is installed
 except ImportError:  # pragma: no cover
     _orjson = None
 
-__all__ = ["dumps", "loads", "dumps_pretty", "JSONDecodeError", "MAX_DEPTH", "check_depth"]
+__all__ = ["dumps", "dumps_floatless", "loads", "dumps_pretty", "JSONDecodeError", "MAX_DEPTH", "check_depth"]
 
 JSONDecodeError = ValueError
 MAX_DEPTH = 64
@@ -39,6 +39,18 @@ def dumps(obj) -> bytes:
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})  # exact types that are never a float
+
+
+def dumps_floatless(obj) -> bytes:
+    """``dumps`` of a value the caller built without floats (strings, ints, booleans, None):
+    the same bytes, without the walk that looks for floats. A float would be written as
+    orjson writes it, so only a caller that knows there is none may use this."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(obj, option=_orjson.OPT_SORT_KEYS)
+        except TypeError:
+            pass
+    return dumps(obj)
 
 
 def _has_float(obj) -> bool:

@@ -265,12 +265,7 @@ def canon(value) -> bytes:
     """``jsonio.dumps`` (canonical JSON) without its walk for floats, for values the
     verifier builds from strings, ints and booleans (the replay's observations and
     conversation); anything orjson refuses goes the canonical way."""
-    if _orjson is not None:
-        try:
-            return _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)
-        except TypeError:
-            pass
-    return jsonio.dumps(value)
+    return jsonio.dumps_floatless(value)
 
 
 def short_hash(value) -> str:

@@ -72,8 +72,10 @@ def _check(b, run: Run, line: int, body: dict, usage: Usage, profile: Profile, e
     draws = _draws(b, run, line, body, profile, effort, facts)
     wants = {r: usage_raw(profile.usage_shape, prompt, cached, written, c, r) for r, c in draws.values()}
     # the runtime stores a raw usage as its canonical JSON, so the blob is the simulator's
-    # object exactly when its digest is that object's (step 2 tied the blob to its digest)
-    if body.get("usage_raw") in {"sha256:" + hashlib.sha256(jsonio.dumps(w)).hexdigest() for w in wants.values()}:
+    # object exactly when its digest is that object's (step 2 tied the blob to its digest);
+    # every number in it is an int (counts checked or computed as such): no float to look for
+    digests = {"sha256:" + hashlib.sha256(jsonio.dumps_floatless(w)).hexdigest() for w in wants.values()}
+    if body.get("usage_raw") in digests:
         return
     same = [r for r, c in draws.values() if c == usage.completion and (not shown[2] or r == usage.reasoning)]
     if same:  # the numbers follow, the object around them does not
@@ -95,17 +97,33 @@ def _draws(b, run: Run, line: int, body: dict, profile: Profile, effort: dict,
     content = _reply(b, run, line, body.get("reply"))
     z, family = facts.z, facts.family
     out = {}
-    for kind in action_kinds(content):
+    for kind in _kinds(b, content):
         r = reasoning_tokens(profile, kind, effort_for(effort, family) if kind == "write" else 1.0, z)
         out[kind] = (r, r + sim_tokens(content))
     return out
 
 
+def _kinds(b, content: str) -> tuple[str, ...]:
+    """``action_kinds``, once per reply text: a grid's runs send the same replies again (the
+    texts are held by the index already, so the keys cost nothing more)."""
+    key = ("action kinds", content)
+    got = b.cache.get(key)
+    if got is None:
+        got = b.cache[key] = action_kinds(content)
+    return got
+
+
 def _rules(b, run: Run) -> tuple[Profile, dict] | None:
     """(profile, family effort table) of ``run.start.sim``; None without it. Read once per
-    (profiles, catalog, tier, model): the runs of a grid share a few."""
-    start = run.start
-    key = ("sim rules", jsonio.dumps([start.get(k) for k in ("sim", "catalog", "tier", "model")]))
+    (profiles, catalog, tier, model): the runs of a grid share a few; its key is made once
+    per run (the run's calls come one after another), not once per call."""
+    last = b.cache.get("sim rules of")
+    if last is not None and last[0] is run:
+        key = last[1]
+    else:
+        start = run.start
+        key = ("sim rules", jsonio.dumps([start.get(k) for k in ("sim", "catalog", "tier", "model")]))
+        b.cache["sim rules of"] = (run, key)
     if key not in b.cache:
         try:
             b.cache[key] = _read_rules(b, run)
