@@ -72,6 +72,15 @@ class _Step:
         self.ix, self.cache = ix, {}
         self.prices: dict[str, Prices | VerificationError] = {}
         self.calls: dict[str, dict[int, CostBounds]] = {}
+        self.call_readings: dict = {}  # digest -> its reading, for the call being checked
+
+    def reading(self, digest: str):
+        """``ix.reading(digest)``, once per call record: a call's checks read its request
+        and reply more than once, and the index may unpack a reading on each read."""
+        got = self.call_readings.get(digest)
+        if got is None:
+            got = self.call_readings[digest] = self.ix.reading(digest)
+        return got
 
     def catalog(self, run: Run) -> Catalog:
         """The catalog the run names, parsed from its blob (``_simusage`` reads its tier's
@@ -176,6 +185,7 @@ def _run_costs(b: _Step, run: Run, sec: Section) -> None:
 
 def _call(b: _Step, run: Run, line: int, body: dict, prices: Prices,
           costs: dict[int, CostBounds]) -> tuple[Usage | None, CostBounds]:
+    b.call_readings.clear()
     params = body.get("params") if isinstance(body.get("params"), dict) else {}
     max_tokens, estimate = params.get("max_tokens"), body.get("prompt_estimate")
     if type(max_tokens) is not int or type(estimate) is not int or max_tokens < 0 or estimate < 0:
@@ -368,7 +378,7 @@ def _derived(b: _Step, run: Run, digest, line: int, what: str, kind: str):
     Raises VerificationError for a malformed digest, as reading the blob would."""
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
         raise VerificationError(run.path, f"{what} {digest!r} is not a blob digest", line)
-    got = b.ix.reading(digest).derived
+    got = b.reading(digest).derived
     return got if got is not None and got[0] in kind else None
 
 
@@ -463,7 +473,7 @@ def _reply_chars(b: _Step, run: Run, reply, line: int) -> int | None:
         return 0
     if not isinstance(reply, str) or not DIGEST_RE.match(reply):
         raise VerificationError(run.path, f"reply {reply!r} is not a blob digest", line)
-    text = b.ix.reading(reply).text
+    text = b.reading(reply).text
     return len(text) if text is not None else _chars(_blob(b, run, reply, line, "reply"))
 
 

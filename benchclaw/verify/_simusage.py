@@ -234,7 +234,7 @@ def request_facts(b, run: Run, line: int, body: dict) -> SimFacts:
     """The request's ``SimFacts``: the reading stage's, or (a request it could take no
     reading of) from the request blob itself."""
     digest = body.get("request")
-    got = b.ix.reading(digest).derived if isinstance(digest, str) and DIGEST_RE.match(digest) else None
+    got = b.reading(digest).derived if isinstance(digest, str) and DIGEST_RE.match(digest) else None
     facts = got[6] if got is not None and got[0] == "r" and len(got) > 6 else None
     if facts is None:
         facts = sim_facts(_json(b, run, line, digest, "request"))
@@ -249,7 +249,7 @@ def _reply(b, run: Run, line: int, digest) -> str:
         return ""
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
         raise VerificationError(run.path, f"reply {digest!r} is not a blob digest", line)
-    text = b.ix.reading(digest).text  # kept by the reading stage
+    text = b.reading(digest).text  # kept by the reading stage
     if text is not None:
         return text
     data = _blob(b, run, line, digest, "reply")
