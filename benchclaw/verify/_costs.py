@@ -153,6 +153,26 @@ def catalog_prices(b: _Step, run: Run) -> Prices:
 
 
 def _confirmed_prices(b: _Step, run: Run) -> Prices:
+    """``_check_prices``, once per distinct (catalog, tier, model, provider, prices) of the
+    runs: a pure verdict on those values alone (a grid's runs share a few), kept as the
+    prices or the message, and told in each run's name."""
+    st = run.start
+    try:
+        key = ("confirmed", jsonio.dumps([st.get(k) for k in ("catalog", "tier", "model", "provider", "prices")]))
+    except (TypeError, ValueError):  # not writable as canonical JSON (a lone surrogate): no memo
+        return _check_prices(b, run)
+    got = b.cache.get(key)
+    if got is None:
+        try:
+            got = b.cache[key] = _check_prices(b, run)
+        except VerificationError as e:
+            got = b.cache[key] = e.message
+    if isinstance(got, str):
+        raise VerificationError(run.path, got, 1)
+    return got
+
+
+def _check_prices(b: _Step, run: Run) -> Prices:
     tier = run.start.get("tier")
     prices = _cached_prices(b, run, tier)
     model = b.cache.get(("model", jsonio.dumps(run.start.get("catalog")), tier))
