@@ -94,6 +94,10 @@ class RunLog:
 _ENVELOPE = itemgetter("seq", "at", "kind", "body")  # a parsed record's ``Rec`` fields, in order
 
 
+def _rec(obj: dict) -> Rec:
+    return Rec(obj["seq"], obj["at"], obj["kind"], obj["body"])
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectReading:
     """What the steps read of an object besides its digest. ``derived``: ``_costs.derive``'s
