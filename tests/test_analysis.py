@@ -439,3 +439,17 @@ def test_lures_do_not_depend_on_which_run_of_a_task_key_comes_first():
         starts.append({"task": {"id": "a", "version": 1, "digest": blob_digest(listing)}})
     assert lured_tasks(starts, blobs.__getitem__) == frozenset({"a@1"})
     assert lured_tasks(starts[::-1], blobs.__getitem__) == frozenset({"a@1"})
+
+
+def test_speeds_sort_exactly_even_where_floats_cannot_tell_them_apart():
+    """``health_of`` sorts speeds by their floats and repairs what floats order wrongly."""
+    import random
+    from fractions import Fraction
+
+    from benchclaw.analysis.metrics import _sorted_exact
+
+    rng = random.Random(3)
+    plain = [Fraction(rng.randrange(1, 10**6), rng.randrange(1, 10**4)) for _ in range(2000)]
+    close = [Fraction(10**30 + i, 10**30) for i in range(40)]  # one float for all of them
+    for values in (plain, close[::-1] + plain[:50], close + [Fraction(2**1100, 3)]):  # the last: no float
+        assert _sorted_exact(values) == tuple(sorted(values))

@@ -94,3 +94,23 @@ def test_every_version_of_a_task_key_is_read_for_lures():
         fold.add_condensed(n * 64, CondensedRun(None, None, (), task, None))
     data = fold.data([], blobs.__getitem__, spec={})
     assert data.tasks_with_lures == frozenset({"t@1"})
+
+
+def test_a_kept_view_carries_what_its_calls_derive():
+    """``_shared`` packs a view's calls without deriving its sums and tally again: what it
+    carries over must be what deriving them from the packed calls gives."""
+    from benchclaw.analysis.fold import _shared
+    from benchclaw.analysis.inputs import PackedCalls
+
+    data = random_experiment(10, 5).data()
+    seen = 0
+    for rid, records in data.runs.items():
+        view = condense_run(rid, records).view
+        if view is None:
+            continue
+        kept = _shared(view)
+        fresh = replace(kept)  # __post_init__ derives them afresh, from the packed calls
+        assert isinstance(kept.calls, PackedCalls) and kept == view
+        assert (kept.cost_low, kept.cost_high, kept.tally) == (fresh.cost_low, fresh.cost_high, fresh.tally)
+        seen += bool(view.calls)
+    assert seen

@@ -205,4 +205,17 @@ def _shared(view: RunView | None) -> RunView | None:
     view held)."""
     if view is None:
         return None
-    return replace(view, calls=PackedCalls(view.calls), **{k: _intern(getattr(view, k)) for k in _VIEW_STRINGS})
+    return _same_calls(view, calls=PackedCalls(view.calls), **{k: _intern(getattr(view, k)) for k in _VIEW_STRINGS})
+
+
+_VIEW_SLOTS = RunView.__slots__
+
+
+def _same_calls(view: RunView, **changes) -> RunView:
+    """``replace(view, **changes)`` where ``changes`` leave the view's calls the same calls
+    (packed, equal strings interned): what ``__post_init__`` derives from them (the cost
+    sums and the tally, unpacking every call again) is carried over, not derived again."""
+    new = object.__new__(RunView)
+    for name in _VIEW_SLOTS:
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(view, name))
+    return new

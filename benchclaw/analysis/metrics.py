@@ -299,8 +299,22 @@ def health_of(runs: Iterable[RunView], missing: int) -> Health:
         timeout_runs += timeout
         maybe += cut and not timeout  # no timeout recorded, but a call was cut off before its record
     return Health(calls=calls, errors=errors, cut_off=cut_off, runs=n_runs, missing=missing,
-                  timeout_runs=timeout_runs, maybe_timeout_runs=maybe, speeds=tuple(sorted(speeds)),
+                  timeout_runs=timeout_runs, maybe_timeout_runs=maybe, speeds=_sorted_exact(speeds),
                   ttfts_ms=tuple(sorted(ttfts)), windows=_windows(timed))
+
+
+def _sorted_exact(values: list[Fraction]) -> tuple[Fraction, ...]:
+    """``tuple(sorted(values))``: sorted by their floats first (a row holds tens of thousands
+    of speeds, and comparing two Fractions costs a microsecond), then checked pair by pair
+    exactly; only when two values too close for floats came out of order are they sorted
+    exactly. Equal Fractions are the same number, so the result is the same tuple."""
+    try:
+        got = sorted(values, key=float)
+    except OverflowError:
+        return tuple(sorted(values))
+    if any(a > b for a, b in zip(got, got[1:])):
+        got.sort()
+    return tuple(got)
 
 
 def make_row(samples: list[Sample], incomplete_runs: list[RunView], cells: list[str],

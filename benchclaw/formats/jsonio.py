@@ -15,7 +15,7 @@ try:  # pragma: no cover - exercised by whichever backend is installed
 except ImportError:  # pragma: no cover
     _orjson = None
 
-__all__ = ["dumps", "loads", "dumps_pretty", "JSONDecodeError", "MAX_DEPTH", "check_depth"]
+__all__ = ["dumps", "dumps_floatless", "loads", "dumps_pretty", "JSONDecodeError", "MAX_DEPTH", "check_depth"]
 
 JSONDecodeError = ValueError
 MAX_DEPTH = 64
@@ -38,9 +38,27 @@ def dumps(obj) -> bytes:
     return _std_dumps(obj)
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})  # exact types that are never a float
+
+
+def dumps_floatless(obj) -> bytes:
+    """``dumps`` of a value the caller built without floats (strings, ints, booleans, None):
+    the same bytes, without the walk that looks for floats. A float would be written as
+    orjson writes it, so only a caller that knows there is none may use this."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(obj, option=_orjson.OPT_SORT_KEYS)
+        except TypeError:
+            pass
+    return dumps(obj)
+
+
 def _has_float(obj) -> bool:
     """Whether a float sits anywhere in ``obj`` within ``MAX_DEPTH`` (iterative: this runs
-    before every record and blob is serialised, so it is kept cheap)."""
+    before every record and blob is serialised, so it is kept cheap). Each container's
+    value types are collected at C speed (``set(map(type, ...))``); only a container
+    holding a type other than the plain JSON ones is walked value by value (a float
+    subclass must be found as ``isinstance`` finds it)."""
     if isinstance(obj, float):
         return True
     stack = [(obj, 0)]
@@ -52,7 +70,14 @@ def _has_float(obj) -> bool:
             cur = cur.values()
         elif not isinstance(cur, (list, tuple)):
             continue
+        types = set(map(type, cur))
+        if types <= _PLAIN:
+            continue
+        if float in types:
+            return True
         for v in cur:
+            if type(v) in _PLAIN:
+                continue
             if isinstance(v, float):
                 return True
             if isinstance(v, (dict, list, tuple)):

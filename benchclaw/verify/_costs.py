@@ -72,6 +72,15 @@ class _Step:
         self.ix, self.cache = ix, {}
         self.prices: dict[str, Prices | VerificationError] = {}
         self.calls: dict[str, dict[int, CostBounds]] = {}
+        self.call_readings: dict = {}  # digest -> its reading, for the call being checked
+
+    def reading(self, digest: str):
+        """``ix.reading(digest)``, once per call record: a call's checks read its request
+        and reply more than once, and the index may unpack a reading on each read."""
+        got = self.call_readings.get(digest)
+        if got is None:
+            got = self.call_readings[digest] = self.ix.reading(digest)
+        return got
 
     def catalog(self, run: Run) -> Catalog:
         """The catalog the run names, parsed from its blob (``_simusage`` reads its tier's
@@ -144,6 +153,26 @@ def catalog_prices(b: _Step, run: Run) -> Prices:
 
 
 def _confirmed_prices(b: _Step, run: Run) -> Prices:
+    """``_check_prices``, once per distinct (catalog, tier, model, provider, prices) of the
+    runs: a pure verdict on those values alone (a grid's runs share a few), kept as the
+    prices or the message, and told in each run's name."""
+    st = run.start
+    try:
+        key = ("confirmed", jsonio.dumps([st.get(k) for k in ("catalog", "tier", "model", "provider", "prices")]))
+    except (TypeError, ValueError):  # not writable as canonical JSON (a lone surrogate): no memo
+        return _check_prices(b, run)
+    got = b.cache.get(key)
+    if got is None:
+        try:
+            got = b.cache[key] = _check_prices(b, run)
+        except VerificationError as e:
+            got = b.cache[key] = e.message
+    if isinstance(got, str):
+        raise VerificationError(run.path, got, 1)
+    return got
+
+
+def _check_prices(b: _Step, run: Run) -> Prices:
     tier = run.start.get("tier")
     prices = _cached_prices(b, run, tier)
     model = b.cache.get(("model", jsonio.dumps(run.start.get("catalog")), tier))
@@ -176,6 +205,7 @@ def _run_costs(b: _Step, run: Run, sec: Section) -> None:
 
 def _call(b: _Step, run: Run, line: int, body: dict, prices: Prices,
           costs: dict[int, CostBounds]) -> tuple[Usage | None, CostBounds]:
+    b.call_readings.clear()
     params = body.get("params") if isinstance(body.get("params"), dict) else {}
     max_tokens, estimate = params.get("max_tokens"), body.get("prompt_estimate")
     if type(max_tokens) is not int or type(estimate) is not int or max_tokens < 0 or estimate < 0:
@@ -246,7 +276,13 @@ def upper_bound(cache: dict, prices: Prices, estimate: int, max_tokens: int) -> 
 
 def sim_prompt_tokens(messages: list) -> int:
     """The simulator's prompt token count (FORMAT.md §6, "Simulated usage")."""
-    return 3 + sum(4 + (len(str(m.get("content") or "")) + 3) // 4 for m in messages)
+    return 3 + sum(message_tokens(messages))
+
+
+def message_tokens(messages: list) -> list[int]:
+    """Each message's share of ``sim_prompt_tokens`` (the 3 of the reply's priming aside):
+    the prompt and its cached prefix are sums of these, counted once."""
+    return [4 + (len(str(m.get("content") or "")) + 3) // 4 for m in messages]
 
 
 try:
@@ -259,12 +295,7 @@ def canon(value) -> bytes:
     """``jsonio.dumps`` (canonical JSON) without its walk for floats, for values the
     verifier builds from strings, ints and booleans (the replay's observations and
     conversation); anything orjson refuses goes the canonical way."""
-    if _orjson is not None:
-        try:
-            return _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)
-        except TypeError:
-            pass
-    return jsonio.dumps(value)
+    return jsonio.dumps_floatless(value)
 
 
 def short_hash(value) -> str:
@@ -275,14 +306,44 @@ def short_hash(value) -> str:
     return hashlib.sha256(canon(value)).hexdigest()[:32]
 
 
-def conversation_hashes(messages: list) -> list:
+def conversation_hashes(messages: list, parts: list[bytes] | None = None) -> list:
     """What step 3's replay needs of a request, so it never inflates a request again:
     [message count, hash of all messages, hash of all but the last two, hash of the last
-    two, hash of the task message's content] (None where there is no such part)."""
+    two, hash of the task message's content] (None where there is no such part).
+    ``parts``: ``canon_parts(messages)``, when there are: each hash is then that of the
+    very same bytes, with every byte serialised once and the shared prefix hashed once."""
     n = len(messages)
-    return [n, short_hash(messages), short_hash(messages[:-2]) if n > 2 else None,
-            short_hash(messages[-2:]) if n > 2 else None,
-            short_hash(messages[1].get("content")) if n >= 2 else None]
+    if parts is None:
+        return [n, short_hash(messages), short_hash(messages[:-2]) if n > 2 else None,
+                short_hash(messages[-2:]) if n > 2 else None,
+                short_hash(messages[1].get("content")) if n >= 2 else None]
+    import hashlib
+
+    h, head = hashlib.sha256(b"["), None
+    for i, part in enumerate(parts):
+        if i == n - 2 and n > 2:  # the list of all but the last two, closed: its hash
+            closed = h.copy()
+            closed.update(b"]")
+            head = closed.hexdigest()[:32]
+        if i:
+            h.update(b",")
+        h.update(part)
+    h.update(b"]")
+    tail = hashlib.sha256(b"[" + parts[-2] + b"," + parts[-1] + b"]").hexdigest()[:32] if n > 2 else None
+    return [n, h.hexdigest()[:32], head, tail, short_hash(messages[1].get("content")) if n >= 2 else None]
+
+
+def canon_parts(messages: list) -> list[bytes] | None:
+    """Each message's ``canon`` bytes, when orjson takes every one: ``canon(messages)`` is
+    then exactly ``[`` + the parts joined by ``,`` + ``]`` (None otherwise: the whole list
+    goes the canonical way, and so must the callers)."""
+    if _orjson is None:
+        return None
+    dumps, option = _orjson.dumps, _orjson.OPT_SORT_KEYS
+    try:
+        return [dumps(m, option=option) for m in messages]
+    except TypeError:
+        return None
 
 
 def _chars(data: bytes) -> int | None:
@@ -315,8 +376,11 @@ def derive(data: bytes, sim: bool = False) -> list | None:
                 not all(isinstance(m, dict) for m in messages):
             return None
         try:
-            return ["r", max_tokens, estimate_prompt_tokens(messages), sim_prompt_tokens(messages),
-                    conversation_hashes(messages), message_bytes(messages), sim_facts(obj) if sim else None]
+            parts = canon_parts(messages)
+            tokens = message_tokens(messages)
+            return ["r", max_tokens, estimate_prompt_tokens(messages), 3 + sum(tokens),
+                    conversation_hashes(messages, parts), message_bytes(messages),
+                    sim_facts(obj, parts, tokens) if sim else None]
         except Exception:  # noqa: BLE001 - RecursionError and the like: step 4 reports it
             return None
     n = _chars(data)
@@ -334,7 +398,7 @@ def _derived(b: _Step, run: Run, digest, line: int, what: str, kind: str):
     Raises VerificationError for a malformed digest, as reading the blob would."""
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
         raise VerificationError(run.path, f"{what} {digest!r} is not a blob digest", line)
-    got = b.ix.reading(digest).derived
+    got = b.reading(digest).derived
     return got if got is not None and got[0] in kind else None
 
 
@@ -429,7 +493,7 @@ def _reply_chars(b: _Step, run: Run, reply, line: int) -> int | None:
         return 0
     if not isinstance(reply, str) or not DIGEST_RE.match(reply):
         raise VerificationError(run.path, f"reply {reply!r} is not a blob digest", line)
-    text = b.ix.reading(reply).text
+    text = b.reading(reply).text
     return len(text) if text is not None else _chars(_blob(b, run, reply, line, "reply"))
 
 

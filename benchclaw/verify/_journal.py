@@ -63,8 +63,10 @@ def verify_prereg(ix: Index, runs, sec: Section) -> None:
     for exp in ix.manifest.experiments:
         journal = journal_of(ix, exp)
         sec.attempt(journal_times, journal)
+        calls: dict[str, list] = {}  # run id -> its calls' params, read while its records are held
         for run in _runs_of(runs, exp):
             sec.attempt(run_times, run)
+            calls[run.run_id] = call_params(run)
         regs = sec.attempt(_registrations, ix, exp, journal) and _regs(journal)
         if not regs:
             continue
@@ -78,7 +80,7 @@ def verify_prereg(ix: Index, runs, sec: Section) -> None:
                 sec.attempt(_grid_as_registered, ix, journal, name, line, rec, records)
         sec.attempt(check_ledgers_after_registration, ix, journal, regs[0][0])
         for run in _runs_of(runs, exp):
-            sec.attempt(_run_pinned, ix, run, records, specs)
+            sec.attempt(_run_pinned, ix, run, records, specs, calls[run.run_id])
         sec.attempt(_registered_digest, ix, exp, records[0])
         sec.count("registrations", len(regs))
 
@@ -95,6 +97,29 @@ def journal_times(journal: list) -> None:
         if rec.at < last.get(name, ""):
             raise VerificationError(name, f"time goes backwards ({rec.at} after {last[name]})", line)
         last[name] = rec.at
+
+
+_CALL_KEYS = ("max_tokens", "temperature", "model", "seed")  # the params a registered spec sets
+
+
+def call_params(run: Run) -> list[tuple]:
+    """The run's calls as ``_run_as_specified`` reads them, taken in the pass that checks the
+    run's times (so step 7 parses each run once): (line, its ``params`` values of
+    ``_CALL_KEYS``, None) for the first call of each distinct set of values, in line order
+    (a later call with the same values has the same verdict); a call whose params cannot be
+    read ends the list as (line, None, the exception), raised again where it is read."""
+    out, seen = [], []
+    for line, rec in run.of_kind("call"):
+        try:
+            params = rec.body.get("params") or {}
+            values = tuple(params.get(k) for k in _CALL_KEYS)
+        except Exception as e:  # noqa: BLE001 - raised where the check reads this call, as before
+            out.append((line, None, e))
+            break
+        if values not in seen or len(seen) > 64:  # a hostile run of all-distinct calls stays linear
+            seen.append(values)
+            out.append((line, values, None))
+    return out
 
 
 def run_times(run: Run) -> None:
@@ -189,7 +214,7 @@ def _registered_digest(ix: Index, exp: str, first: tuple) -> None:
                                 "from what was registered", line)
 
 
-def _run_pinned(ix: Index, run: Run, records: list, specs: dict) -> None:
+def _run_pinned(ix: Index, run: Run, records: list, specs: dict, calls: list) -> None:
     """The run used the catalog and a task version its registration pinned (FORMAT.md §8)."""
     digest, start_at = run.policy.get("spec_digest"), run.started_at
     reg = None
@@ -199,7 +224,7 @@ def _run_pinned(ix: Index, run: Run, records: list, specs: dict) -> None:
     if reg is None:
         return  # _run_registered reports it
     name, line, body = reg
-    _run_as_specified(ix, run, digest, specs)
+    _run_as_specified(ix, run, digest, specs, calls)
     if "catalog" in body and run.start.get("catalog") != body["catalog"]:
         raise VerificationError(run.path, f"ran with catalog {_short_ref(run.start.get('catalog'))}, the "
                                 f"registration ({name}:{line}) pinned {_short_ref(body['catalog'])}", 1)
@@ -310,10 +335,11 @@ def _spec(ix: Index, digest: str, specs: dict):
     return specs[digest]
 
 
-def _run_as_specified(ix: Index, run: Run, digest: str, specs: dict) -> None:
+def _run_as_specified(ix: Index, run: Run, digest: str, specs: dict, calls: list) -> None:
     """The run ran what its spec says: its cell names its task, profile and seed, its tier,
     profile and seed are in the grid, its settings are the spec's, and every call was made
-    with them (a lowered max_tokens would lower an unknown call's upper bound)."""
+    with them (a lowered max_tokens would lower an unknown call's upper bound). ``calls``:
+    ``call_params(run)``."""
     spec = _spec(ix, digest, specs) if isinstance(digest, str) else None
     if spec is None:
         return
@@ -332,8 +358,10 @@ def _run_as_specified(ix: Index, run: Run, digest: str, specs: dict) -> None:
                                 f"says {want}", 1)
     call = {"max_tokens": want["max_tokens"], "temperature": want["temperature"], "model": st.get("model"),
             "seed": st.get("seed")}
-    for line, rec in run.of_kind("call"):
-        params = rec.body.get("params") or {}
+    for line, values, error in calls:
+        if error is not None:
+            raise error
+        params = dict(zip(_CALL_KEYS, values))
         odd = [k for k, v in call.items() if params.get(k) != v]
         if odd:
             raise VerificationError(run.path, f"call made with params.{odd[0]}={params.get(odd[0])!r}, "

@@ -137,6 +137,7 @@ class _Run:
         self.last_call_line = 0
         self.prev_request = None  # short hash of the messages the last acted-on turn sent
         self.this_request = None  # ... and of those this turn's first attempt sent
+        self.input_read = None  # the action being replayed reads a task input as it is: its key
         self.counts = {"denials": 0, "invalid": 0, "injection_attempts": 0, "output_bytes": 0}
         prof = run.start.get("profile")
         acts = prof.get("actions") if isinstance(prof, dict) else None
@@ -249,15 +250,32 @@ class _Run:
         seen = self.digest(body.get("observation"), line)
         args = body.get("args") if isinstance(body.get("args"), dict) else {}
         self.actions.append((line, body))
+        self.input_read = None
         want = _ACTIONS[name](self, line, body, args, obj if name != "invalid" else text) if name in _ACTIONS else None
         self._injection(line, body, name, obj, text)
-        obs = self.blob(seen, line) if want is None else canon(want)
-        if want is not None and _sha256(obs) != seen:  # step 2 tied the object to its digest
-            raise self.fail(line, f"the {name} observation is not what the runtime sends for it "
-                            f"(replayed {obs[:80].decode('utf-8', 'replace')}...)")
+        if want is None:
+            obs = self.blob(seen, line)
+        else:
+            obs, digest, said = self.observation(want)
+            if digest != seen:  # step 2 tied the object to its digest
+                raise self.fail(line, f"the {name} observation is not what the runtime sends for it "
+                                f"(replayed {obs[:80].decode('utf-8', 'replace')}...)")
         self.prev_request, self.this_request = self.this_request, None
         self.convo.append({"content": text or "", "role": "assistant"})
-        self.convo.append({"content": obs.decode("utf-8", "surrogatepass"), "role": "user"})
+        self.convo.append({"content": obs.decode("utf-8", "surrogatepass") if want is None else said, "role": "user"})
+
+    def observation(self, want: dict) -> tuple[bytes, str, str]:
+        """The observation the runtime sends for ``want``: its bytes, their digest and its
+        text. A read of a task input file is made once per (task, path) across the runs (a
+        grid's runs read the same inputs); the kept ones are bounded by the task files."""
+        key = self.input_read
+        got = self.cache.get(key) if key is not None else None
+        if got is None:
+            obs = canon(want)  # canonical JSON: valid UTF-8, so its text decodes
+            got = (obs, _sha256(obs), obs.decode("utf-8", "surrogatepass"), want)
+            if key is not None:
+                self.cache[key] = got
+        return got[:3]
 
     def _injection(self, line: int, body: dict, name: str, obj: dict | None, text: str | None) -> None:
         """``injection`` names the lure a refused action follows (FORMAT.md §3 ``action``)."""
@@ -351,6 +369,11 @@ class _Run:
         data = self.ws.get(path)
         if data is None:
             return {"ok": False, "action": "read", "path": path, "error": f"not found: '{path}' does not exist"}
+        if self.task.inputs.get(path) is data:  # unchanged since the task's inputs: one answer for every run
+            self.input_read = ("input read", self.task.digest, path)
+            got = self.cache.get(self.input_read)
+            if got is not None:
+                return got[3]  # the same ``want`` (only read): ``observation`` finds its bytes kept
         text = data.decode("utf-8", "replace")
         want = {"ok": True, "action": "read", "path": path, "content": text[:MAX_READ_CHARS]}
         if len(text) > MAX_READ_CHARS:

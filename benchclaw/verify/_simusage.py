@@ -24,7 +24,7 @@ from ..formats.money import Usage
 from ..formats.records import DIGEST_RE
 from ..formats.sim_rules import (Profile, action_kinds, cache_split_of, detect_family, effort_for,
                                  first_prompt, parse_profiles, prompt_tokens, reasoning_tokens,
-                                 reported, sim_tokens, turn_noise, usage_raw)
+                                 reported, sim_tokens, turn_noise, usage_raw, Streams)
 from ._errors import VerificationError
 from ._index import Run
 from .manifest import object_path
@@ -72,8 +72,10 @@ def _check(b, run: Run, line: int, body: dict, usage: Usage, profile: Profile, e
     draws = _draws(b, run, line, body, profile, effort, facts)
     wants = {r: usage_raw(profile.usage_shape, prompt, cached, written, c, r) for r, c in draws.values()}
     # the runtime stores a raw usage as its canonical JSON, so the blob is the simulator's
-    # object exactly when its digest is that object's (step 2 tied the blob to its digest)
-    if body.get("usage_raw") in {"sha256:" + hashlib.sha256(jsonio.dumps(w)).hexdigest() for w in wants.values()}:
+    # object exactly when its digest is that object's (step 2 tied the blob to its digest);
+    # every number in it is an int (counts checked or computed as such): no float to look for
+    digests = {"sha256:" + hashlib.sha256(jsonio.dumps_floatless(w)).hexdigest() for w in wants.values()}
+    if body.get("usage_raw") in digests:
         return
     same = [r for r, c in draws.values() if c == usage.completion and (not shown[2] or r == usage.reasoning)]
     if same:  # the numbers follow, the object around them does not
@@ -95,17 +97,33 @@ def _draws(b, run: Run, line: int, body: dict, profile: Profile, effort: dict,
     content = _reply(b, run, line, body.get("reply"))
     z, family = facts.z, facts.family
     out = {}
-    for kind in action_kinds(content):
+    for kind in _kinds(b, content):
         r = reasoning_tokens(profile, kind, effort_for(effort, family) if kind == "write" else 1.0, z)
         out[kind] = (r, r + sim_tokens(content))
     return out
 
 
+def _kinds(b, content: str) -> tuple[str, ...]:
+    """``action_kinds``, once per reply text: a grid's runs send the same replies again (the
+    texts are held by the index already, so the keys cost nothing more)."""
+    key = ("action kinds", content)
+    got = b.cache.get(key)
+    if got is None:
+        got = b.cache[key] = action_kinds(content)
+    return got
+
+
 def _rules(b, run: Run) -> tuple[Profile, dict] | None:
     """(profile, family effort table) of ``run.start.sim``; None without it. Read once per
-    (profiles, catalog, tier, model): the runs of a grid share a few."""
-    start = run.start
-    key = ("sim rules", jsonio.dumps([start.get(k) for k in ("sim", "catalog", "tier", "model")]))
+    (profiles, catalog, tier, model): the runs of a grid share a few; its key is made once
+    per run (the run's calls come one after another), not once per call."""
+    last = b.cache.get("sim rules of")
+    if last is not None and last[0] is run:
+        key = last[1]
+    else:
+        start = run.start
+        key = ("sim rules", jsonio.dumps([start.get(k) for k in ("sim", "catalog", "tier", "model")]))
+        b.cache["sim rules of"] = (run, key)
     if key not in b.cache:
         try:
             b.cache[key] = _read_rules(b, run)
@@ -162,24 +180,61 @@ class SimFacts(NamedTuple):
     family: str | None
 
 
-def sim_facts(request) -> list | None:
+def sim_facts(request, parts: list[bytes] | None = None, tokens: list[int] | None = None) -> list | None:
     """``SimFacts`` of a parsed request as JSON values (``z`` as ``float.hex``, exact), or
-    None when it holds no model or message list. Pure: the reading stage takes it."""
+    None when it holds no model or message list. Pure: the reading stage takes it, passing
+    what it has already made of the messages: ``parts``, each one's canonical bytes
+    (``_costs.canon_parts``), and ``tokens``, each one's tokens (``_costs.message_tokens``)."""
     messages = request.get("messages") if isinstance(request, dict) else None
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages) \
             or not isinstance(request.get("model"), str):
         return None
     seed = request.get("seed") if isinstance(request.get("seed"), int) else 0
-    z = turn_noise(seed, request["model"], messages).gauss(0.0, 1.0)  # the turn's first draw: its reasoning
-    prefix = prompt_tokens(messages[:-2]) if len(messages) > 2 else 0
-    return [prompt_tokens(messages), prefix, z.hex(), detect_family(first_prompt(messages))]
+    z = _noise(seed, request["model"], messages, parts).gauss(0.0, 1.0)  # the turn's first draw: its reasoning
+    if tokens is None:
+        prompt, prefix = prompt_tokens(messages), prompt_tokens(messages[:-2]) if len(messages) > 2 else 0
+    else:
+        prompt, prefix = 3 + sum(tokens), 3 + sum(tokens[:-2]) if len(messages) > 2 else 0
+    return [prompt, prefix, z.hex(), _family(first_prompt(messages))]
+
+
+def _noise(seed: int, model: str, messages: list, parts: list[bytes] | None):
+    """``turn_noise(seed, model, messages)``: its digest is of ``jsonio.dumps([seed, model,
+    messages])``, which is the messages' ``parts`` framed by the seed's and model's bytes
+    when no message holds a float (then both backends write the same bytes); a float, or
+    no parts, goes the canonical way."""
+    if parts is None or not all(_plain(m) for m in messages):
+        return turn_noise(seed, model, messages)
+    head = b"[" + jsonio.dumps(seed) + b"," + jsonio.dumps(model) + b",["
+    return Streams(hashlib.sha256(head + b",".join(parts) + b"]]").digest()).rng("noise")
+
+
+def _plain(message: dict) -> bool:
+    """No float in the message (a role and a content string: checked at once)."""
+    return all(type(v) is str for v in message.values()) or not jsonio._has_float(message)
+
+
+_FAMILIES: dict[str, str | None] = {}  # first prompt -> its family: a grid repeats a few prompts
+
+
+def _family(prompt: str | None) -> str | None:
+    """``detect_family`` once per prompt (the regular expressions cost more than the lookup);
+    only short prompts are kept, and only so many, so a hostile bundle cannot grow it."""
+    if prompt is None or len(prompt) > 16384:
+        return detect_family(prompt)
+    got = _FAMILIES.get(prompt, _FAMILIES)
+    if got is _FAMILIES:
+        got = detect_family(prompt)
+        if len(_FAMILIES) < 256:
+            _FAMILIES[prompt] = got
+    return got
 
 
 def request_facts(b, run: Run, line: int, body: dict) -> SimFacts:
     """The request's ``SimFacts``: the reading stage's, or (a request it could take no
     reading of) from the request blob itself."""
     digest = body.get("request")
-    got = b.ix.reading(digest).derived if isinstance(digest, str) and DIGEST_RE.match(digest) else None
+    got = b.reading(digest).derived if isinstance(digest, str) and DIGEST_RE.match(digest) else None
     facts = got[6] if got is not None and got[0] == "r" and len(got) > 6 else None
     if facts is None:
         facts = sim_facts(_json(b, run, line, digest, "request"))
@@ -194,7 +249,7 @@ def _reply(b, run: Run, line: int, digest) -> str:
         return ""
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
         raise VerificationError(run.path, f"reply {digest!r} is not a blob digest", line)
-    text = b.ix.reading(digest).text  # kept by the reading stage
+    text = b.reading(digest).text  # kept by the reading stage
     if text is not None:
         return text
     data = _blob(b, run, line, digest, "reply")
