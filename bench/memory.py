@@ -16,6 +16,7 @@ size's. One line per size:
     python bench/memory.py                       # 5,000 and 20,000 runs
     python bench/memory.py --sizes 500,2000      # a quick run
     python bench/memory.py --workdir /tmp/bm     # keep the runs (runs-N/) and reuse them
+    python bench/memory.py --only export,build   # measure only these commands
 
 Building the grid takes most of the time (about 10-30 ms of CPU per run); with
 ``--workdir`` a second measurement reuses it.
@@ -55,6 +56,9 @@ print(json.dumps({"exit": code, "peak_mb": own_peak_mb(),
 """
 
 
+COMMANDS = ("export", "verify", "build")
+
+
 def measure(entry: str, *args: str) -> dict:
     """Run ``entry`` (``module:function``) with ``args`` in a fresh interpreter."""
     t0 = time.perf_counter()
@@ -70,23 +74,38 @@ def measure(entry: str, *args: str) -> dict:
     return got
 
 
-def one_size(workdir: Path, runs: int) -> dict:
+# A command left out with ``--only`` is reported as ``-`` (verify reads export's bundle,
+# so it needs export in the same invocation or a bundle left by an earlier one).
+_SKIPPED = {"peak_mb": None, "worker_mb": None, "seconds": None}
+
+
+def _mb(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
+def one_size(workdir: Path, runs: int, only: set[str]) -> dict:
     wd = workdir / f"runs-{runs}"
     wd.mkdir(parents=True, exist_ok=True)
     root = build_runs(wd, runs)
     n = sum(1 for _ in (root / "runs").glob("*/*.jsonl"))
     bundle, site = wd / "bundle.zip", wd / "site"
-    exp = measure("benchclaw.cli:main", "export", EXP, "--runs", str(root), "-o", str(bundle))
-    ver = measure("benchclaw.verify.cli:main", str(bundle))
-    subprocess.run(["rm", "-rf", str(site)], check=True)  # a full build, not an incremental one
-    bld = measure("benchclaw.cli:main", "build", "--runs", str(root), "-o", str(site))
+    exp = ver = bld = _SKIPPED
+    if "export" in only:
+        exp = measure("benchclaw.cli:main", "export", EXP, "--runs", str(root), "-o", str(bundle))
+    if "verify" in only:
+        ver = measure("benchclaw.verify.cli:main", str(bundle))
+    if "build" in only:
+        subprocess.run(["rm", "-rf", str(site)], check=True)  # a full build, not an incremental one
+        bld = measure("benchclaw.cli:main", "build", "--runs", str(root), "-o", str(site))
     for name, got in (("export", exp), ("verify", ver), ("build", bld)):
-        print(f"  {name}: {got['seconds']:.1f} s wall, own peak {got['peak_mb']:.0f} MB, "
-              f"largest child {got['worker_mb']:.0f} MB", file=sys.stderr)
-    print(f"  bundle {bundle.stat().st_size / 1e6:.1f} MB", file=sys.stderr)
-    line = (f"memory runs={n} export_peak_mb={exp['peak_mb']:.0f} verify_peak_mb={ver['peak_mb']:.0f} "
-            f"build_peak_mb={bld['peak_mb']:.0f} verify_worker_mb={ver['worker_mb']:.0f} "
-            f"build_worker_mb={bld['worker_mb']:.0f}")
+        if got is not _SKIPPED:
+            print(f"  {name}: {got['seconds']:.1f} s wall, own peak {got['peak_mb']:.0f} MB, "
+                  f"largest child {got['worker_mb']:.0f} MB", file=sys.stderr)
+    if bundle.is_file():
+        print(f"  bundle {bundle.stat().st_size / 1e6:.1f} MB", file=sys.stderr)
+    line = (f"memory runs={n} export_peak_mb={_mb(exp['peak_mb'])} verify_peak_mb={_mb(ver['peak_mb'])} "
+            f"build_peak_mb={_mb(bld['peak_mb'])} verify_worker_mb={_mb(ver['worker_mb'])} "
+            f"build_worker_mb={_mb(bld['worker_mb'])}")
     print(line, flush=True)
     return {"runs": n, "export": exp["peak_mb"], "verify": ver["peak_mb"], "build": bld["peak_mb"]}
 
@@ -95,14 +114,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="5000,20000", help="comma-separated run counts (at least this many each)")
     ap.add_argument("--workdir", type=Path, default=None, help="keep the runs here and reuse them")
+    ap.add_argument("--only", default="export,verify,build",
+                    help="comma-separated subset of export,verify,build to measure (the rest print '-')")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    only = {c.strip() for c in args.only.split(",") if c.strip()}
+    if not only or only - set(COMMANDS):
+        ap.error(f"--only takes a comma-separated subset of {','.join(COMMANDS)}")
     with tempfile.TemporaryDirectory() as tmp_s:
         workdir = args.workdir or Path(tmp_s)
-        got = [one_size(workdir, n) for n in sizes]
+        got = [one_size(workdir, n, only) for n in sizes]
     if len(got) >= 2:
         small, big = got[0], got[-1]
-        ratios = {k: big[k] / small[k] for k in ("export", "verify", "build")}
+        ratios = {k: big[k] / small[k] for k in COMMANDS if k in only}
         print("growth " + " ".join(f"{k}={v:.2f}x" for k, v in ratios.items())
               + f" (target: <= 1.3x from {small['runs']} to {big['runs']} runs, each <= 500 MB)", file=sys.stderr)
 
