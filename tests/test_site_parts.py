@@ -75,7 +75,8 @@ def test_what_the_site_caches_of_a_run_is_what_the_analysis_reads_of_it(tmp_path
     build_site(store.root, tmp_path / "site")
     rows = [jsonio.loads(line) for line in
             (tmp_path / "site" / ".benchclaw-build" / "records.jsonl").read_bytes().splitlines()]
-    cached = dict(CachedRuns({run_id: jsonio.dumps(row) for run_id, row in rows}))
+    payloads = {run_id: jsonio.dumps(row) for run_id, row in rows}
+    cached = dict(CachedRuns(list(payloads), payloads.get))
     runs = {r.run_id: r for r in store.iter_runs()}
     assert set(cached) == set(runs) and any(c.view.denials for c in cached.values() if c)
     for run_id, c in cached.items():

@@ -158,6 +158,7 @@ def _stage7_cleanup(b: Build) -> None:
     experiments = {k: v for k, v in sorted(b.experiments.items())}
     b.cache.save(dict(sorted(b.pages.pages.items())), b.runs, experiments, keep,
                  b.new_records)
+    b.new_records.close()
 
 
 def _unlink(path: Path) -> None:

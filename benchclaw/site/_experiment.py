@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from decimal import Decimal
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from ..formats import jsonio
 from ..analysis import ExperimentData, summarise_with_trials
@@ -41,16 +41,17 @@ def run_payload(run: SealedRun) -> list | None:
 
 
 class CachedRuns(Mapping):
-    """Cached payloads (JSON bytes, or None) by run id, each parsed into a ``CondensedRun``
-    only when asked for, so an experiment's runs are not all held twice (parsed here and
-    folded by the analysis). None for a run to read again: never cached, or an entry of
-    another shape (a damaged cache costs a read, not a lie)."""
+    """Cached payloads (JSON bytes, or None) by run id, each fetched (``payload(run_id)``)
+    and parsed into a ``CondensedRun`` only when asked for, so an experiment's runs are not
+    all held twice (as payloads here and folded by the analysis). None for a run to read
+    again: never cached, or an entry of another shape (a damaged cache costs a read, not a
+    lie)."""
 
-    def __init__(self, payloads: dict[str, bytes | None]):
-        self._payloads = payloads
+    def __init__(self, run_ids: list[str], payload: Callable[[str], bytes | None]):
+        self._ids, self._payload = run_ids, payload
 
     def __getitem__(self, run_id: str) -> CondensedRun | None:
-        payload = self._payloads[run_id]
+        payload = self._payload(run_id)
         try:
             row = None if payload is None else jsonio.loads(payload)
             return None if row is None else condensed_from_json(row)
@@ -58,10 +59,10 @@ class CachedRuns(Mapping):
             return None
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._payloads)
+        return iter(self._ids)
 
     def __len__(self) -> int:
-        return len(self._payloads)
+        return len(self._ids)
 
 
 def journal_facts(journal: tuple[Record, ...]) -> dict:

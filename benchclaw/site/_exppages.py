@@ -69,7 +69,7 @@ def _experiment(b: Build, exp: str) -> None:
         for rel in sorted(r for r in b.cache.pages if r.startswith(exp_dir(exp))):
             b.pages.keep(rel)
     else:
-        got = experiment_input(b.store, exp, CachedRuns({s["id"]: b.payload(s["id"]) for s in runs}))
+        got = experiment_input(b.store, exp, CachedRuns([s["id"] for s in runs], b.payload))
         result = analyse(got.data)
         summary = result["summary"]
         _cell_pages(b, exp, result, runs, summary)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..evidence.store import Store
-from ._cache import BuildCache, PageWriter, fast_dumps
+from ._cache import BuildCache, PageWriter, RecordSpill, fast_dumps
 from ._render import Scrubber
 
 __all__ = ["Build", "BuildReport", "digest_of"]
@@ -47,7 +47,7 @@ class Build:
     runs: dict[str, dict] = field(default_factory=dict)
     summaries: list[dict] = field(default_factory=list)
     experiments: dict[str, dict] = field(default_factory=dict)
-    new_records: dict[str, bytes] = field(default_factory=dict)  # run id -> analysis payload (JSON)
+    new_records: RecordSpill = field(default_factory=RecordSpill)  # run id -> analysis payload (JSON), on disk
     objects: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
     rendered: int = 0
