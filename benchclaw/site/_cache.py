@@ -22,7 +22,7 @@ from typing import Iterable, Iterator
 
 from ..formats import jsonio
 
-__all__ = ["BuildCache", "PageWriter", "RecordSpill", "write_atomic", "fast_dumps", "CACHE_DIR"]
+__all__ = ["BuildCache", "PageWriter", "Spill", "compact_dumps", "write_atomic", "fast_dumps", "CACHE_DIR"]
 
 CACHE_DIR = ".benchclaw-build"
 CACHE_VERSION = 6  # 3: records.jsonl holds the analysis's view of each run; 4: aborted runs are read whole;
@@ -39,6 +39,15 @@ def fast_dumps(obj) -> bytes:
         return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
     except ImportError:  # pragma: no cover - orjson is a dependency
         return jsonio.dumps(obj)
+
+
+def compact_dumps(obj) -> bytes:
+    """JSON bytes of derived data held for later in this build (``Spill``), in the object's
+    own key order, so that loading them gives back an equal object iterated in the same
+    order (``fast_dumps`` sorts keys: for the cache file and page keys)."""
+    import orjson
+
+    return orjson.dumps(obj)
 
 
 def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
@@ -123,9 +132,10 @@ class BuildCache:
         except (ValueError, TypeError):
             pass
 
-    def save(self, pages: dict[str, str], runs: dict[str, dict], experiments: dict[str, dict],
-             objects: list[str], new_records: "RecordSpill") -> None:
-        """Write the cache; ``new_records``: this build's analysis payloads (JSON bytes) by run id."""
+    def save(self, pages: dict[str, str], runs: "Spill", experiments: dict[str, dict],
+             objects: list[str], new_records: "Spill") -> None:
+        """Write the cache; ``runs``: every run's cache entry (``compact_dumps`` bytes) by run
+        id; ``new_records``: this build's analysis payloads (JSON bytes) by run id."""
         # line by line, in run id order: joined, a 20,000-run build held them twice at once
         lines = (b'["' + k.encode("ascii") + b'",' + new_records[k] + b"]\n" for k in sorted(new_records))
         path = self.dir / "records.jsonl"
@@ -136,22 +146,22 @@ class BuildCache:
             write_atomic(path, lines)
         write_atomic(self.dir / "state.json", self._state(pages, runs, experiments, objects))
 
-    def _state(self, pages: dict, runs: dict, experiments: dict, objects: list) -> Iterator[bytes]:
+    def _state(self, pages: dict, runs: "Spill", experiments: dict, objects: list) -> Iterator[bytes]:
         """``state.json``'s bytes (sorted-key JSON, as ``fast_dumps`` of the whole object would
         give) in pieces: the run summaries one by one, never the whole text at once."""
         yield b'{"experiments":' + fast_dumps(experiments) + b',"objects":' + fast_dumps(objects)
         yield b',"pages":' + fast_dumps(pages) + b',"renderer":' + fast_dumps(self.renderer) + b',"runs":{'
         for i, run_id in enumerate(sorted(runs)):
-            yield (b"," if i else b"") + fast_dumps(run_id) + b":" + fast_dumps(runs[run_id])
+            yield (b"," if i else b"") + fast_dumps(run_id) + b":" + fast_dumps(jsonio.loads(runs[run_id]))
         yield b'},"v":' + fast_dumps(CACHE_VERSION) + b"}"
 
 
-class RecordSpill:
-    """Run id -> analysis payload (JSON bytes) of the runs rendered by this build, kept in
-    a temporary file rather than in memory: a payload is about 1.3 KB, read once more
-    when its experiment is analysed and once when the cache is saved, so holding 20,000
-    of them from the run pages to the end of the build cost about 30 MB for nothing.
-    What is held per run is its id and one int (offset and length packed)."""
+class Spill:
+    """Run id -> bytes, kept in a temporary file rather than in memory: the build's analysis
+    payloads (about 1.3 KB a run, read once more when the experiment is analysed and once
+    when the cache is saved) and its run summaries (about 1.6 KB, read by the few pages
+    that list runs). Held, 20,000 runs' of them cost about 90 MB from the run pages to the
+    end of the build. What is held per run is its id and one int (offset and length)."""
 
     def __init__(self):
         self._file = tempfile.TemporaryFile()
