@@ -13,7 +13,7 @@ import hashlib
 from ..analysis import experiment_facts
 from ..analysis.report import experiment_input
 from ._charts import pass_vs_cost, throughput_by_quarter, time_per_policy, tokens_per_tier
-from ._experiment import CachedRuns, analyse, journal_facts
+from ._experiment import CachedRuns, analyse, cell_trials, journal_facts
 from ._runpages import page_renderer
 from ._render import cell_url, cells_list_url, exp_dir, exp_url
 from ._state import Build, RunFacts, digest_of
@@ -158,7 +158,7 @@ def _cell(b: Build, exp: str, cell: str, result: dict, tiers: list, order: dict,
           live_runs: dict) -> tuple[dict, tuple | None]:
     """A cell's row on the cells list, and its page's job (None when the page is unchanged)."""
     grid = {t: (b.summaries.get(rid) if rid in ids else None) for t, rid in (result["grid"].get(cell) or {}).items()}
-    trials = sorted(result["cells"].get(cell, []),
+    trials = sorted(cell_trials(result, cell),
                     key=lambda t: (order.get(f"{t['policy']}/{t['mode']}", 999), t["policy"], t["mode"]))
     ctx = {"exp": exp, "cell": cell, "tiers": tiers, "grid": grid, "trials": trials,
            "live": [b.summaries.get(rid) for rid in live_runs.get(cell, [])],
