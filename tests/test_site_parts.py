@@ -209,3 +209,28 @@ def test_site_counts_calls_cut_off_in_flight_like_the_report(tmp_path):
     lightning = {t["tier"]: t for t in expected["primary"]["tiers"]}["lightning"]
     assert lightning["finish"]["cut_off"] == 1  # the report counts it ...
     assert state["experiments"][e.experiment]["summary"] == json.loads(json.dumps(expected))  # ... and so does the site
+
+
+def test_spill_gives_back_each_runs_bytes_and_summaries_read_them_in_run_order():
+    """The build keeps run summaries and analysis payloads in a temporary file (``Spill``):
+    every key gives back its own bytes (a later write wins), whatever the order of writes,
+    and ``Summaries`` reads them back in the (at, id) order of its facts, whole or sliced."""
+    from benchclaw.site._cache import Spill, compact_dumps
+    from benchclaw.site._state import RunFacts, Summaries
+
+    spill = Spill()
+    entries = {f"{i:064x}": {"s": {"id": f"{i:064x}", "at": f"2026-01-01T00:00:{59 - i % 60:02d}Z",
+                                   "tier": "t" * (i % 7), "usage": {"b": i, "a": None}}, "l": [str(i)]}
+               for i in range(300)}
+    for run_id in reversed(list(entries)):
+        spill[run_id] = compact_dumps({"s": {}, "l": []})  # overwritten below
+    for run_id, entry in entries.items():
+        spill[run_id] = compact_dumps(entry)
+    assert len(spill) == 300 and "0" * 64 in spill and "x" not in spill
+    assert all(spill[k] == compact_dumps(v) for k, v in entries.items())
+    facts = sorted((RunFacts(e["s"]["at"], k, None, False) for k, e in entries.items()), key=lambda f: (f.at, f.id))
+    summaries = Summaries(spill, facts)
+    want = sorted((e["s"] for e in entries.values()), key=lambda s: (s["at"], s["id"]))
+    assert list(summaries) == want and summaries[100:200] == want[100:200] and summaries[-1] == want[-1]
+    assert list(summaries[7]["usage"]) == list(want[7]["usage"])  # key order kept: pages iterate dicts
+    spill.close()
