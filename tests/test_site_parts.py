@@ -234,3 +234,22 @@ def test_spill_gives_back_each_runs_bytes_and_summaries_read_them_in_run_order()
     assert list(summaries) == want and summaries[100:200] == want[100:200] and summaries[-1] == want[-1]
     assert list(summaries[7]["usage"]) == list(want[7]["usage"])  # key order kept: pages iterate dicts
     spill.close()
+
+
+@pytest.mark.parametrize("n", [0, 1, 4095, 4096, 4097, 9000])
+def test_the_cache_state_written_in_slices_is_the_whole_objects_sorted_json(tmp_path, n):
+    """``state.json`` is written piece by piece (blobs, pages and runs in slices), yet its
+    bytes are exactly ``fast_dumps`` of the whole state: the same inputs, the same bytes."""
+    from benchclaw.site._cache import CACHE_VERSION, BuildCache, Spill, compact_dumps, fast_dumps
+
+    cache = BuildCache(tmp_path, "r" * 64)
+    objects = sorted(f"sha256:{i:064x}" for i in range(n))
+    pages = {f"runs/{i % 97:02x}/{i:08x}.html": f"{i * 7919 % 100003:064x}" for i in range(n)}
+    runs, want_runs = Spill(), {}
+    for i in range(min(n, 300)):
+        entry = {"s": {"id": f"{i:064x}", "z": [i, None, "é"], "a": {"y": 1, "b": True}}, "l": [objects[i]]}
+        runs[f"{i:064x}"], want_runs[f"{i:064x}"] = compact_dumps(entry), entry
+    experiments = {"E": {"key": "k", "summary": {"b": 1, "a": [1, 2]}}}
+    got = b"".join(cache._state(pages, runs, experiments, objects))
+    assert got == fast_dumps({"experiments": experiments, "objects": objects, "pages": pages,
+                              "renderer": "r" * 64, "runs": want_runs, "v": CACHE_VERSION})
