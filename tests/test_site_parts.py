@@ -75,7 +75,8 @@ def test_what_the_site_caches_of_a_run_is_what_the_analysis_reads_of_it(tmp_path
     build_site(store.root, tmp_path / "site")
     rows = [jsonio.loads(line) for line in
             (tmp_path / "site" / ".benchclaw-build" / "records.jsonl").read_bytes().splitlines()]
-    cached = dict(CachedRuns({run_id: jsonio.dumps(row) for run_id, row in rows}))
+    payloads = {run_id: jsonio.dumps(row) for run_id, row in rows}
+    cached = dict(CachedRuns(list(payloads), payloads.get))
     runs = {r.run_id: r for r in store.iter_runs()}
     assert set(cached) == set(runs) and any(c.view.denials for c in cached.values() if c)
     for run_id, c in cached.items():
@@ -208,3 +209,47 @@ def test_site_counts_calls_cut_off_in_flight_like_the_report(tmp_path):
     lightning = {t["tier"]: t for t in expected["primary"]["tiers"]}["lightning"]
     assert lightning["finish"]["cut_off"] == 1  # the report counts it ...
     assert state["experiments"][e.experiment]["summary"] == json.loads(json.dumps(expected))  # ... and so does the site
+
+
+def test_spill_gives_back_each_runs_bytes_and_summaries_read_them_in_run_order():
+    """The build keeps run summaries and analysis payloads in a temporary file (``Spill``):
+    every key gives back its own bytes (a later write wins), whatever the order of writes,
+    and ``Summaries`` reads them back in the (at, id) order of its facts, whole or sliced."""
+    from benchclaw.site._cache import Spill, compact_dumps
+    from benchclaw.site._state import RunFacts, Summaries
+
+    spill = Spill()
+    entries = {f"{i:064x}": {"s": {"id": f"{i:064x}", "at": f"2026-01-01T00:00:{59 - i % 60:02d}Z",
+                                   "tier": "t" * (i % 7), "usage": {"b": i, "a": None}}, "l": [str(i)]}
+               for i in range(300)}
+    for run_id in reversed(list(entries)):
+        spill[run_id] = compact_dumps({"s": {}, "l": []})  # overwritten below
+    for run_id, entry in entries.items():
+        spill[run_id] = compact_dumps(entry)
+    assert len(spill) == 300 and "0" * 64 in spill and "x" not in spill
+    assert all(spill[k] == compact_dumps(v) for k, v in entries.items())
+    facts = sorted((RunFacts(e["s"]["at"], k, None, False) for k, e in entries.items()), key=lambda f: (f.at, f.id))
+    summaries = Summaries(spill, facts)
+    want = sorted((e["s"] for e in entries.values()), key=lambda s: (s["at"], s["id"]))
+    assert list(summaries) == want and summaries[100:200] == want[100:200] and summaries[-1] == want[-1]
+    assert list(summaries[7]["usage"]) == list(want[7]["usage"])  # key order kept: pages iterate dicts
+    spill.close()
+
+
+@pytest.mark.parametrize("n", [0, 1, 4095, 4096, 4097, 9000])
+def test_the_cache_state_written_in_slices_is_the_whole_objects_sorted_json(tmp_path, n):
+    """``state.json`` is written piece by piece (blobs, pages and runs in slices), yet its
+    bytes are exactly ``fast_dumps`` of the whole state: the same inputs, the same bytes."""
+    from benchclaw.site._cache import CACHE_VERSION, BuildCache, Spill, compact_dumps, fast_dumps
+
+    cache = BuildCache(tmp_path, "r" * 64)
+    objects = sorted(f"sha256:{i:064x}" for i in range(n))
+    pages = {f"runs/{i % 97:02x}/{i:08x}.html": f"{i * 7919 % 100003:064x}" for i in range(n)}
+    runs, want_runs = Spill(), {}
+    for i in range(min(n, 300)):
+        entry = {"s": {"id": f"{i:064x}", "z": [i, None, "é"], "a": {"y": 1, "b": True}}, "l": [objects[i]]}
+        runs[f"{i:064x}"], want_runs[f"{i:064x}"] = compact_dumps(entry), entry
+    experiments = {"E": {"key": "k", "summary": {"b": 1, "a": [1, 2]}}}
+    got = b"".join(cache._state(pages, runs, experiments, objects))
+    assert got == fast_dumps({"experiments": experiments, "objects": objects, "pages": pages,
+                              "renderer": "r" * 64, "runs": want_runs, "v": CACHE_VERSION})

@@ -13,8 +13,12 @@
 Same inputs, same bytes: nothing reads a clock or the machine's paths into a page, every
 list is sorted, and pages are rewritten only when their bytes change.
 
-Speed: the parent process holds a few million small objects (the cache's run summaries
-and the analysis's views of every run), which the cyclic garbage collector would
+Memory: what is kept of every run between stages is small (``RunFacts``); its summary
+and its analysis payload wait in temporary files (``Spill``) until a page or the analysis
+reads them, so the build's peak is mostly the analysis of its largest experiment.
+
+Speed: the parent process holds a few million small objects (the analysis's views of
+every run), which the cyclic garbage collector would
 rescan on every generation-2 collection, costing seconds per build; it is paused in the
 parent while the stages run (reference counting still frees everything) and re-enabled in
 the worker processes, which render pages and hold little.
@@ -24,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -32,13 +35,13 @@ from ..analysis.summary import gc_paused
 from ..errors import InputError
 from ..paths import make_output_dir, refuse_evidence_overlap, site_templates_dir
 from ..evidence.store import Store
-from ._cache import BuildCache, PageWriter, write_atomic
+from ._cache import BuildCache, PageWriter, compact_dumps, write_atomic
 from ._compare import stage_compare
 from ._exppages import stage_experiments
 from ._pages import stage_lists, stage_tasks
 from ._render import Scrubber, make_env, object_url, renderer_digest, run_url
 from ._runpages import copy_object, render_runs
-from ._state import Build, BuildReport
+from ._state import Build, BuildReport, RunFacts, Summaries
 
 __all__ = ["build_site", "BuildReport"]
 
@@ -99,37 +102,32 @@ def _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers) -
 
 def _stage2_runs(b: Build) -> None:
     ids = b.store.run_ids()
-    todo, base = [], str(b.out) + os.sep
+    todo, base, facts = [], str(b.out) + os.sep, []
     for run_id in ids:
-        entry = b.cache.runs.pop(run_id, None)  # held once: interned into b.runs
+        entry = b.cache.runs.pop(run_id, None)  # kept in the spill, not twice in memory
         if entry is not None and os.path.isfile(base + run_url(run_id)):
-            b.runs[run_id] = shared(entry)
+            _keep(b, run_id, entry, facts)
             b.pages.record(run_url(run_id), run_id, written=False)
         else:
             todo.append(run_id)
     fresh = render_runs(todo, runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
                         scrub=b.scrub, workers=b.workers, renderer=b.cache.renderer)
     for run_id, entry, payload in fresh:  # as they come: the cache and pages are sorted when saved
-        b.runs[run_id] = shared(entry)
+        _keep(b, run_id, entry, facts)
         b.new_records[run_id] = payload
         b.pages.record(run_url(run_id), run_id, written=True)
     b.rendered = len(todo)
-    b.summaries = sorted((e["s"] for e in b.runs.values()), key=lambda s: (s["at"], s["id"]))
-    for e in b.runs.values():
-        b.objects.update(e["l"])
+    facts.sort(key=lambda f: (f.at, f.id))
+    b.summaries = Summaries(b.runs, facts)
 
 
-def shared(obj):
-    """``obj`` (a run's cached summary) with its strings interned: thousands of runs repeat
-    the same tiers, tasks, statuses, check details and linked blobs, which each summary
-    read from JSON or a worker held as its own copy (most of a summary's memory)."""
-    if type(obj) is str:
-        return sys.intern(obj)
-    if type(obj) is dict:
-        return {k: shared(v) for k, v in obj.items()}
-    if type(obj) is list:
-        return [shared(v) for v in obj]
-    return obj
+def _keep(b: Build, run_id: str, entry: dict, facts: list[RunFacts]) -> None:
+    """Spill a run's cache entry (``{"s": summary, "l": linked blobs}``), keeping in memory
+    only its ``RunFacts`` and the blobs to copy. (A summary's ``id`` is its run id.)"""
+    s = entry["s"]
+    b.runs[run_id] = compact_dumps(entry)
+    facts.append(RunFacts(s["at"], run_id, s["policy"].get("experiment"), s["simulated"]))
+    b.objects.update(entry["l"])
 
 
 # ---------------------------------------------------------------------------- 6. static files and blobs
@@ -158,6 +156,8 @@ def _stage7_cleanup(b: Build) -> None:
     experiments = {k: v for k, v in sorted(b.experiments.items())}
     b.cache.save(dict(sorted(b.pages.pages.items())), b.runs, experiments, keep,
                  b.new_records)
+    b.new_records.close()
+    b.runs.close()
 
 
 def _unlink(path: Path) -> None:

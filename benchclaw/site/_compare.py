@@ -35,7 +35,7 @@ def _subjects(b: Build) -> list[tuple[dict, dict]]:
         if not entry or not entry.get("summary"):
             continue
         facts = dict((entry["facts"] or {}).get("compare") or {})
-        times = sorted(s["at"] for s in b.summaries if s["policy"].get("experiment") == exp)
+        times = sorted(f.at for f in b.summaries.facts if f.experiment == exp)
         facts["first_run"], facts["last_run"] = (times[0], times[-1]) if times else (None, None)
         items.append((entry["summary"], facts))
     return sorted(items, key=lambda it: (it[1].get("registered_at") or "~", it[0]["experiment"]))

@@ -13,20 +13,21 @@ import hashlib
 from ..analysis import experiment_facts
 from ..analysis.report import experiment_input
 from ._charts import pass_vs_cost, throughput_by_quarter, time_per_policy, tokens_per_tier
-from ._experiment import CachedRuns, analyse, journal_facts
-from ._runpages import render_pages
+from ._experiment import CachedRuns, analyse, cell_trials, journal_facts
+from ._runpages import page_renderer
 from ._render import cell_url, cells_list_url, exp_dir, exp_url
-from ._state import Build, digest_of
+from ._state import Build, RunFacts, digest_of
 
 __all__ = ["stage_experiments", "CELLS_PER_PAGE", "experiment_ids", "exploratory_ids"]
 
 CELLS_PER_PAGE = 100
+CELL_BATCH = 500  # cell pages rendered per batch (their contexts hold run summaries)
 
 
 def experiment_ids(b: Build) -> list[str]:
     """Pre-registered experiments: every journal but the exploratory ones (the studio's, listed
     apart by the index), and every experiment a run names."""
-    seen = {s["policy"]["experiment"] for s in b.summaries if isinstance(s["policy"].get("experiment"), str)}
+    seen = {f.experiment for f in b.summaries.facts if isinstance(f.experiment, str)}
     return sorted(seen | (set(b.store.experiments()) - set(exploratory_ids(b))))
 
 
@@ -60,16 +61,16 @@ def stage_experiments(b: Build) -> None:
 
 
 def _experiment(b: Build, exp: str) -> None:
-    runs = [s for s in b.summaries if s["policy"].get("experiment") == exp]
+    runs = [f for f in b.summaries.facts if f.experiment == exp]  # RunFacts: summaries are read per cell
     journal = [hashlib.sha256(p.read_bytes()).hexdigest() for p in b.store.journal_paths(exp)]
-    key = digest_of({"runs": [s["id"] for s in runs], "journal": journal})
+    key = digest_of({"runs": [f.id for f in runs], "journal": journal})
     cached = b.cache.experiments.get(exp)
     if cached and cached.get("key") == key:
         summary, facts = cached["summary"], cached["facts"]
         for rel in sorted(r for r in b.cache.pages if r.startswith(exp_dir(exp))):
             b.pages.keep(rel)
     else:
-        got = experiment_input(b.store, exp, CachedRuns({s["id"]: b.payload(s["id"]) for s in runs}))
+        got = experiment_input(b.store, exp, CachedRuns([f.id for f in runs], b.payload))
         result = analyse(got.data)
         summary = result["summary"]
         _cell_pages(b, exp, result, runs, summary)
@@ -94,14 +95,14 @@ def _spec_facts(spec) -> dict:
     return {k: spec.get(k) if isinstance(spec.get(k), str) else None for k in ("title", "notes")}
 
 
-def experiment_view(exp: str, summary: dict, facts: dict, runs: list[dict]) -> dict:
+def experiment_view(exp: str, summary: dict, facts: dict, runs: list[RunFacts]) -> dict:
     """The experiment page's data: the summary as the analysis wrote it, plus the charts."""
     primary = summary.get("primary") or {}
     policies = primary.get("policies") or []
     spec = facts["spec"]
     return {
         "id": exp, "title": summary.get("title") or (spec["title"] if spec["title"] is not None else exp), "notes": spec["notes"] or "",
-        "simulated": bool(summary.get("simulated")) or any(s["simulated"] for s in runs),
+        "simulated": bool(summary.get("simulated")) or any(r.simulated for r in runs),
         "prereg": facts["prereg"], "spec_digest": facts["spec_digest"], "spec_error": facts["spec_error"],
         "invocations": facts["invocations"], "summary": summary, "primary": primary,
         "corrections": (facts.get("compare") or {}).get("corrections") or [],
@@ -122,30 +123,28 @@ def headline(summary: dict) -> list[dict]:
 
 # ---------------------------------------------------------------------------- cells
 
-def _cell_pages(b: Build, exp: str, result: dict, runs: list[dict], summary: dict) -> None:
-    by_id = {s["id"]: s for s in runs}
+def _cell_pages(b: Build, exp: str, result: dict, runs: list[RunFacts], summary: dict) -> None:
     tiers = summary.get("tiers") or []
-    live_runs: dict[str, list[dict]] = {}
-    for s in runs:
+    live_runs: dict[str, list[str]] = {}  # cell -> its live (not grid) runs' ids, in run order
+    for f in runs:
+        s = b.summaries.get(f.id)
         if s["policy"].get("policy") != "grid":
-            live_runs.setdefault(str(s["policy"].get("cell")), []).append(s)
+            live_runs.setdefault(str(s["policy"].get("cell")), []).append(f.id)
+    ids = {f.id for f in runs}
     order = {f"{p}/{m}": i for i, (p, m) in enumerate(
         (r["policy"], r["mode"]) for r in ((summary.get("primary") or {}).get("policies") or []))}
-    rows, jobs = [], []
-    for cell in result["cell_order"]:
-        grid = {t: by_id.get(rid) for t, rid in (result["grid"].get(cell) or {}).items()}
-        trials = sorted(result["cells"].get(cell, []),
-                        key=lambda t: (order.get(f"{t['policy']}/{t['mode']}", 999), t["policy"], t["mode"]))
-        ctx = {"exp": exp, "cell": cell, "tiers": tiers, "grid": grid, "trials": trials,
-               "live": live_runs.get(cell, []), "simulated": any(s and s["simulated"] for s in grid.values())}
-        rel, key = cell_url(exp, cell), digest_of(ctx)
-        if not b.pages.unchanged(rel, key):
-            jobs.append((rel, "cell.html", {"title": f"Cell {cell}", **ctx}))
-            b.pages.record(rel, key, written=True)
-        rows.append({"cell": cell, "grid": {t: (g["status"] if g else None) for t, g in grid.items()},
-                     "ladder": next((t for t in trials if t["policy"] == "ladder" and t["mode"] == "replayed"), None)})
-    render_pages(jobs, runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
-                 scrub=b.scrub, workers=b.workers, renderer=b.cache.renderer)
+    rows = []
+    with page_renderer(runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
+                       scrub=b.scrub, workers=b.workers, renderer=b.cache.renderer) as render:
+        cells = result["cell_order"]
+        for start in range(0, len(cells), CELL_BATCH):  # one batch's run summaries held at a time
+            jobs = []
+            for cell in cells[start:start + CELL_BATCH]:
+                row, job = _cell(b, exp, cell, result, tiers, order, ids, live_runs)
+                rows.append(row)
+                if job is not None:
+                    jobs.append(job)
+            render(jobs)
     pages = max(1, -(-len(rows) // CELLS_PER_PAGE))
     for i in range(pages):
         chunk = rows[i * CELLS_PER_PAGE:(i + 1) * CELLS_PER_PAGE]
@@ -153,3 +152,22 @@ def _cell_pages(b: Build, exp: str, result: dict, runs: list[dict], summary: dic
         b.pages.render(rel, "cells.html", key=digest_of({"rows": chunk, "pages": pages, "tiers": tiers}),
                        title=f"{exp}: cells", exp_id=exp, rows=chunk, page=i + 1, pages=pages, tiers=tiers,
                        simulated=False)
+
+
+def _cell(b: Build, exp: str, cell: str, result: dict, tiers: list, order: dict, ids: set,
+          live_runs: dict) -> tuple[dict, tuple | None]:
+    """A cell's row on the cells list, and its page's job (None when the page is unchanged)."""
+    grid = {t: (b.summaries.get(rid) if rid in ids else None) for t, rid in (result["grid"].get(cell) or {}).items()}
+    trials = sorted(cell_trials(result, cell),
+                    key=lambda t: (order.get(f"{t['policy']}/{t['mode']}", 999), t["policy"], t["mode"]))
+    ctx = {"exp": exp, "cell": cell, "tiers": tiers, "grid": grid, "trials": trials,
+           "live": [b.summaries.get(rid) for rid in live_runs.get(cell, [])],
+           "simulated": any(s and s["simulated"] for s in grid.values())}
+    rel, key = cell_url(exp, cell), digest_of(ctx)
+    job = None
+    if not b.pages.unchanged(rel, key):
+        job = (rel, "cell.html", {"title": f"Cell {cell}", **ctx})
+        b.pages.record(rel, key, written=True)
+    row = {"cell": cell, "grid": {t: (g["status"] if g else None) for t, g in grid.items()},
+           "ladder": next((t for t in trials if t["policy"] == "ladder" and t["mode"] == "replayed"), None)}
+    return row, job

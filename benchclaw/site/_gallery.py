@@ -62,42 +62,59 @@ SECTIONS = (
 )
 
 
-def _pick(cands: list[tuple[dict, str]]) -> list[dict]:
-    """Up to PER_SECTION picks, one per task first so the section shows variety."""
-    first, rest, seen = [], [], set()
-    for s, why in cands:
+class _Section:
+    """One section's picks, chosen as the runs stream by (so no section holds every run it
+    matches): up to PER_SECTION runs whose (task, tier) is new to the section, then up to
+    PER_SECTION others, each in run order; ``picks`` gives the first ones first."""
+
+    def __init__(self):
+        self.first, self.rest, self.seen, self.total = [], [], set(), 0
+
+    def add(self, s: dict, why: str) -> None:
+        self.total += 1
         key = (s["task"].get("id"), s["tier"])
-        (rest if key in seen else first).append({"run": s, "why": why})
-        seen.add(key)
-    return (first + rest)[:PER_SECTION]
+        bucket = self.rest if key in self.seen else self.first
+        if len(bucket) < PER_SECTION:
+            bucket.append({"run": s, "why": why})
+        self.seen.add(key)
+
+    def picks(self) -> list[dict]:
+        return (self.first + self.rest)[:PER_SECTION]
 
 
-def _smaller_passed(b) -> list[tuple[dict, str]]:
+def _smaller_passed(b) -> list[tuple[str, str, str]]:
+    """(smaller run id, why, bigger run id) for each grid cell where a cheaper tier passed and a
+    bigger one failed, in (experiment, cell) order."""
     out = []
-    cells: dict[tuple[str, str], dict[str, dict]] = {}
+    cells: dict[tuple[str, str], dict[str, tuple[str, bool]]] = {}  # -> tier -> (run id, passed)
     for s in b.summaries:
         p = s["policy"]
         if p.get("policy") == "grid" and p.get("experiment") and p.get("cell") and not p.get("rerun"):
-            cells.setdefault((p["experiment"], p["cell"]), {}).setdefault(s["tier"], s)
+            cells.setdefault((p["experiment"], p["cell"]), {}).setdefault(s["tier"], (s["id"], s["passed"]))
     for (exp, _cell), by_tier in sorted(cells.items()):
         tiers = (b.experiments.get(exp, {}).get("summary") or {}).get("tiers") or sorted(by_tier)
-        ordered = [by_tier[t] for t in tiers if t in by_tier]
-        for i, small in enumerate(ordered):
-            big = next((r for r in ordered[i + 1:] if small["passed"] and not r["passed"]), None)
+        ordered = [(t, *by_tier[t]) for t in tiers if t in by_tier]
+        for i, (tier, run_id, passed) in enumerate(ordered):
+            big = next((r for r in ordered[i + 1:] if passed and not r[2]), None)
             if big is not None:
-                out.append((small, f"{small['tier']} passed; {big['tier']} failed on the same cell", big))
+                out.append((run_id, f"{tier} passed; {big[0]} failed on the same cell", big[1]))
                 break
     return out
 
 
 def gallery(b) -> list[dict]:
-    """Sections of the gallery page: ``{id, title, why, total, picks: [{run, why, other}]}``."""
-    sections = []
-    for sid, title, why, pred in SECTIONS:
-        cands = [(s, w) for s in b.summaries for w in [pred(s)] if w]
-        sections.append({"id": sid, "title": title, "why": why, "total": len(cands), "picks": _pick(cands)})
+    """Sections of the gallery page: ``{id, title, why, total, picks: [{run, why, other}]}``.
+    One pass over the run summaries (read back one at a time) fills every section."""
+    found = [_Section() for _ in SECTIONS]
+    for s in b.summaries:
+        for section, (_sid, _title, _why, pred) in zip(found, SECTIONS):
+            why = pred(s)
+            if why:
+                section.add(s, why)
+    sections = [{"id": sid, "title": title, "why": why, "total": got.total, "picks": got.picks()}
+                for got, (sid, title, why, _pred) in zip(found, SECTIONS)]
     pairs = _smaller_passed(b)
-    picks = [{"run": s, "why": w, "other": big} for s, w, big in pairs[:PER_SECTION]]
+    picks = [{"run": b.summaries.get(s), "why": w, "other": b.summaries.get(big)} for s, w, big in pairs[:PER_SECTION]]
     sections.insert(5, {"id": "smaller-tier", "title": "A smaller tier passed where a bigger one failed",
                         "why": "Same task, profile and seed: the cheaper tier's run passed every check, a bigger tier's did not.",
                         "total": len(pairs), "picks": picks})

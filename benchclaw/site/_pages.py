@@ -113,21 +113,22 @@ def stage_tasks(b: Build) -> None:
 
 def stage_lists(b: Build) -> None:
     _runs_pages(b)
+    facts = b.summaries.facts  # (every run's summary is read only where a page shows it)
     b.pages.render("gallery.html", "gallery.html", title="Evidence gallery",
-                   simulated=any(s["simulated"] for s in b.summaries), sections=gallery(b))
+                   simulated=any(f.simulated for f in facts), sections=gallery(b))
     _verify_page(b)
     exps = []
     for exp in experiment_ids(b):
         summary = b.experiments.get(exp, {}).get("summary") or {}
-        runs = [s for s in b.summaries if s["policy"].get("experiment") == exp]
+        runs = [f for f in facts if f.experiment == exp]
         exps.append({"id": exp, "title": summary.get("title") or exp, "runs": len(runs),
-                     "simulated": bool(summary.get("simulated")) or any(s["simulated"] for s in runs),
+                     "simulated": bool(summary.get("simulated")) or any(f.simulated for f in runs),
                      "policies": headline(summary),
                      "decisions": (summary.get("primary") or {}).get("decisions") or []})
-    other = [s for s in b.summaries if not s["policy"].get("experiment")]
+    other = [f for f in facts if not f.experiment]
     b.pages.render("index.html", "index.html", title="Experiments", experiments=exps, comparison=b.comparison,
                    exploratory=[_exploratory(b, j) for j in exploratory_ids(b)],
-                   simulated=any(e["simulated"] for e in exps) or any(s["simulated"] for s in other),
+                   simulated=any(e["simulated"] for e in exps) or any(f.simulated for f in other),
                    total_runs=len(b.summaries), other_runs=len(other),
                    last_page=max(1, -(-len(b.summaries) // RUNS_PER_PAGE)))
 
@@ -144,7 +145,7 @@ def _exploratory(b: Build, journal_id: str, latest: int = 20) -> dict:
             sessions.add(e.body.get("session"))
     ids = {r["run_id"] for r in runs}
     return {"id": journal_id, "runs": len(runs), "jobs": len(jobs), "sessions": len(sessions),
-            "simulated": any(s["simulated"] for s in b.summaries if s["id"] in ids),
+            "simulated": any(f.simulated for f in b.summaries.facts if f.id in ids),
             "latest": list(reversed(runs[-latest:]))}
 
 
@@ -152,10 +153,11 @@ def _runs_pages(b: Build) -> None:
     runs = b.summaries
     pages = max(1, -(-len(runs) // RUNS_PER_PAGE))
     for i in range(pages):
-        chunk = runs[i * RUNS_PER_PAGE:(i + 1) * RUNS_PER_PAGE]
-        key = digest_of({"ids": [s["id"] for s in chunk], "pages": pages})
+        ids = [f.id for f in runs.facts[i * RUNS_PER_PAGE:(i + 1) * RUNS_PER_PAGE]]
+        key = digest_of({"ids": ids, "pages": pages})
         if b.pages.unchanged(f"runs/page-{i + 1}.html", key):
             continue
+        chunk = runs[i * RUNS_PER_PAGE:(i + 1) * RUNS_PER_PAGE]  # read only for a page to write
         b.pages.render(f"runs/page-{i + 1}.html", "runs.html", key=key, title=f"Runs, page {i + 1}",
                        simulated=any(s["simulated"] for s in chunk), runs=chunk, page=i + 1, pages=pages,
                        first=i * RUNS_PER_PAGE + 1)

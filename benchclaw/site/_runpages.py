@@ -10,6 +10,7 @@ work is done in-process: starting processes would cost more than it saves.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -22,7 +23,7 @@ from ._experiment import run_payload
 from ._render import Scrubber, make_env, object_url, run_url
 from ._runview import Blobs, run_view, summarise_run
 
-__all__ = ["render_runs", "render_pages", "copy_object", "POOL_MIN"]
+__all__ = ["render_runs", "render_pages", "page_renderer", "copy_object", "POOL_MIN"]
 
 POOL_MIN = 200
 _W: dict = {}
@@ -98,6 +99,39 @@ def render_pages(jobs: list[tuple[str, str, dict]], *, runs_dir: Path, templates
     ``renderer``: reuse this process's compiled templates (``make_env``)."""
     for _ in _map(_page, jobs, (str(runs_dir), str(templates), str(out), public, scrub, renderer), workers):
         pass
+
+
+@contextlib.contextmanager
+def page_renderer(*, runs_dir: Path, templates: Path, out: Path, public: bool, scrub: Scrubber,
+                  workers: int, renderer: str | None = None):
+    """``render(jobs)`` for pages given batch by batch (cell pages, whose contexts hold run
+    summaries read back for them: one batch's are held at a time), rendered as
+    ``render_pages`` does; one pool of workers serves every batch, started by the first
+    batch of ``POOL_MIN`` pages or more."""
+    args = (str(runs_dir), str(templates), str(out), public, scrub, renderer)
+    pool = None
+
+    def render(jobs: list[tuple[str, str, dict]]) -> None:
+        nonlocal pool
+        if pool is None and (workers <= 1 or len(jobs) < POOL_MIN):
+            _init(*args)
+            for job in jobs:
+                _page(job)
+            return
+        if pool is None:
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+            pool = ctx.Pool(workers, initializer=_init_worker, initargs=args)
+        for _ in pool.imap_unordered(_page, jobs, chunksize=32):
+            pass
+
+    try:
+        yield render
+    finally:
+        if pool is not None:
+            pool.terminate()  # every job's result was read: nothing is left to wait for
+            pool.join()
 
 
 def render_runs(run_ids: list[str], *, runs_dir: Path, templates: Path, out: Path, public: bool,
