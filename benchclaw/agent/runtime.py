@@ -49,7 +49,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..formats import jsonio
-from ..checks import run_checks
+from ..checks import CheckMemo, run_checks
 from ..checks.digest import task_listing
 from ..errors import BenchClawError, BudgetError, IntegrityError, UsageError
 from ..formats.ledger import DOUBTED_PREFIX
@@ -79,6 +79,9 @@ STATUSES = ("passed", "failed", "limit_turns", "limit_time", "limit_output", "bu
 # Worth another attempt while the run has time left. A timeout is retried only when the
 # provider gave up before the run's time did (a simulated fault, a proxy's own limit).
 MAX_READ_CHARS = 64 * 1024
+# Verdicts on the same task files and artifacts, shared by every run of this process: a grid
+# judges each distinct workspace once (``CheckMemo``; each run still records its results).
+CHECKS_SEEN = CheckMemo(4096)
 MAX_RESENT_REPLY = 64 * 1024
 
 
@@ -436,7 +439,7 @@ class _Run:
 
     def _check(self, turn: int, action: Action) -> None:
         gate = [s for s in self.task.checks if s.gate and not s.heldout]
-        results = run_checks(gate, self.ws.files(), {}, include_heldout=False)
+        results = run_checks(gate, self.ws.files(), {}, include_heldout=False, memo=CHECKS_SEEN)
         self._observe(turn, "check", {}, {"ok": True, "action": "check", "results": [
             {"id": r.id, "passed": r.passed, "detail": r.detail} for r in results]})
         return None
@@ -450,7 +453,8 @@ class _Run:
     async def _finish(self, end: _End) -> AgentResult:
         for path, data in self.ws.artifacts(self.task.outputs).items():
             self._append("artifact", {"path": path, "digest": self.blobs.put_blob(data), "size": len(data)})
-        results = run_checks(self.task.checks, self.ws.files(), self.task.heldout, include_heldout=True)
+        results = run_checks(self.task.checks, self.ws.files(), self.task.heldout, include_heldout=True,
+                             memo=CHECKS_SEEN)
         for r in results:
             self._append("check", {**r.to_dict(), "detail": evidence.lit(r.detail)})
         gate_passed = all(r.passed for r in results if r.gate)
