@@ -268,6 +268,26 @@ class ChainFile:
         IntegrityError when the file is not the one this writer appended to."""
         fd = self._fd
         st = os.fstat(fd)  # type: ignore[arg-type]
+        self._check_same_file(st)
+        start = self._size - self._last_len
+        data = os.pread(fd, st.st_size - start, start)  # type: ignore[arg-type]  (last known line + news)
+        self._check_last_line(data[:self._last_len])
+        if len(data) == self._last_len:
+            return
+        lines, torn = split_lines(data[self._last_len:])
+        if torn:
+            raise IntegrityError(f"{self.path}: last line is torn (a crash mid-write); "
+                                 "run `benchclaw runs recover`")
+        for line in lines:
+            rec = parse_line(line, f"{self.path}:{self._seq + 1}")
+            if rec.seq != self._seq or rec.prev != self._prev:
+                raise IntegrityError(f"{self.path}:{self._seq + 1}: hash chain broken (seq/prev do not "
+                                     "follow the line before)")
+            self._advance(rec, line)
+
+    def _check_same_file(self, st: os.stat_result) -> None:
+        """Raise IntegrityError unless ``st`` (of our descriptor) is the file at our path, at
+        least as long as what we folded in."""
         try:
             named = os.stat(self.path)
         except FileNotFoundError:
@@ -278,24 +298,13 @@ class ChainFile:
         if st.st_size < self._size:
             raise IntegrityError(f"{self.path}: the file shrank ({st.st_size} < {self._size} bytes); "
                                  "chain files are append-only")
-        if self._last_len:
-            last = os.pread(fd, self._last_len, self._size - self._last_len)  # type: ignore[arg-type]
-            if not last.endswith(b"\n") or line_hash(last[:-1]) != self._prev:
-                raise IntegrityError(f"{self.path}:{self._seq}: rewritten since it was appended; "
-                                     "chain files are append-only")
-        if st.st_size == self._size:
-            return
-        tail = os.pread(fd, st.st_size - self._size, self._size)  # type: ignore[arg-type]
-        lines, torn = split_lines(tail)
-        if torn:
-            raise IntegrityError(f"{self.path}: last line is torn (a crash mid-write); "
-                                 "run `benchclaw runs recover`")
-        for line in lines:
-            rec = parse_line(line, f"{self.path}:{self._seq + 1}")
-            if rec.seq != self._seq or rec.prev != self._prev:
-                raise IntegrityError(f"{self.path}:{self._seq + 1}: hash chain broken (seq/prev do not "
-                                     "follow the line before)")
-            self._advance(rec, line)
+
+    def _check_last_line(self, last: bytes) -> None:
+        """Raise IntegrityError unless ``last`` is the last line we folded in, unchanged."""
+        if self._last_len and (len(last) != self._last_len or not last.endswith(b"\n")
+                               or line_hash(last[:-1]) != self._prev):
+            raise IntegrityError(f"{self.path}:{self._seq}: rewritten since it was appended; "
+                                 "chain files are append-only")
 
     def release(self) -> None:
         """Close the file descriptors (an append reopens them; a run writer's never do)."""
@@ -434,6 +443,23 @@ class RunWriter(ChainFile):
                                    "recovery will seal what is on disk)")
             raise IntegrityError(f"{self.path}: run is sealed or closed; a run file is never reopened")
 
+    def _refresh(self) -> None:
+        """A run file has one writer, which holds its lock for the run's life, so nothing is
+        ever folded in: an append only checks the file's size (one ``fstat``: a file grown or
+        shrunk underneath is refused); that the file at the path is still this one with its
+        last line unchanged is checked once, before sealing (``_hand_over_seal``)."""
+        size = os.fstat(self._fd).st_size  # type: ignore[arg-type]
+        if size != self._size:
+            raise IntegrityError(f"{self.path}: the file {'shrank' if size < self._size else 'grew'} underneath "
+                                 f"its writer ({size} != {self._size} bytes); a run file has one writer")
+
+    def _verify_whole(self) -> None:
+        """The full check of ``ChainFile._refresh``, without folding anything in."""
+        st = os.fstat(self._fd)  # type: ignore[arg-type]
+        self._refresh()
+        self._check_same_file(st)
+        self._check_last_line(os.pread(self._fd, self._last_len, self._size - self._last_len))  # type: ignore[arg-type]
+
     def _fold(self, rec: Record) -> None:
         self._hash.update(rec.line + b"\n")
         self.records.append(rec)
@@ -484,6 +510,7 @@ class RunWriter(ChainFile):
                 return
             if not self.records or self.records[-1].kind != "run.end":
                 raise IntegrityError(f"{self.path}: a run is sealed only after its run.end record")
+            self._verify_whole()
             hexd = self._hash.hexdigest()
             if self._fsync:
                 self.ticket = self.store.seal_after_sync(self._fd, self.path, hexd)  # type: ignore[arg-type]
