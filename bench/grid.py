@@ -19,6 +19,9 @@ real agent, store (fsync on), ledger and the built-in simulator, in a temporary 
         Also prints the process CPU per call (every thread: harness, simulator, fsync
         workers) and the machine's load average, since wall time on a shared machine
         depends on both: the line before the last is grid_concurrency cpu_ms_per_call=Y.
+        And where a call's harness time goes (``TurnTimer``): the wall time a run spends
+        beside its model calls, per call, and how much of it is waiting for group commits
+        (how many waits, how long a commit pass takes, how late the loop wakes a timer).
         Last line: grid_concurrency efficiency=X
 
     --profile writes a cProfile of the grid to grid.prof and prints the top functions.
