@@ -19,6 +19,9 @@ real agent, store (fsync on), ledger and the built-in simulator, in a temporary 
         Also prints the process CPU per call (every thread: harness, simulator, fsync
         workers) and the machine's load average, since wall time on a shared machine
         depends on both: the line before the last is grid_concurrency cpu_ms_per_call=Y.
+        And where a call's harness time goes (``TurnTimer``): the wall time a run spends
+        beside its model calls, per call, and how much of it is waiting for group commits
+        (how many waits, how long a commit pass takes, how late the loop wakes a timer).
         Last line: grid_concurrency efficiency=X
 
     --profile writes a cProfile of the grid to grid.prof and prints the top functions.
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import cProfile
 import heapq
 import io
@@ -46,6 +50,7 @@ from pathlib import Path
 from benchclaw.experiments.executor import default_backends
 from benchclaw.experiments import prereg
 from benchclaw.experiments.runner import run_experiment
+from benchclaw.evidence._commit import committer
 from benchclaw.evidence.store import Store
 
 SPEC = """v = 1
@@ -120,9 +125,85 @@ class FixedLatency(CpuMeter):
         self.latency, self.runs = latency, runs
 
     async def complete(self, req):
+        t0 = time.perf_counter()
         resp = await super().complete(req)
         await asyncio.sleep(self.latency)
+        _note("called", time.perf_counter() - t0)
         return resp
+
+
+_RUN: contextvars.ContextVar[dict | None] = contextvars.ContextVar("bench_run", default=None)
+
+
+def _note(what: str, seconds: float) -> None:
+    """Add ``seconds`` to the current run's ``what`` (the run whose task is awaiting)."""
+    run = _RUN.get()
+    if run is not None:
+        run[what] = run.get(what, 0.0) + seconds
+        run[what + "_n"] = run.get(what + "_n", 0) + 1
+
+
+class TurnTimer:
+    """Times, per run, its wall time, its model calls and its waits for a group commit
+    (``Committer.commit``: the reservation's, the records' before a settlement, the seal's),
+    so the concurrency line says where a turn's time goes besides the model call."""
+
+    def __init__(self):
+        self.runs: list[dict] = []
+        self.passes: list[float] = []
+        self.lags: list[float] = []
+
+    def install(self, backends) -> None:
+        inner, runs = backends.run_agent, self.runs
+
+        async def run_agent(**kw):
+            run: dict = {}
+            _RUN.set(run)
+            t0 = time.perf_counter()
+            try:
+                return await inner(**kw)
+            finally:
+                run["wall"] = time.perf_counter() - t0
+                runs.append(run)
+        backends.run_agent = run_agent
+        c = committer()
+        commit = c.commit
+
+        async def timed(ticket=None):
+            t0 = time.perf_counter()
+            try:
+                await commit(ticket)
+            finally:
+                _note("commit", time.perf_counter() - t0)
+        c.commit = timed
+        one_pass, passes = c._pass, self.passes
+
+        def timed_pass(*a):
+            t0 = time.perf_counter()
+            try:
+                return one_pass(*a)
+            finally:
+                passes.append(time.perf_counter() - t0)
+        c._pass = timed_pass
+
+    async def watch_loop(self) -> None:
+        """How late the event loop wakes a 5 ms timer: the delay every wake-up (a commit
+        done, a reply arrived) waits for on a busy loop."""
+        while True:
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.005)
+            self.lags.append(time.perf_counter() - t0 - 0.005)
+
+    def report(self) -> str:
+        turns = sum(r.get("called_n", 0) for r in self.runs) or 1
+        per = lambda k: 1000 * sum(r.get(k, 0.0) for r in self.runs) / turns
+        gap = per("wall") - per("called")
+        waits = sum(r.get("commit_n", 0) for r in self.runs) / turns
+        mid = lambda xs: 1000 * sorted(xs)[len(xs) // 2] if xs else 0.0
+        return (f"per model call: harness wall {gap:.1f} ms beside the call, of which waiting for "
+                f"group commits {per('commit'):.1f} ms ({waits:.2f} waits per call; a commit pass takes "
+                f"{1000 * sum(self.passes) / max(len(self.passes), 1):.1f} ms on average, and the event loop "
+                f"wakes a timer {mid(self.lags):.1f} ms late at the median)")
 
 
 class HandleMeter:
@@ -234,8 +315,11 @@ def concurrency_efficiency(latency: float, concurrency: int, seeds: int) -> None
     with tempfile.TemporaryDirectory(dir=TMPDIR[0]) as tmp:
         store = _prepare(Path(tmp), seeds, concurrency)
         backends = _backends(lambda p: FixedLatency(p, totals, latency, {}))
+        timer = TurnTimer()
+        timer.install(backends)
         t0, w0 = os.times(), time.perf_counter()
-        res = asyncio.run(run_experiment(store, "BENCH", backends=backends, handle_signals=False))
+        res = asyncio.run(_watched(run_experiment(store, "BENCH", backends=backends, handle_signals=False),
+                                   timer.watch_loop()))
         t1, wall = os.times(), time.perf_counter() - w0
         started = sorted((_start_of(store, r["run_id"]) for r in res.runs))
     serial = [c * latency for _, c in started]
@@ -251,9 +335,19 @@ def concurrency_efficiency(latency: float, concurrency: int, seeds: int) -> None
     cpu = (t1.user - t0.user) + (t1.system - t0.system)
     print(f"process CPU {cpu:.2f} s (user {t1.user - t0.user:.2f}, system {t1.system - t0.system:.2f}), "
           f"{1000 * cpu / totals['calls']:.3f} ms per call; load average {_load()}")
+    print(timer.report())
     print(f"efficiency {eff:.3f} (target >= 0.9)")
     print(f"grid_concurrency cpu_ms_per_call={1000 * cpu / totals['calls']:.3f}")
     print(f"grid_concurrency efficiency={eff:.3f}")
+
+
+async def _watched(main, watcher):
+    """``main``'s result, with ``watcher`` running beside it until it is done."""
+    side = asyncio.create_task(watcher)
+    try:
+        return await main
+    finally:
+        side.cancel()
 
 
 def _load() -> str:

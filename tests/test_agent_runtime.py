@@ -324,7 +324,9 @@ def test_with_the_real_ledger_settled_spend_equals_the_recorded_cost(tmp_path):
                                 policy_context=None, ledger=led, clock=FakeClock()))
     assert res.status == "passed"
     kinds_ = [r.kind for r in led.read()]
-    assert kinds_ == ["ledger.open", "reserve", "settle", "reserve", "settle"]
+    # A call's settlement waits for the commit covering its call record, which is the one the
+    # next reservation waits for: so it follows that reservation (FORMAT.md "Ledgers").
+    assert kinds_ == ["ledger.open", "reserve", "reserve", "settle", "settle"]
     settled = sum(Decimal(r.body["usd"]) for r in led.read() if r.kind == "settle")
     assert settled == res.cost_low == res.cost_high
 

@@ -262,3 +262,52 @@ def test_checks_package_imports_only_stdlib_and_pure_modules():
                     top = n.split(".")[0]
                     assert top in sys.stdlib_module_names or n in allowed_pkg or top == "__future__", (path.name, n)
     assert set(CHECK_TYPES) >= {"quotes", "cents_csv", "pricing_rule", "file_exists", "json_shape", "size"}
+
+
+# -- remembered verdicts (CheckMemo) ------------------------------------------------------------
+
+def test_a_remembered_verdict_equals_a_fresh_one_and_follows_every_input(monkeypatch):
+    """The memo gives what run_check gives, for each task's reference and a broken artifact,
+    and a change to an artifact byte, a held-out file or a spec param is judged afresh."""
+    from benchclaw import checks as C
+
+    memo = C.CheckMemo(64)
+    task = get_task("quotes-vendor")
+    good = {**task.inputs, **task.reference}
+    bad = {**good, "answer.json": good["answer.json"].replace(b"a", b"b", 1)}
+    for files in (good, bad, good, bad):
+        fresh = run_checks(task.checks, files, task.heldout, include_heldout=True)
+        assert run_checks(task.checks, files, task.heldout, include_heldout=True, memo=memo) == fresh
+    assert len(memo._seen) == 2 * len(task.checks)  # judged once per distinct workspace
+    calls = []
+    real = C._judge
+    monkeypatch.setattr(C, "_judge", lambda *a: calls.append(a) or real(*a))
+    run_checks(task.checks, good, task.heldout, include_heldout=True, memo=memo)
+    assert calls == []  # every verdict remembered
+    held = task.checks[[s.heldout for s in task.checks].index(True)]
+    other = {k: v + b" " for k, v in task.heldout.items()}
+    run_checks([held], good, other, include_heldout=True, memo=memo)
+    changed = CheckSpec(held.id, held.type, held.gate, {**held.params, "extra": 1})
+    run_checks([changed], good, task.heldout, include_heldout=True, memo=memo)
+    assert len(calls) == 2
+
+
+def test_the_memo_is_bounded_and_forgets_a_verdict_that_may_not_recur():
+    from benchclaw import checks as C
+
+    memo = C.CheckMemo(3)
+    spec = CheckSpec("s", "size", True, {"path": "a", "max_bytes": 4})
+    for i in range(10):
+        [r] = run_checks([spec], {"a": b"x" * i}, {}, include_heldout=True, memo=memo)
+        assert r.passed == (i <= 4)
+    assert len(memo._seen) == 3
+    unknown = CheckSpec("u", "no-such-type", True, {})
+    run_checks([unknown], {}, {}, include_heldout=True, memo=memo)
+    assert len(memo._seen) == 3  # a failed lookup of the type is pure: remembered (oldest dropped)
+    C.CHECK_TYPES["boom"] = C.CheckType("boom", "raises", lambda p, f: 1 / 0, lambda p: None)
+    try:
+        [r] = run_checks([CheckSpec("b", "boom", True, {})], {}, {}, include_heldout=True, memo=memo)
+    finally:
+        del C.CHECK_TYPES["boom"]
+    assert not r.passed and "ZeroDivisionError" in r.detail
+    assert all(v.id != "b" for v in memo._seen.values())

@@ -452,3 +452,16 @@ def test_every_stopping_rule_a_spec_accepts_is_one_the_runner_checks():
     from benchclaw.formats.spec import STOP_RULES
 
     assert set(STOP_CHECKS) == set(STOP_RULES)
+
+
+def test_threads_get_short_gil_turns_while_a_grid_runs_and_the_setting_is_restored(tmp_path):
+    """The group commit's threads must not wait 5 ms for each hand-over of the GIL while the
+    event loop runs the grid (``runner.short_gil_turns``)."""
+    import sys
+
+    store, _ = setup(tmp_path)
+    seen = []
+    agent = FakeAgent(after_run=lambda *a, **k: seen.append(sys.getswitchinterval()))
+    before = sys.getswitchinterval()
+    assert run(store, agent).status == "complete" and seen
+    assert max(seen) <= 0.0005 < before == sys.getswitchinterval()

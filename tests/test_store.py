@@ -391,6 +391,36 @@ def test_refresh_refuses_a_rewritten_file_of_the_same_length(tmp_path):
         chain.append("note", {"i": 3})
 
 
+@pytest.mark.parametrize("fsync", [False, True])
+def test_a_run_file_changed_underneath_its_writer_is_refused_by_its_next_append_or_its_seal(tmp_path, fsync):
+    """A run writer checks only the size per append (it alone appends); the rest at sealing."""
+    store = Store(tmp_path / "runs", fsync=fsync)
+    w = store.open_run()
+    w.append("run.start", {"i": 1})
+    with open(w.path, "ab") as f:
+        f.write(b"{}\n")
+    with pytest.raises(IntegrityError, match="grew underneath"):
+        w.append("run.end", {"i": 2})
+    w = store.open_run()
+    w.append("run.start", {"i": 1})
+    w.append("run.end", {"i": 2})
+    with open(w.path, "r+b") as f:  # same inode, same size, last line changed
+        data = f.read()
+        f.seek(0)
+        f.write(data.replace(b'{"i":2}', b'{"i":7}'))
+    with pytest.raises(IntegrityError, match="rewritten"):
+        w.seal()
+    w = store.open_run()
+    w.append("run.start", {"i": 1})
+    w.append("run.end", {"i": 2})
+    fresh = tmp_path / "other.jsonl"
+    fresh.write_bytes(w.path.read_bytes())
+    os.replace(fresh, w.path)
+    with pytest.raises(IntegrityError, match="replaced"):
+        w.seal()
+    assert store.run_ids() == []
+
+
 def test_refresh_refuses_a_replaced_file_and_a_line_that_does_not_chain(tmp_path):
     from benchclaw.formats.records import GENESIS, Record, encode
     from benchclaw.evidence.store import ChainFile

@@ -11,13 +11,13 @@ blobs are staged and records written as the run decides, without waiting; a comm
 both durable, each blob moved into place before the commit is done (a run cut off before
 it is sealed by recovery, which moves the staged blobs its records name into place, or cuts
 the run before a record naming a blob that is nowhere). Before each model call the agent
-awaits the commit covering its records so far and then writes the settlements of the calls
-they record (a known settlement never before its call record), reserves the next call and
-awaits a second commit: the reservation is durable before its call. Each commit is a group
-commit shared with every run in flight. Sealing awaits the commit of the records and then
-the rename's. Trade-off: the two waits are in order (a reservation decides on the previous
-call settled, and a settlement follows the commit of its call record), so a turn waits for
-two passes, one fewer than when records waited for their blobs' commit too.
+reserves it and awaits one commit, which makes the reservation durable before its call and
+covers every record written so far; only then does it write the settlements of the calls
+those records hold (a known settlement never before its call record). Each commit is a group
+commit shared with every run in flight; sealing awaits one more (records, rename,
+directories in one pass). Trade-off: a turn waits for one pass instead of two, and in
+exchange a reservation is decided with the run's previous call still at its upper bound
+(its settlement follows that reservation's commit), which can only refuse earlier.
 
 Where the guarantees come from:
 - permissions: every path goes through ``paths.decide``; the workspace holds only the
@@ -49,7 +49,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..formats import jsonio
-from ..checks import run_checks
+from ..checks import CheckMemo, run_checks
 from ..checks.digest import task_listing
 from ..errors import BenchClawError, BudgetError, IntegrityError, UsageError
 from ..formats.ledger import DOUBTED_PREFIX
@@ -79,6 +79,9 @@ STATUSES = ("passed", "failed", "limit_turns", "limit_time", "limit_output", "bu
 # Worth another attempt while the run has time left. A timeout is retried only when the
 # provider gave up before the run's time did (a simulated fault, a proxy's own limit).
 MAX_READ_CHARS = 64 * 1024
+# Verdicts on the same task files and artifacts, shared by every run of this process: a grid
+# judges each distinct workspace once (``CheckMemo``; each run still records its results).
+CHECKS_SEEN = CheckMemo(4096)
 MAX_RESENT_REPLY = 64 * 1024
 
 
@@ -158,7 +161,7 @@ class _Run:
         self.start = 0.0
         self.ended = False
         self.blobs = _Staged(self.store)
-        self.settles: list[tuple[int, tuple]] = []  # (mark of its call record, the settlement) to write once durable
+        self.settles: list[tuple] = []  # settlements of recorded calls, written once a commit covers their records
 
     def _first_message(self) -> str:
         readable = sorted(p for p in self.task.inputs if path_allowed(self.task.readable, p))
@@ -246,18 +249,12 @@ class _Run:
                                        reason="the call's record could not be written")
             raise
         if settle is not None:
-            self.settles.append((self.writer.ticket, settle))
-
-    async def _settle_recorded(self) -> None:
-        """Write the settlements of the calls recorded so far, once their records are durable."""
-        if self.settles:
-            await self.store.commit(self.settles[-1][0])
-            self._write_settles()
+            self.settles.append(settle)
 
     def _write_settles(self) -> None:
         """The queued settlements; the caller has awaited a commit covering their records."""
         while self.settles:
-            _, (reservation, tokens, usd, reason) = self.settles.pop(0)
+            reservation, tokens, usd, reason = self.settles.pop(0)
             self.ledger.settle(reservation, tokens=tokens, usd=usd, reason=reason)
 
     # -- time -----------------------------------------------------------------------------
@@ -281,7 +278,6 @@ class _Run:
             req = ChatRequest(model=self.tier.model, messages=messages, max_tokens=self.max_tokens,
                               temperature=self.temperature, seed=self.seed, json_mode=True, timeout_s=remaining,
                               params=self.tier.params, stall_s=self.tier.stall_seconds, stream=self.tier.stream)
-            await self._settle_recorded()  # settled before the next reservation decides
             try:
                 reservation = self._reserve(turn, attempt, estimate)
             except BudgetError as e:
@@ -289,6 +285,7 @@ class _Run:
             try:
                 if reservation is not None:
                     await self.store.commit()  # the reservation is durable before its call
+                self._write_settles()  # that commit covered the records of the calls they settle
                 resp = await self._complete(req, remaining)
             except BaseException:  # cancelled mid-call: the call may have cost; keep it at its bound
                 if reservation is not None:
@@ -442,7 +439,7 @@ class _Run:
 
     def _check(self, turn: int, action: Action) -> None:
         gate = [s for s in self.task.checks if s.gate and not s.heldout]
-        results = run_checks(gate, self.ws.files(), {}, include_heldout=False)
+        results = run_checks(gate, self.ws.files(), {}, include_heldout=False, memo=CHECKS_SEEN)
         self._observe(turn, "check", {}, {"ok": True, "action": "check", "results": [
             {"id": r.id, "passed": r.passed, "detail": r.detail} for r in results]})
         return None
@@ -456,7 +453,8 @@ class _Run:
     async def _finish(self, end: _End) -> AgentResult:
         for path, data in self.ws.artifacts(self.task.outputs).items():
             self._append("artifact", {"path": path, "digest": self.blobs.put_blob(data), "size": len(data)})
-        results = run_checks(self.task.checks, self.ws.files(), self.task.heldout, include_heldout=True)
+        results = run_checks(self.task.checks, self.ws.files(), self.task.heldout, include_heldout=True,
+                             memo=CHECKS_SEEN)
         for r in results:
             self._append("check", {**r.to_dict(), "detail": evidence.lit(r.detail)})
         gate_passed = all(r.passed for r in results if r.gate)

@@ -25,6 +25,7 @@ throw-away stores in benchmarks and tests of unrelated behaviour.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -267,6 +268,26 @@ class ChainFile:
         IntegrityError when the file is not the one this writer appended to."""
         fd = self._fd
         st = os.fstat(fd)  # type: ignore[arg-type]
+        self._check_same_file(st)
+        start = self._size - self._last_len
+        data = os.pread(fd, st.st_size - start, start)  # type: ignore[arg-type]  (last known line + news)
+        self._check_last_line(data[:self._last_len])
+        if len(data) == self._last_len:
+            return
+        lines, torn = split_lines(data[self._last_len:])
+        if torn:
+            raise IntegrityError(f"{self.path}: last line is torn (a crash mid-write); "
+                                 "run `benchclaw runs recover`")
+        for line in lines:
+            rec = parse_line(line, f"{self.path}:{self._seq + 1}")
+            if rec.seq != self._seq or rec.prev != self._prev:
+                raise IntegrityError(f"{self.path}:{self._seq + 1}: hash chain broken (seq/prev do not "
+                                     "follow the line before)")
+            self._advance(rec, line)
+
+    def _check_same_file(self, st: os.stat_result) -> None:
+        """Raise IntegrityError unless ``st`` (of our descriptor) is the file at our path, at
+        least as long as what we folded in."""
         try:
             named = os.stat(self.path)
         except FileNotFoundError:
@@ -277,24 +298,13 @@ class ChainFile:
         if st.st_size < self._size:
             raise IntegrityError(f"{self.path}: the file shrank ({st.st_size} < {self._size} bytes); "
                                  "chain files are append-only")
-        if self._last_len:
-            last = os.pread(fd, self._last_len, self._size - self._last_len)  # type: ignore[arg-type]
-            if not last.endswith(b"\n") or line_hash(last[:-1]) != self._prev:
-                raise IntegrityError(f"{self.path}:{self._seq}: rewritten since it was appended; "
-                                     "chain files are append-only")
-        if st.st_size == self._size:
-            return
-        tail = os.pread(fd, st.st_size - self._size, self._size)  # type: ignore[arg-type]
-        lines, torn = split_lines(tail)
-        if torn:
-            raise IntegrityError(f"{self.path}: last line is torn (a crash mid-write); "
-                                 "run `benchclaw runs recover`")
-        for line in lines:
-            rec = parse_line(line, f"{self.path}:{self._seq + 1}")
-            if rec.seq != self._seq or rec.prev != self._prev:
-                raise IntegrityError(f"{self.path}:{self._seq + 1}: hash chain broken (seq/prev do not "
-                                     "follow the line before)")
-            self._advance(rec, line)
+
+    def _check_last_line(self, last: bytes) -> None:
+        """Raise IntegrityError unless ``last`` is the last line we folded in, unchanged."""
+        if self._last_len and (len(last) != self._last_len or not last.endswith(b"\n")
+                               or line_hash(last[:-1]) != self._prev):
+            raise IntegrityError(f"{self.path}:{self._seq}: rewritten since it was appended; "
+                                 "chain files are append-only")
 
     def release(self) -> None:
         """Close the file descriptors (an append reopens them; a run writer's never do)."""
@@ -384,8 +394,9 @@ class RunWriter(ChainFile):
 
     An owner on an event loop (the agent) sets ``awaits_commits``: its appends then do not
     wait for their fsync, and it awaits ``Store.commit`` where it needs the records on disk
-    (before it settles the calls they record) and ``seal_async`` to seal. ``seal`` never renames the file
-    before every record of it is durable.
+    (before it settles the calls they record) and ``seal_async`` to seal. ``seal`` hands the
+    rename to the commit pass that fsyncs the file (``Store.seal_after_sync``), so the file is
+    never renamed before every record of it is durable.
 
     The writer holds an exclusive ``flock`` on the file from its creation until it is
     sealed or closed: recovery (any process's) seals only open runs whose lock it can take,
@@ -404,7 +415,6 @@ class RunWriter(ChainFile):
         self._hash = hashlib.sha256()
         self._failure: StorageError | None = None
         self.run_id: str | None = None
-        self._awaited = False   # seal_async waits for the rename's commit itself
         new = path.with_name(".new-" + path.name)
         try:
             fd = os.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
@@ -433,6 +443,23 @@ class RunWriter(ChainFile):
                                    "recovery will seal what is on disk)")
             raise IntegrityError(f"{self.path}: run is sealed or closed; a run file is never reopened")
 
+    def _refresh(self) -> None:
+        """A run file has one writer, which holds its lock for the run's life, so nothing is
+        ever folded in: an append only checks the file's size (one ``fstat``: a file grown or
+        shrunk underneath is refused); that the file at the path is still this one with its
+        last line unchanged is checked once, before sealing (``_hand_over_seal``)."""
+        size = os.fstat(self._fd).st_size  # type: ignore[arg-type]
+        if size != self._size:
+            raise IntegrityError(f"{self.path}: the file {'shrank' if size < self._size else 'grew'} underneath "
+                                 f"its writer ({size} != {self._size} bytes); a run file has one writer")
+
+    def _verify_whole(self) -> None:
+        """The full check of ``ChainFile._refresh``, without folding anything in."""
+        st = os.fstat(self._fd)  # type: ignore[arg-type]
+        self._refresh()
+        self._check_same_file(st)
+        self._check_last_line(os.pread(self._fd, self._last_len, self._size - self._last_len))  # type: ignore[arg-type]
+
     def _fold(self, rec: Record) -> None:
         self._hash.update(rec.line + b"\n")
         self.records.append(rec)
@@ -455,31 +482,42 @@ class RunWriter(ChainFile):
         durable; returns the run id once the rename is durable too. Idempotent: sealing again
         returns the same id. The rename happens while the writer's lock is held, so no
         recovery can seal the same file."""
-        with self._mutex:
-            if self._fd is None:
-                return self.run_id  # type: ignore[return-value]
-            if not self.records or self.records[-1].kind != "run.end":
-                raise IntegrityError(f"{self.path}: a run is sealed only after its run.end record")
-            if self._fsync:
-                committer().wait(self.ticket)  # every record durable before the rename
-            self.run_id = self.store.seal_file(self.path, self._hash.hexdigest(), defer_dirs=self._fsync)
-            self.ticket = committer().ticket if self._fsync else 0
-            self.release()
-        if not self._awaited:
-            committer().wait(self.ticket)  # the rename durable (its directories fsynced)
+        self._hand_over_seal()
+        if self.run_id is not None:
+            committer().wait(self.ticket)  # records durable, renamed, directories fsynced
         return self.run_id  # type: ignore[return-value]
 
     async def seal_async(self) -> str:
-        """``seal`` for the event loop: awaits the commits (records, then the rename's
-        directories) instead of blocking; the run is sealed and durable when it returns."""
-        await committer().commit(self.ticket)
-        self._awaited = True
+        """``seal`` for the event loop: awaits its commit (one pass: the records, the rename,
+        its directories) instead of blocking; the run is sealed and durable when it returns."""
+        self._hand_over_seal()
         try:
-            run_id = self.seal()
-        finally:
-            self._awaited = False
-        await committer().commit(self.ticket)
-        return run_id
+            await committer().commit(self.ticket)
+        except asyncio.CancelledError:
+            # Cut off (an interrupt) with the rename under way: finish it (one pass at most),
+            # so whoever holds this writer finds the run sealed, as ``run_id`` says.
+            if self.run_id is not None:
+                committer().wait(self.ticket)
+            raise
+        return self.seal()  # done by now: returns at once
+
+    def _hand_over_seal(self) -> None:
+        """Give the rename to the commit pass that fsyncs the records (``Store.seal_after_sync``;
+        at once without fsync) and close the file: the committer's duplicate of the descriptor
+        holds the lock until the rename is done. Nothing to do once handed over or closed."""
+        with self._mutex:
+            if self._fd is None:
+                return
+            if not self.records or self.records[-1].kind != "run.end":
+                raise IntegrityError(f"{self.path}: a run is sealed only after its run.end record")
+            self._verify_whole()
+            hexd = self._hash.hexdigest()
+            if self._fsync:
+                self.ticket = self.store.seal_after_sync(self._fd, self.path, hexd)  # type: ignore[arg-type]
+            else:
+                self.store.seal_file(self.path, hexd)
+            self.run_id = hexd
+            self.release()
 
     def close_unsealed(self) -> None:
         """Close the file without sealing; this releases the run's lock, so recovery will
@@ -649,23 +687,32 @@ class Store:
         self.ensure()
         return RunWriter(self, self.root / "open" / f"{uuid.uuid4().hex}.jsonl", on_append, clock=clock)
 
-    def seal_file(self, open_path: Path, hexd: str, *, defer_dirs: bool = False) -> str:
+    def seal_file(self, open_path: Path, hexd: str) -> str:
         """Seal a complete, durable run file (``hexd`` = the SHA-256 of its bytes): rename it to
         ``runs/<aa>/<hexd>.jsonl`` (or drop it when those bytes are already sealed), then fsync
-        both directories (now, or with ``defer_dirs`` by the next commit, which the caller waits for)."""
+        both directories now (recovery, the Ray landing; a run writer seals by ``seal_after_sync``)."""
         target = self.root / "runs" / hexd[:2] / f"{hexd}.jsonl"
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():
             open_path.unlink()  # same bytes already sealed: nothing to do
         else:
             os.replace(open_path, target)
-        if defer_dirs:
-            committer().mark_dir(target.parent)
-            committer().mark_dir(open_path.parent)
-        elif self.fsync:
+        if self.fsync:
             _fsync_dir(target.parent)
             _fsync_dir(open_path.parent)
         return hexd
+
+    def seal_after_sync(self, fd: int, open_path: Path, hexd: str) -> int:
+        """``seal_file`` in one commit pass: the run file (``fd``, its flock held until then)
+        is fsynced, renamed to ``runs/<aa>/<hexd>.jsonl`` (or dropped when those bytes are
+        sealed already), then both directories fsynced. Returns the ticket to wait for; until
+        it is done the run is still in ``open/``, locked."""
+        target = self.root / "runs" / hexd[:2] / f"{hexd}.jsonl"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise storage_error(target, "seal the run", e) from None
+        return committer().rename_after_sync(fd, open_path, target, dirs=(target.parent, open_path.parent))
 
     def run_path(self, run_id: str) -> Path:
         return self.root / "runs" / run_id[:2] / f"{run_id}.jsonl"

@@ -26,7 +26,9 @@ Journal records are exactly FORMAT.md §8. Memory policy: see ``History.memory_s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+import sys
 import threading
 import uuid
 from collections import deque
@@ -50,6 +52,25 @@ from ..evidence.store import Store, default_writer
 
 __all__ = ["run_experiment", "run_experiment_sync", "GridResult", "GridInterrupted", "Backends",
            "default_backends"]
+
+
+GIL_TURN_S = 0.0005
+
+
+@contextlib.contextmanager
+def short_gil_turns(seconds: float = GIL_TURN_S):
+    """Let threads take the GIL after ``seconds`` (instead of Python's 5 ms) while a grid
+    runs, then restore the setting. The event loop holds the GIL whenever it runs Python;
+    the group commit's threads need it for a moment at each step of a pass (wake, hand back
+    each fsync, rename, tell the waiters), and at 5 ms per hand-over a commit the agent
+    waits for took several intervals on a busy loop: the waits were most of a turn's
+    harness time at 64 runs in flight."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, seconds))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 class GridInterrupted(BenchClawError):
@@ -139,7 +160,7 @@ class _Grid:
 
     # -- the story ---------------------------------------------------------------------
     async def run(self, *, handle_signals: bool) -> GridResult:
-        with self.store.experiment_lock(self.spec.id):
+        with self.store.experiment_lock(self.spec.id), short_gil_turns():
             return await self._run(handle_signals)
 
     async def _run(self, handle_signals: bool) -> GridResult:
