@@ -14,7 +14,7 @@ import pytest
 from benchclaw.errors import IntegrityError
 from benchclaw.evidence.check import check_store, recover_store
 from benchclaw.evidence.merge import merge_store
-from benchclaw.evidence.packs import PACK_MAGIC, entry_bytes, list_packs, scan_pack
+from benchclaw.evidence.packs import PACK_MAGIC, entry_bytes, list_packs, read_index, scan_pack, write_index
 from benchclaw.evidence.store import Store
 
 
@@ -151,3 +151,31 @@ def test_merging_takes_the_union_of_packs_and_the_longer_of_one_pack(tmp_path):
         f.write(entry_bytes(digest(b"another")[7:], b"another"))
     with pytest.raises(IntegrityError, match="diverged"):
         merge_store(a, b)
+
+
+FINISHED = textwrap.dedent("""
+    import sys
+    from benchclaw.evidence.store import Store
+    store = Store(sys.argv[1])
+    for i in range(20):
+        store.put_blob(b"blob %d" % i)
+""")
+
+
+def test_a_finished_packs_index_is_derived_checked_and_never_trusted_for_bytes(tmp_path):
+    root = tmp_path / "runs"
+    subprocess.run([sys.executable, "-c", FINISHED, str(root)], check=True, timeout=60)
+    store = Store(root)
+    [pack] = packs(store)
+    idx = root / "objects" / "packs" / (os.path.basename(pack)[:-5] + ".idx")
+    assert read_index(pack).entries == scan_pack(pack).entries and len(scan_pack(pack).entries) == 20
+    assert check_store(store).ok and recover_store(store) == []
+    idx.unlink()  # derived: without it readers scan, and find the same
+    assert all(Store(root).get_blob(digest(b"blob %d" % i)) == b"blob %d" % i for i in range(20))
+    write_index(pack, [(h, o + 1, n) for h, o, n in scan_pack(pack).entries], os.path.getsize(pack))
+    [damage] = check_store(Store(root)).damages  # an index that lies about offsets is damage...
+    assert damage.path == str(idx) and "does not match its pack" in damage.message
+    with pytest.raises(IntegrityError, match="bytes do not match"):
+        Store(root).get_blob(digest(b"blob 3"))  # ...and what it points at is re-hashed, never trusted
+    write_index(pack, scan_pack(pack).entries, os.path.getsize(pack) - 1)  # stale: ignored
+    assert read_index(pack) is None and Store(root).get_blob(digest(b"blob 3")) == b"blob 3"

@@ -12,9 +12,10 @@ Why it is built this way (FORMAT.md §1, "Durability"):
 - **One pass covers every file.** A pass takes everything marked so far and, in parallel on a
   small thread pool (concurrent fsyncs on one file system share journal commits, so 100
   files cost about what 10 do one after the other): (1) fsyncs every marked file and
-  directory and every file waiting to be renamed; (2) renames those into place (a sealed run
-  from ``open/``), never before their bytes are durable;
-  (3) fsyncs the directories a rename asked for (a seal's). A ticket is done when the pass that took it
+  directory and every file waiting to be renamed; (2) renames those into place, never before
+  their bytes are durable (loose blobs were; since blobs are packed no caller hands over a
+  rename, and a seal renames itself and marks the directories);
+  (3) fsyncs the directories a rename asked for. A ticket is done when the pass that took it
   has finished all three. Passes run one at a time; the marks made during one go to the next.
 - **One committer per process**, shared by every ``Store`` and chain file of it, so a run's
   records, its blobs, the ledger and the journal share passes. A forked child starts its own.

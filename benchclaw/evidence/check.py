@@ -21,7 +21,7 @@ from ..errors import FormatError, IntegrityError
 from ..formats.money import fmt_usd
 from ..formats.records import (RUN_KINDS, Record, blob_refs, encode, line_hash, split_lines,
                                utc_now, verify_chain)
-from .packs import list_packs, scan_pack, writer_alive
+from .packs import list_packs, read_index, scan_pack, writer_alive
 from .store import ChainFile, Store, make_durable, storage_error
 
 __all__ = ["check_store", "recover_store", "recover_one", "run_totals", "Damage", "CheckReport", "Recovered"]
@@ -170,6 +170,10 @@ def _check_pack(pack: str, report: CheckReport) -> None:
         fix = "; run `benchclaw runs recover`" if scan.torn else ""
         report.damages.append(Damage(pack, len(scan.entries) + 1, f"{scan.problem} (after "
                                      f"{len(scan.entries)} whole entries){fix}"))
+    index = read_index(pack)
+    if index is not None and index.entries != scan.entries:
+        report.damages.append(Damage(pack[:-len(".pack")] + ".idx", 0, "the index does not match its pack "
+                                     "(it is derived: delete it, and readers scan the pack)"))
 
 
 def _check_chain_file(path: Path, report: CheckReport) -> None:
@@ -282,8 +286,8 @@ def _cut_torn_pack(store: Store, pack: str) -> Recovered | None:
     kept in quarantine/ and cut off, so every reader sees whole entries only. Damage that
     is not a torn tail (a changed header mid-pack) is left for ``check`` to report."""
     path = Path(pack)
-    if not scan_pack(pack).problem:
-        return None  # the common case, decided without the lock
+    if read_index(pack) is not None or not scan_pack(pack).problem:
+        return None  # the common case (a finished pack's index covers it whole), without the lock
     with _dead_writer(path) as dead:
         if not dead:
             return None  # a live writer may be appending the entry: not torn

@@ -23,6 +23,7 @@ each):
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import threading
@@ -33,9 +34,11 @@ from typing import Iterator, NamedTuple
 from ._commit import committer, storage_error
 
 __all__ = ["PACK_MAGIC", "BlobLoc", "PackScan", "PackWriter", "PackIndex", "scan_pack", "pack_writer",
-           "entry_bytes", "pack_dir", "finish_packs", "own_writers", "list_packs", "writer_alive"]
+           "entry_bytes", "pack_dir", "finish_packs", "own_writers", "list_packs", "writer_alive",
+           "read_index", "write_index"]
 
 PACK_MAGIC = b"benchclaw-pack 1\n"
+IDX_MAGIC = b"benchclaw-packidx 1 "
 _HEADER_MAX = 64 + 1 + 20 + 1  # "<64 hex> <size>\n"
 
 
@@ -134,6 +137,47 @@ def _stop(f, entries: list, pos: int, size: int, problem: str, *, torn: bool = F
     return PackScan(entries, pos, size, problem, torn)
 
 
+def read_index(pack: str) -> PackScan | None:
+    """The pack's entries from ``<id>.idx`` (FORMAT.md "Packs": derived, written by a writer
+    that finished the pack), when the index is whole and covers the pack's size exactly;
+    None otherwise (the caller scans). An index is trusted for where entries are, never for
+    their bytes: every read re-hashes."""
+    try:
+        with open(pack[:-len(".pack")] + ".idx", "rb") as f:
+            data = f.read()
+        size = os.stat(pack).st_size
+    except OSError:
+        return None
+    head, _, body = data.partition(b"\n")
+    if not head.startswith(IDX_MAGIC) or head[len(IDX_MAGIC):] != b"%d" % size or not data.endswith(b"\n"):
+        return None
+    entries = []
+    try:
+        for line in body.splitlines():
+            hexd, offset, n = line.split(b" ")
+            entries.append((hexd.decode("ascii"), int(offset), int(n)))
+    except ValueError:
+        return None
+    return PackScan(entries, size, size)
+
+
+def write_index(pack: str, entries, size: int) -> None:
+    """Write ``<id>.idx`` for a finished pack (temporary file, then rename; not fsynced: it
+    is derived, and one that does not match its pack is ignored). Best effort."""
+    idx = pack[:-len(".pack")] + ".idx"
+    tmp = f"{idx}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(IDX_MAGIC + b"%d\n" % size)
+            f.write(b"".join(b"%s %d %d\n" % (h.encode("ascii"), o, n) for h, o, n in entries))
+        os.replace(tmp, idx)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
 def list_packs(objects: str) -> list[str]:
     """The packs of a runs directory (not ``.new-*`` files being created), sorted."""
     try:
@@ -176,10 +220,13 @@ class PackWriter:
             return ticket
 
     def close(self) -> None:
-        """Finish this pack (its lock goes with the last descriptor: a pending commit holds
-        a duplicate until its pass is done); the next blob starts a new pack."""
+        """Finish this pack: write its index, close it (its lock goes with the last
+        descriptor: a pending commit holds a duplicate until its pass is done); the next
+        blob starts a new pack."""
         with self._mutex:
             if self.fd is not None:
+                entries = sorted(((h, o, n) for h, (o, n, _) in self.own.items()), key=lambda e: e[1])
+                write_index(self.path, entries, self.size)  # type: ignore[arg-type]
                 os.close(self.fd)
             self.fd, self.path, self.size, self.own = None, None, 0, {}
 
@@ -270,7 +317,18 @@ def finish_packs(objects: str) -> None:
                 w.close()
 
 
+def _finish_all() -> None:
+    """At exit, finish every pack (their indexes written); the committer's exit pass, which
+    runs after this, still fsyncs what was marked (it holds its own descriptors)."""
+    for w in list(_WRITERS.values()):
+        try:
+            w.close()
+        except Exception:  # noqa: BLE001 - exiting; an index is only a cache
+            pass
+
+
 os.register_at_fork(after_in_child=_WRITERS.clear)
+atexit.register(_finish_all)
 
 
 # ------------------------------------------------------------------------------ reading
@@ -304,8 +362,9 @@ class PackIndex:
         with self._mutex:
             for path in list_packs(self.objects):
                 try:
-                    if os.stat(path).st_size > self._scanned.get(path, 0):
-                        self._index(path, scan_pack(path, self._scanned.get(path, 0)))
+                    done = self._scanned.get(path, 0)
+                    if os.stat(path).st_size > done:
+                        self._index(path, (done == 0 and read_index(path)) or scan_pack(path, done))
                 except OSError:
                     continue  # unreadable now: a lookup misses it, check reports it
 

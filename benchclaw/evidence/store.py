@@ -574,8 +574,8 @@ class Store:
 
     def find_blob(self, digest: str) -> BlobLoc | None:
         """Where blob ``digest``'s bytes are (not re-hashed: ``get_blob`` does), looked up in
-        the order it costs least: this process's pack, a loose file, a blob a crashed
-        writer of the older layout staged, every pack of the directory. None: nowhere."""
+        the order it costs least: this process's pack, a loose file, every pack of the
+        directory. None: nowhere."""
         hexd = digest.removeprefix("sha256:")
         for w in own_writers(self._objects_dir()):
             loc = w.find(hexd)
@@ -588,12 +588,6 @@ class Store:
             return BlobLoc(name, 0, size)
         except FileNotFoundError:
             pass
-        staged = committer().staged(name)
-        if staged is not None:
-            try:
-                return BlobLoc(str(staged), 0, os.stat(staged).st_size)
-            except FileNotFoundError:
-                pass
         return self._pack_index().find(hexd) if len(hexd) == 64 else None
 
     def iter_blobs(self) -> Iterator[tuple[str, BlobLoc]]:
