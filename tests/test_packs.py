@@ -15,6 +15,7 @@ from benchclaw.errors import IntegrityError
 from benchclaw.evidence.check import check_store, recover_store
 from benchclaw.evidence.merge import merge_store
 from benchclaw.evidence.packs import PACK_MAGIC, entry_bytes, list_packs, read_index, scan_pack, write_index
+from benchclaw.evidence import packs as packs_module
 from benchclaw.evidence.store import Store
 
 
@@ -179,3 +180,13 @@ def test_a_finished_packs_index_is_derived_checked_and_never_trusted_for_bytes(t
         Store(root).get_blob(digest(b"blob 3"))  # ...and what it points at is re-hashed, never trusted
     write_index(pack, scan_pack(pack).entries, os.path.getsize(pack) - 1)  # stale: ignored
     assert read_index(pack) is None and Store(root).get_blob(digest(b"blob 3")) == b"blob 3"
+
+
+def test_a_writer_finishes_a_full_pack_and_starts_another(tmp_path, monkeypatch):
+    monkeypatch.setattr(packs_module, "_PACK_ENTRIES", 3)
+    store = Store(tmp_path / "runs")
+    ds = [store.put_blob(b"n%d" % i) for i in range(7)]
+    assert len(packs(store)) == 3
+    assert sorted(len(scan_pack(p).entries) for p in packs(store)) == [1, 3, 3]
+    assert sum(read_index(p) is not None for p in packs(store)) == 2  # the two finished ones
+    assert [store.get_blob(d) for d in ds] == [b"n%d" % i for i in range(7)] and check_store(store).ok

@@ -40,6 +40,7 @@ __all__ = ["PACK_MAGIC", "BlobLoc", "PackScan", "PackWriter", "PackIndex", "scan
 PACK_MAGIC = b"benchclaw-pack 1\n"
 IDX_MAGIC = b"benchclaw-packidx 1 "
 _HEADER_MAX = 64 + 1 + 20 + 1  # "<64 hex> <size>\n"
+_PACK_ENTRIES = 65536  # entries per pack: a writer's own index (about 200 bytes an entry) stays bounded
 
 
 class BlobLoc(NamedTuple):
@@ -217,6 +218,8 @@ class PackWriter:
             ticket = committer().mark_file(self.fd, self.path) if self.fsync else 0  # type: ignore[arg-type]
             self.own[hexd] = (self.size + len(entry) - len(data) - 1, len(data), ticket)
             self.size += len(entry)
+            if len(self.own) >= _PACK_ENTRIES:
+                self._finish()  # the next blob starts a new pack; this one is read by its index
             return ticket
 
     def close(self) -> None:
@@ -224,11 +227,14 @@ class PackWriter:
         descriptor: a pending commit holds a duplicate until its pass is done); the next
         blob starts a new pack."""
         with self._mutex:
-            if self.fd is not None:
-                entries = sorted(((h, o, n) for h, (o, n, _) in self.own.items()), key=lambda e: e[1])
-                write_index(self.path, entries, self.size)  # type: ignore[arg-type]
-                os.close(self.fd)
-            self.fd, self.path, self.size, self.own = None, None, 0, {}
+            self._finish()
+
+    def _finish(self) -> None:
+        if self.fd is not None:
+            entries = sorted(((h, o, n) for h, (o, n, _) in self.own.items()), key=lambda e: e[1])
+            write_index(self.path, entries, self.size)  # type: ignore[arg-type]
+            os.close(self.fd)
+        self.fd, self.path, self.size, self.own = None, None, 0, {}
 
     def find(self, hexd: str) -> BlobLoc | None:
         got = self.own.get(hexd)
