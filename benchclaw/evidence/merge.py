@@ -125,8 +125,8 @@ def _plan(dest: Store, other: Store) -> list[tuple[str, Path, Path, str]]:
     for folder, pattern, appended in _LAYOUT:
         base = other.root / ("objects" if folder == "packs" else folder)
         for src in sorted(base.glob(pattern)) if base.is_dir() else []:
-            if not src.is_file() or src.parent.name == "tmp":
-                continue
+            if not src.is_file() or src.parent.name == "tmp" or src.name.startswith("."):
+                continue  # staged blobs, and packs still being created (``.new-*``)
             target = dest.root / src.relative_to(other.root)
             plan.append((folder, src, target, _compare(src, target, appended)))
     return plan

@@ -467,7 +467,6 @@ class Store:
         self.fsync = fsync
         self._journals: dict[tuple[str, str], Journal] = {}
         self._ensured = False
-        self._blob_dirs: set[str] = set()
         self._objects: str | None = None
         self._present: set[str] = set()  # hex digests seen in objects/ (``_seen``)
         self._packs: PackIndex | None = None  # every pack's entries, built on first need
