@@ -23,7 +23,12 @@
        first sealed run that names it; a group touching k runs costs k fsyncs).
    Both print wall time, files, fsyncs and disk bytes.
 
-Last line: ``packs files_per_call=A->B fsyncs_per_call=C->D disk_kb_per_call=E->F
+Since blobs are packed (FORMAT.md "Packs"), a grid moves no blob into place, so there is
+nothing to replay: the script then prints the measured figures only, as its last line
+``packs adopted files_per_call=A fsyncs_per_call=C disk_kb_per_call=E create_ms_per_call=G``
+(compare with a run on a tree before the change, whose A, C, E are the loose figures).
+
+Last line (loose layout): ``packs files_per_call=A->B fsyncs_per_call=C->D disk_kb_per_call=E->F
 write_ms_per_call=G->H`` where A, C, E are the grid's whole runs directory per call as
 measured, B, D, F the same with its loose blobs replaced by the per-invocation pack
 (measured in the replay), and G, H the replay's blob write time per call, loose and packed.
@@ -322,6 +327,10 @@ def main() -> None:
               "(summed over threads)")
         print("  creation by area: " + ", ".join(
             f"{a} {c} files {1000 * sec / n:.3f} ms/call" for a, (c, sec) in sorted(m.create_by.items())))
+        if not g["groups"]:  # no blob was renamed into place: this tree packs blobs already
+            print(f"packs adopted files_per_call={files / n:.2f} fsyncs_per_call={m.fsyncs / n:.2f} "
+                  f"disk_kb_per_call={disk / n / 1024:.2f} create_ms_per_call={1000 * m.create_s / n:.3f}")
+            return
         # the replay's input: every blob a pass moved into place, in the grid's own groups
         groups = [[(Path(d).name, Path(d).read_bytes()) for d in grp] for grp in g["groups"]]
         blobs = sum(len(x) for x in groups)

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from benchclaw.bundle import export_bundle
 from benchclaw.cli import cli
 from benchclaw.errors import InputError, IntegrityError
+from benchclaw.evidence.packs import list_packs, scan_pack
 from benchclaw.verify import verify_bundle
 from benchclaw.verify.manifest import MANIFEST
 
@@ -164,8 +165,12 @@ def test_export_refuses_a_damaged_blob_and_leaves_no_bundle(runs, tmp_path):
 
     broken = tmp_path / "broken"
     shutil.copytree(runs, broken)
-    blob = max((broken / "objects").glob("*/*"), key=lambda p: p.stat().st_size)
-    blob.write_bytes(blob.read_bytes()[:-1] + b"!")
+    # the largest blob, in its pack: its last byte changed (the entry's frame kept)
+    pack, (_, offset, size) = max(((p, e) for p in list_packs(str(broken / "objects")) for e in scan_pack(p).entries),
+                                  key=lambda pe: pe[1][2])
+    with open(pack, "r+b") as f:
+        f.seek(offset + size - 1)
+        f.write(b"!")
     with pytest.raises(IntegrityError, match="bytes do not match digest"):
         export_bundle(broken, EXP, tmp_path / "x.zip")
     assert not (tmp_path / "x.zip").exists() and not list(tmp_path.glob(".x.zip*"))

@@ -2,8 +2,8 @@
 the disk, checked by watching every fsync, rename and write the store makes.
 
 A test cannot pull the power, so these assert the order a power cut would expose: a blob's
-bytes are fsynced before its name appears, a run's records before its seal, a record is
-written only once the blobs it names are in place, a known settlement only once its call
+pack entry is fsynced by the commit its writer waits for, a run's records before its seal,
+the blobs a record names are durable by the commit that makes the record durable, a known settlement only once its call
 record is durable, a reservation is durable before its call; and an interrupted waiter
 never stops later commits.
 """
@@ -20,6 +20,7 @@ from benchclaw.errors import StorageError
 from benchclaw.experiments.ledger import Ledger, Limits
 from benchclaw.providers.catalog import load_catalog
 from benchclaw.formats.records import blob_refs
+from benchclaw.evidence.packs import list_packs, scan_pack
 from benchclaw.evidence.store import Store
 
 
@@ -44,16 +45,16 @@ class DiskLog:
         return next(i for i, (k, what) in enumerate(self.events) if k == kind and fragment in what)
 
 
-def test_a_staged_blob_is_readable_at_once_and_in_place_only_after_its_fsync(tmp_path, monkeypatch):
+def test_a_staged_blob_is_readable_at_once_and_durable_by_the_next_commit(tmp_path, monkeypatch):
     disk = DiskLog(monkeypatch)
     store = Store(tmp_path / "runs")
     digest = store.stage_blob(b"evidence")
-    path = store.blob_path(digest)
-    assert not path.exists() and store.has_blob(digest) and store.get_blob(digest) == b"evidence"
+    loc = store.find_blob(digest)
+    assert loc.path.endswith(".pack") and not store.blob_path(digest).exists()
+    assert store.has_blob(digest) and store.get_blob(digest) == b"evidence"
+    assert not any(k == "fsync" and loc.path.endswith(what) for k, what in disk.events)
     store.commit_sync()
-    assert path.read_bytes() == b"evidence"
-    hexd = digest.removeprefix("sha256:")
-    assert disk.index("fsync", f"objects/tmp/{hexd}") < disk.index("rename", f"objects/{hexd[:2]}/{hexd}")
+    assert any(k == "fsync" and what.endswith(loc.path.rsplit("/", 1)[1]) for k, what in disk.events)
 
 
 def test_a_failed_fsync_leaves_no_blob_in_place_and_says_which_file(tmp_path, monkeypatch):
@@ -62,9 +63,13 @@ def test_a_failed_fsync_leaves_no_blob_in_place_and_says_which_file(tmp_path, mo
     def full(fd):
         raise OSError(5, "Input/output error")
     monkeypatch.setattr(os, "fsync", full)
-    with pytest.raises(StorageError, match=r"objects/tmp/.*: cannot make durable \(fsync\): Input/output error"):
+    with pytest.raises(StorageError, match=r"objects/packs/[0-9a-f]{32}\.pack: cannot make durable \(fsync\): "
+                       "Input/output error"):
         store.put_blob(b"never half there")
     assert not list((tmp_path / "runs" / "objects").glob("??/*"))
+    monkeypatch.undo()  # the disk is back: the blob goes to a new pack (the failed one may lie)
+    digest = store.put_blob(b"never half there")
+    assert len(list_packs(str(tmp_path / "runs" / "objects"))) == 2 and store.find_blob(digest).offset > 0
 
 
 @pytest.mark.parametrize("how", ["seal_async", "seal"])
@@ -92,7 +97,7 @@ def test_a_cancelled_waiter_does_not_stop_later_commits(tmp_path):
         await asyncio.wait_for(store.commit(), 10)
         return digest
     digest = asyncio.run(main())
-    assert store.blob_path(digest).read_bytes() == b"two"
+    assert store.get_blob(digest) == b"two"
 
 
 def test_the_agent_writes_in_reference_order_and_reserves_durably(tmp_path, monkeypatch):
@@ -110,6 +115,12 @@ def test_the_agent_writes_in_reference_order_and_reserves_durably(tmp_path, monk
         return real_fsync(fd)
     monkeypatch.setattr(os, "fsync", fsync)
 
+    def in_place(digest: str) -> bool:
+        """Its pack was fsynced at a size that covers its entry (so far)."""
+        loc = store.find_blob(digest)
+        return loc is not None and any(e[0] == "fsync" and e[1] == loc.path and e[2] >= loc.offset + loc.size
+                                       for e in list(log))
+
     class Watched:
         def __init__(self):
             self.id = ledger.id
@@ -121,7 +132,7 @@ def test_the_agent_writes_in_reference_order_and_reserves_durably(tmp_path, monk
 
         def settle(self, res, **kw):
             run_file = writer_path[0]
-            missing.extend(r for r in named_by_calls if not store.blob_path(r).is_file())
+            missing.extend(r for r in named_by_calls if not in_place(r))
             log.append(("settle", kw["usd"] is not None, call_ends[-1] if run_file.exists() else None))
             ledger.settle(res, **kw)
 
@@ -150,14 +161,14 @@ def test_the_agent_writes_in_reference_order_and_reserves_durably(tmp_path, monk
 
     async def complete(req):
         log.append(("call", ledger.path.stat().st_size))
-        missing.extend(r for r in named if not store.blob_path(r).is_file())
+        missing.extend(r for r in named if not in_place(r))
         return await real_complete(req)
     prov.complete = complete
     result = asyncio.run(run_agent(store=store, task=make_task(), tier="lightning", catalog=load_catalog("sim"),
                                    profile=load_profile("direct"), seed=1, provider=prov, ledger=Watched(),
                                    max_tokens=256, clock=clock))
     assert result.status == "passed" and not missing
-    assert named and all(store.blob_path(r).is_file() for r in named)
+    assert named and all(in_place(r) for r in named)
 
     def synced(path_end: str, size: int, before: int) -> bool:
         return any(e[0] == "fsync" and e[1].endswith(path_end) and e[2] >= size for e in log[:before])
@@ -175,7 +186,7 @@ def test_the_agent_writes_in_reference_order_and_reserves_durably(tmp_path, monk
 
 def test_what_is_still_staged_at_exit_is_put_in_place(tmp_path):
     """A process that stages blobs and appends without waiting, then exits, leaves them in
-    place and its records fsynced (the committer's exit pass), not in objects/tmp/."""
+    its pack, whole, and its records fsynced (the committer's exit pass)."""
     import subprocess
     import sys
 
@@ -183,5 +194,6 @@ def test_what_is_still_staged_at_exit_is_put_in_place(tmp_path):
             "j = s.journal('E', writer='w'); j.append('note', {}, durable=False); "
             "[s.stage_blob(str(i).encode()) for i in range(5)]")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-    assert len(list((tmp_path / "runs" / "objects").glob("??/*"))) == 5
-    assert not list((tmp_path / "runs" / "objects" / "tmp").iterdir())
+    [pack] = list_packs(str(tmp_path / "runs" / "objects"))
+    scan = scan_pack(pack)
+    assert len(scan.entries) == 5 and scan.problem is None

@@ -20,6 +20,7 @@ from benchclaw.errors import FormatError, InputError, IntegrityError
 from benchclaw.formats.records import GENESIS, split_lines, verify_chain
 from decimal import Decimal
 
+from benchclaw.evidence.packs import PACK_MAGIC, entry_bytes, list_packs, scan_pack
 from benchclaw.evidence.store import Store
 
 
@@ -102,16 +103,19 @@ def test_blobs_are_stored_once_atomically(tmp_path):
     d2 = store.put_blob(b"same bytes")
     assert d1 == d2 == "sha256:" + hashlib.sha256(b"same bytes").hexdigest()
     files = [p for p in (tmp_path / "runs" / "objects").rglob("*") if p.is_file()]
-    assert len(files) == 1
+    assert len(files) == 1 and files[0].parent.name == "packs"  # one pack, one entry
+    assert len(scan_pack(str(files[0])).entries) == 1
     assert store.get_blob(d1) == b"same bytes"
-    assert not list((tmp_path / "runs" / "objects" / "tmp").iterdir())
 
 
 def test_altered_and_missing_blobs_are_errors(tmp_path):
     store = Store(tmp_path / "runs")
     d = store.put_blob(b"payload")
-    store.blob_path(d).write_bytes(b"pAyload")
-    with pytest.raises(IntegrityError, match="do not match"):
+    loc = store.find_blob(d)
+    with open(loc.path, "r+b") as f:
+        f.seek(loc.offset + 1)
+        f.write(b"A")
+    with pytest.raises(IntegrityError, match=r"\.pack \(bytes \d+-\d+\): bytes do not match"):
         store.get_blob(d)
     with pytest.raises(InputError, match="missing"):
         store.get_blob("sha256:" + "0" * 64)
@@ -227,16 +231,17 @@ STAGED_CHILD = textwrap.dedent("""
     w.append("run.start", {})
     for i in range(3):
         w.append("call", {"turn": i, "reply": store.stage_blob(b"reply %d" % i)})
-    os.kill(os.getpid(), signal.SIGKILL)  # before any commit: the blobs are still in objects/tmp/
+    os.kill(os.getpid(), signal.SIGKILL)  # before any commit: the blobs are in the pack, not fsynced
 """)
 
 
-def test_recovery_moves_staged_blobs_a_killed_run_names_into_place(tmp_path):
+def test_recovery_keeps_the_packed_blobs_a_killed_run_names(tmp_path):
     root = tmp_path / "runs"
     proc = subprocess.run([sys.executable, "-c", STAGED_CHILD, str(root)], timeout=60)
     assert proc.returncode == -signal.SIGKILL
     store = Store(root)
-    assert not list((root / "objects").glob("??/*")) and len(list((root / "objects" / "tmp").iterdir())) == 3
+    [pack] = list_packs(str(root / "objects"))
+    assert not list((root / "objects").glob("??/*")) and len(scan_pack(pack).entries) == 3
     [result] = recover_store(store)
     run = store.read_run(result.run_id)
     assert [r.kind for r in run.records] == ["run.start", "call", "call", "call", "run.end"]
@@ -247,21 +252,23 @@ def test_recovery_moves_staged_blobs_a_killed_run_names_into_place(tmp_path):
 def test_recovery_cuts_a_run_before_a_record_whose_blob_was_lost(tmp_path):
     """A power cut can keep a record and lose the staged blob it names (both are made durable
     by one commit): the run is sealed without that record and the ones after it, which are
-    set aside; a staged file whose bytes do not hash to its name counts as lost."""
+    set aside; a blob whose pack entry the cut tore counts as lost (the tail is set aside)."""
     store = Store(tmp_path / "runs")
     w = store.open_run()
     w.awaits_commits = True
     w.append("run.start", {})
     kept = store.put_blob(b"durable")
     w.append("call", {"turn": 0, "reply": kept})
-    # What a power cut leaves: records on disk naming staged blobs that are not (one file
-    # gone, one torn); nothing moved into place.
+    # What a power cut leaves: records on disk naming staged blobs that are not (one entry
+    # gone, one torn in a dead writer's pack).
     lost = ["sha256:" + hashlib.sha256(b"lost %d" % i).hexdigest() for i in range(2)]
-    (tmp_path / "runs" / "objects" / "tmp" / f"{lost[1].removeprefix('sha256:')}.x").write_bytes(b"torn")
+    dead = tmp_path / "runs" / "objects" / "packs" / ("d" * 32 + ".pack")
+    dead.write_bytes(PACK_MAGIC + entry_bytes(lost[1].removeprefix("sha256:"), b"lost 1")[:-3])
     w.append("call", {"turn": 1, "reply": lost[0]})
     w.append("call", {"turn": 2, "reply": lost[1]})
     w.close_unsealed()
-    [result] = recover_store(store)
+    [torn, result] = recover_store(store)
+    assert torn.open_path == str(dead) and dead.read_bytes() == PACK_MAGIC
     run = store.read_run(result.run_id)
     assert [r.kind for r in run.records] == ["run.start", "call", "run.end"]
     assert run.end["status"] == "aborted" and "lost in the crash" in run.end["reason"]

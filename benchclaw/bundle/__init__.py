@@ -138,6 +138,7 @@ def _chunks(e: Entry) -> Iterator[bytes]:
     h, left = hashlib.sha256(), e.size
     try:
         with open(e.source, "rb") as f:
+            f.seek(e.offset)
             while left and (chunk := f.read(min(_CHUNK, left))):
                 left -= len(chunk)
                 h.update(chunk)

@@ -47,11 +47,14 @@ __all__ = ["collect", "collect_exploratory", "journal_is_exploratory", "Contents
 
 class Entry(NamedTuple):
     """A bundle file: its digest and size, and its source: the bytes themselves or a file
-    whose first ``size`` bytes they are (journals and ledgers may grow meanwhile)."""
+    whose ``size`` bytes from ``offset`` they are (journals and ledgers may grow meanwhile;
+    a packed blob is a slice of its pack: a bundle holds every blob as ``objects/<aa>/<hex>``
+    whatever the runs directory's layout, FORMAT.md "Packs")."""
 
     digest: str
     size: int
     source: bytes | str
+    offset: int = 0
 
 
 @dataclass
@@ -77,10 +80,13 @@ class Contents:
     def count(self) -> int:
         return len(self.files) + len(self.runs) + self.objects.count()
 
-    def blob_file(self, digest: str) -> str:
-        """The blob's file (a string path: pathlib costs seconds over 100,000 blobs)."""
-        hexd = digest.removeprefix("sha256:")
-        return f"{self.store.root}{os.sep}objects{os.sep}{hexd[:2]}{os.sep}{hexd}"
+    def blob_entry(self, digest: str) -> Entry:
+        """The blob's Entry: its size and where its bytes are (loose or packed). Raises
+        InputError when it is nowhere."""
+        loc = self.store.find_blob(digest)
+        if loc is None:
+            raise InputError(f"{self.store.blob_path(digest)}: blob {digest} is missing")
+        return Entry(digest, loc.size, loc.path, loc.offset)
 
     def entries(self) -> Iterator[tuple[str, Entry]]:
         """Every (bundle path, Entry) in manifest order (by the UTF-8 bytes of the path)."""
@@ -92,13 +98,9 @@ class Contents:
         return heapq.merge(files, blobs, runs, key=lambda kv: path_order(kv[0]))
 
     def _blob_entry(self, digest: str) -> tuple[str, Entry]:
-        """A packed blob's entry, its size read from the file (blobs are immutable, and the
-        zip writer re-hashes what it packs)."""
-        path = self.blob_file(digest)
-        try:
-            return object_path(digest), Entry(digest, os.path.getsize(path), path)
-        except FileNotFoundError:
-            raise InputError(f"{path}: blob {digest} is missing") from None
+        """A blob's bundle entry (blobs are immutable, and the zip writer re-hashes what it
+        packs)."""
+        return object_path(digest), self.blob_entry(digest)
 
 
 class BlobSet:
@@ -270,11 +272,7 @@ def _blob(c: Contents, digest: str) -> None:
 
 def _size(c: Contents, digest: str) -> int:
     """A blob's size. Raises InputError when it is missing."""
-    path = c.blob_file(digest)
-    try:
-        return os.path.getsize(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: blob {digest} is missing") from None
+    return c.blob_entry(digest).size
 
 
 def _ledgers(c: Contents, ids: list[str]) -> None:
@@ -298,17 +296,19 @@ def _tasks(c: Contents, tasks: dict[str, dict]) -> None:
             # the blobs the listing names too: a run "can be rebuilt from objects/ alone"
             # (FORMAT.md §3), and the analysis reads task.toml by digest (lures)
             _blob(c, digest)
-            c.files[f"{prefix}/{path}"] = Entry(digest, _size(c, digest), c.blob_file(digest))
+            c.files[f"{prefix}/{path}"] = c.blob_entry(digest)
 
 
 def _catalogs(c: Contents, catalogs: dict[str, str]) -> None:
     for path, digest in catalogs.items():
-        c.files[path] = Entry(digest, _blob_size(c, digest), c.blob_file(digest))
+        c.files[path] = _verified_entry(c, digest)
 
 
-def _blob_size(c: Contents, digest: str) -> int:
-    """The size of a blob that is packed under another name only (not under objects/)."""
-    return len(c.store.get_blob(digest))
+def _verified_entry(c: Contents, digest: str) -> Entry:
+    """The entry of a blob that is bundled under another name only (not under objects/),
+    its bytes re-hashed now (``get_blob``)."""
+    c.store.get_blob(digest)
+    return c.blob_entry(digest)
 
 
 def _spec(c: Contents, experiment: str) -> None:
@@ -318,7 +318,7 @@ def _spec(c: Contents, experiment: str) -> None:
             digest = rec.body["spec_digest"]
     if digest is None:
         raise InputError(f"experiment {experiment}: the journal holds no registration (prereg)")
-    c.files[spec_entry(experiment)] = Entry(digest, _blob_size(c, digest), c.blob_file(digest))
+    c.files[spec_entry(experiment)] = _verified_entry(c, digest)
 
 
 def _site(c: Contents, site: Path) -> None:

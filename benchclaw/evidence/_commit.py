@@ -4,7 +4,7 @@ Why it is built this way (FORMAT.md §1, "Durability"):
 
 - **Writes stay where they are; only fsync moves.** A chain file's line is still written by
   its appender (under its lock, a short write cut back, a full disk raised to the appender),
-  and a blob is still written to ``objects/tmp/`` by whoever stores it. What is left is
+  and a blob is appended to its writer's pack by whoever stores it. What is left is
   making it durable: the writer *marks* the file (``mark_file``) or hands over a rename
   (``rename_after_sync``) and gets a ticket. A caller that needs its write on disk before its
   next step waits for the ticket (``wait`` blocks a thread; ``await commit`` does not block
@@ -12,10 +12,10 @@ Why it is built this way (FORMAT.md §1, "Durability"):
 - **One pass covers every file.** A pass takes everything marked so far and, in parallel on a
   small thread pool (concurrent fsyncs on one file system share journal commits, so 100
   files cost about what 10 do one after the other): (1) fsyncs every marked file and
-  directory and every file waiting to be renamed; (2) renames those into place (a blob from
-  ``objects/tmp/``, a sealed run from ``open/``), never before their bytes are durable;
-  (3) fsyncs the directories a rename asked for (a seal's; a blob's rename reaches the disk
-  with the journal, in order, by the next fsync, as it always did). A ticket is done when the pass that took it
+  directory and every file waiting to be renamed; (2) renames those into place, never before
+  their bytes are durable (loose blobs were; since blobs are packed no caller hands over a
+  rename, and a seal renames itself and marks the directories);
+  (3) fsyncs the directories a rename asked for. A ticket is done when the pass that took it
   has finished all three. Passes run one at a time; the marks made during one go to the next.
 - **One committer per process**, shared by every ``Store`` and chain file of it, so a run's
   records, its blobs, the ledger and the journal share passes. A forked child starts its own.
@@ -23,9 +23,9 @@ Why it is built this way (FORMAT.md §1, "Durability"):
 Ordering is the callers' part, and it is one rule: *write what refers to a file only after
 the commit covering that file* (a settlement after its call record, a journal ``run``
 record after its sealed run; the agent and runner do so), with one exception: a run record
-may name blobs still staged, because one pass covers both and moves the blobs into place
-before it is done, and recovery moves into place (or cuts the open run at) what a crash left
-staged (FORMAT.md §5). Within one file, a later line is never durable without the earlier
+may name blobs not yet durable in its writer's pack, because one pass covers both (it
+fsyncs the pack with the run file), and recovery fsyncs the packs an open run names (or cuts
+the run at a blob a power cut lost) (FORMAT.md §5). Within one file, a later line is never durable without the earlier
 ones (it is appended).
 """
 

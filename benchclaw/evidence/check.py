@@ -21,6 +21,7 @@ from ..errors import FormatError, IntegrityError
 from ..formats.money import fmt_usd
 from ..formats.records import (RUN_KINDS, Record, blob_refs, encode, line_hash, split_lines,
                                utc_now, verify_chain)
+from .packs import list_packs, read_index, scan_pack, writer_alive
 from .store import ChainFile, Store, make_durable, storage_error
 
 __all__ = ["check_store", "recover_store", "recover_one", "run_totals", "Damage", "CheckReport", "Recovered"]
@@ -140,11 +141,39 @@ def _check_blobs(store: Store, report: CheckReport, referenced: set[str]) -> Non
     base = store.root / "objects"
     if not base.is_dir():
         return
-    for sub in sorted(p for p in base.iterdir() if p.is_dir() and p.name != "tmp"):
+    for sub in sorted(p for p in base.iterdir() if p.is_dir() and p.name not in ("tmp", "packs")):
         for blob in sorted(sub.iterdir()):
             report.blobs += 1
             if hashlib.sha256(blob.read_bytes()).hexdigest() != blob.name:
                 report.damages.append(Damage(str(blob), 0, "blob bytes do not match its name"))
+    for pack in list_packs(str(base)):
+        _check_pack(pack, report)
+
+
+def _check_pack(pack: str, report: CheckReport) -> None:
+    """Re-hash every entry of a pack (the damage names the pack and the entry's number,
+    1-based, as a line of a chain file is); bytes after the last whole entry are damage,
+    unless they are a torn tail a live writer may still be appending to."""
+    try:
+        scan = scan_pack(pack)
+        with open(pack, "rb") as f:
+            for n, (hexd, offset, size) in enumerate(scan.entries, 1):
+                report.blobs += 1
+                f.seek(offset)
+                if hashlib.sha256(f.read(size)).hexdigest() != hexd:
+                    report.damages.append(Damage(pack, n, f"packed blob sha256:{hexd} (bytes {offset}-"
+                                                 f"{offset + size}): bytes do not match its name"))
+    except OSError as e:
+        report.damages.append(Damage(pack, 0, f"cannot read the pack: {e.strerror or e}"))
+        return
+    if scan.problem and not (scan.torn and writer_alive(pack)):
+        fix = "; run `benchclaw runs recover`" if scan.torn else ""
+        report.damages.append(Damage(pack, len(scan.entries) + 1, f"{scan.problem} (after "
+                                     f"{len(scan.entries)} whole entries){fix}"))
+    index = read_index(pack)
+    if index is not None and index.entries != scan.entries:
+        report.damages.append(Damage(pack[:-len(".pack")] + ".idx", 0, "the index does not match its pack "
+                                     "(it is derived: delete it, and readers scan the pack)"))
 
 
 def _check_chain_file(path: Path, report: CheckReport) -> None:
@@ -179,8 +208,9 @@ def run_totals(records: list[Record]) -> dict:
 def recover_store(store: Store) -> list[Recovered]:
     """Seal every open run whose writer is dead (its lock can be taken) as ``aborted``; a
     run whose writer is alive is reported ``live`` and left alone. Then cut torn tails
-    of journals and ledgers, under their lock."""
-    results = []
+    of journals and ledgers, under their lock. Torn pack tails go first, so a record naming
+    a blob only a torn tail held counts as naming a blob that is nowhere."""
+    results = [r for r in map(lambda p: _cut_torn_pack(store, p), _packs(store)) if r is not None]
     for path in store.open_run_paths():
         done = recover_one(store, path)
         if done is not None:
@@ -238,6 +268,46 @@ def _appended_files(store: Store) -> list[Path]:
     for exp in store.experiments():
         files.extend(store.journal_paths(exp))
     return files
+
+
+def _packs(store: Store) -> list[str]:
+    """The packs, after dropping ``objects/packs/.new-*`` files whose writer died before
+    naming them (nothing refers to a blob in them)."""
+    base = store.root / "objects" / "packs"
+    for path in sorted(base.glob(".new-*")) if base.is_dir() else []:
+        with _dead_writer(path) as dead:
+            if dead:
+                path.unlink(missing_ok=True)
+    return list_packs(str(store.root / "objects"))
+
+
+def _cut_torn_pack(store: Store, pack: str) -> Recovered | None:
+    """A dead writer's pack whose last entry is torn (a crash mid-append): the tail is
+    kept in quarantine/ and cut off, so every reader sees whole entries only. Damage that
+    is not a torn tail (a changed header mid-pack) is left for ``check`` to report."""
+    path = Path(pack)
+    if read_index(pack) is not None or not scan_pack(pack).problem:
+        return None  # the common case (a finished pack's index covers it whole), without the lock
+    with _dead_writer(path) as dead:
+        if not dead:
+            return None  # a live writer may be appending the entry: not torn
+        scan = scan_pack(pack)
+        if not (scan.problem and scan.torn):
+            return None
+        with open(path, "r+b") as f:
+            f.seek(scan.good_end)
+            tail = f.read()
+            quarantine = store.root / "quarantine"
+            quarantine.mkdir(exist_ok=True)
+            kept = quarantine / f"packs--{path.stem}.{hashlib.sha256(tail).hexdigest()[:12]}.torn"
+            kept.write_bytes(tail)
+            f.truncate(scan.good_end)
+            if store.fsync:
+                make_durable(f.fileno())
+        if scan.good_end == 0:
+            path.unlink()  # not even its header was whole: a pack of nothing
+    return Recovered(pack, None, len(scan.entries), len(tail), str(kept),
+                     f"torn pack tail set aside at {kept}; {len(scan.entries)} whole blobs kept")
 
 
 def _cut_torn_tail(store: Store, path: Path) -> Recovered | None:
@@ -311,12 +381,14 @@ def _keep_stored(store: Store, path: Path, lines: list[bytes],
                  records: list[Record]) -> tuple[list[bytes], list[Record], str | None]:
     """The records before the first one naming a blob that is nowhere, and where the rest
     were set aside (None: nothing was). A record is written before the commit that moves its
-    blobs into place (FORMAT.md "Durability"): after a process was killed its blob waits in
-    ``objects/tmp/`` and is moved into place here; after a power cut it may be gone, and the
-    run is cut before that record, so a sealed run never names a missing blob."""
+    blobs durable (FORMAT.md "Durability"): after a process was killed its blob is in its
+    pack (made durable here) or, in the older layout, waits in ``objects/tmp/`` and is moved
+    into place here; after a power cut it may be gone, and the run is cut before that
+    record, so a sealed run never names a missing blob."""
+    synced: set[str] = set()
     for i, rec in enumerate(records):
         for digest in blob_refs(rec.body):
-            if store.has_blob(digest) or _adopt_staged(store, digest):
+            if _durable_blob(store, digest, synced) or _adopt_staged(store, digest):
                 continue
             quarantine = store.root / "quarantine"
             quarantine.mkdir(exist_ok=True)
@@ -324,6 +396,23 @@ def _keep_stored(store: Store, path: Path, lines: list[bytes],
             kept.write_bytes(b"".join(ln + b"\n" for ln in lines[i:]))
             return lines[:i], records[:i], str(kept)
     return lines, records, None
+
+
+def _durable_blob(store: Store, digest: str, synced: set[str]) -> bool:
+    """True when blob ``digest`` is stored, made durable first when it is in a pack: a dead
+    writer's last entries may never have been fsynced, and the sealed run must not outlive
+    them in a power cut (each pack is fsynced once per recovery)."""
+    loc = store.find_blob(digest)
+    if loc is None:
+        return False
+    if store.fsync and loc.path.endswith(".pack") and loc.path not in synced:
+        try:
+            with open(loc.path, "rb") as f:
+                make_durable(f.fileno())
+        except OSError as e:
+            raise storage_error(Path(loc.path), f"make packed blob {digest} durable", e) from None
+        synced.add(loc.path)
+    return True
 
 
 def _adopt_staged(store: Store, digest: str) -> bool:

@@ -15,13 +15,13 @@ What a union cannot decide alone is refused, before anything is written:
 3. a unit (a cell's grid run at a tier, or a live trial's run at a tier) that called the
    model on both sides under different runs means the same shard ran twice: merging it
    would count those runs and their spend twice, so it is refused;
-4. a file of the same name must hold the same bytes; an appended file (journal, ledger)
-   may have grown on one side, so one must be a byte prefix of the other (the longer is
+4. a file of the same name must hold the same bytes; an appended file (journal, ledger,
+   pack: one per writer process, ``objects/packs/<id>.pack``) may have grown on one side, so one must be a byte prefix of the other (the longer is
    kept); anything else is a conflict, named.
 
 Nothing of the merge itself is recorded (no journal record, no timestamp), so the result
 is byte-identical whatever the order. Files are written as a blob is: a temporary file,
-fsynced, renamed into place; objects first, then runs, ledgers and journals, so an
+fsynced, renamed into place; objects (loose, then packs) first, then runs, ledgers and journals, so an
 interrupted merge never leaves a journal naming a run that is not there, and re-running
 it finishes the job.
 """
@@ -42,7 +42,7 @@ from .store import VERSION_TEXT, Store, write_atomically
 __all__ = ["merge_store", "MergeReport"]
 
 # (folder, glob, appended?) in the order files are written.
-_LAYOUT = (("objects", "??/*", False), ("runs", "??/*.jsonl", False),
+_LAYOUT = (("objects", "??/*", False), ("packs", "packs/*.pack", True), ("runs", "??/*.jsonl", False),
            ("ledgers", "*.jsonl", True), ("journals", "*/*.jsonl", True))
 
 
@@ -123,10 +123,10 @@ def _plan(dest: Store, other: Store) -> list[tuple[str, Path, Path, str]]:
     """(folder, source, target, new | same | extend) for every evidence file of ``other``."""
     plan = []
     for folder, pattern, appended in _LAYOUT:
-        base = other.root / folder
+        base = other.root / ("objects" if folder == "packs" else folder)
         for src in sorted(base.glob(pattern)) if base.is_dir() else []:
-            if not src.is_file() or src.parent.name == "tmp":
-                continue
+            if not src.is_file() or src.parent.name == "tmp" or src.name.startswith("."):
+                continue  # staged blobs, and packs still being created (``.new-*``)
             target = dest.root / src.relative_to(other.root)
             plan.append((folder, src, target, _compare(src, target, appended)))
     return plan

@@ -38,6 +38,7 @@ from typing import Callable, Iterator
 
 from ..formats import jsonio
 from ._commit import committer, storage_error
+from .packs import BlobLoc, PackIndex, PackWriter, own_writers, pack_writer
 from ..errors import FormatError, InputError, IntegrityError, StorageError, UsageError
 from ..formats.names import safe_name
 from ..formats.records import (GENESIS, Record, encode, line_hash, parse_line, split_lines, utc_now,
@@ -79,36 +80,6 @@ def write_atomically(path: Path, data: bytes, tmp: Path, *, fsync: bool, what: s
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise storage_error(path, what, e) from None
-
-
-def _write_new(tmp: Path, data: bytes, path: Path, what: str) -> int:
-    """Create ``tmp`` with ``data`` (no fsync); returns its open descriptor. Raises
-    StorageError naming ``path`` (the temporary file is removed)."""
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    except OSError as e:
-        raise storage_error(path, what, e) from None
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    except OSError as e:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise storage_error(path, what, e) from None
-    return fd
-
-
-def _read_staged(path: Path) -> bytes | None:
-    """A staged blob's bytes (its rename not done yet), else the file's if it was just moved."""
-    src = committer().staged(path)
-    for p in (src, path):
-        if p is not None:
-            try:
-                return p.read_bytes()
-            except FileNotFoundError:
-                continue
-    return None
 
 
 def _append_line(fd: int, path: Path, good_size: int, line: bytes, what: str) -> None:
@@ -534,9 +505,9 @@ class Store:
         self.fsync = fsync
         self._journals: dict[tuple[str, str], Journal] = {}
         self._ensured = False
-        self._blob_dirs: set[str] = set()
         self._objects: str | None = None
         self._present: set[str] = set()  # hex digests seen in objects/ (``_seen``)
+        self._packs: PackIndex | None = None  # every pack's entries, built on first need
 
     # -- layout ---------------------------------------------------------------------------
     @classmethod
@@ -562,7 +533,7 @@ class Store:
         if self._ensured:
             return
         try:
-            for sub in ("objects/tmp", "runs", "open", "journals", "ledgers"):
+            for sub in ("objects/packs", "runs", "open", "journals", "ledgers"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
             version = self.root / "VERSION"
             if not version.exists():
@@ -571,16 +542,24 @@ class Store:
             raise storage_error(self.root, "create the runs directory", e) from None
         self._ensured = True
 
-    # -- blobs ----------------------------------------------------------------------------
+    # -- blobs (FORMAT.md §1 "Objects" and "Packs") ---------------------------------------
     def blob_path(self, digest: str) -> Path:
+        """Where a loose blob (``objects/<aa>/<hex>``) is or would be; blobs written now go
+        to this process's pack (``find_blob`` says where a blob really is)."""
         hexd = digest.removeprefix("sha256:")
         return self.root / "objects" / hexd[:2] / hexd
 
     def put_blob(self, data: bytes) -> str:
-        """Store bytes once (temp file, fsync, rename: durable and in place when this
-        returns); returns ``sha256:<hex>``."""
+        """Store bytes (appended to this process's pack; durable when this returns);
+        returns ``sha256:<hex>``."""
         digest, ticket = self._stage(data)
-        committer().wait(ticket)
+        try:
+            committer().wait(ticket)
+        except StorageError:
+            # After a failed fsync the kernel may have dropped the pack's unwritten pages
+            # while reads still see them: later blobs (this one again too) go to a new pack.
+            self._writer().close()
+            raise
         return digest
 
     def put_json_blob(self, obj) -> str:
@@ -591,43 +570,29 @@ class Store:
         return self._stage(data)
 
     def stage_blob(self, data: bytes) -> str:
-        """``put_blob`` without waiting: the bytes are written to ``objects/tmp/`` and moved
-        into place, durable, by the next commit (``commit``). Until then this process reads
-        it (``has_blob``, ``get_blob``). A run record may name it before that commit (the commit
-        making the record durable moves it into place; recovery does after a crash)."""
+        """``put_blob`` without waiting: the bytes are appended to this process's pack now
+        (any process can read them) and made durable by the next commit (``commit``). A run
+        record may name it before that commit (the commit making the record durable makes
+        the blob durable too; recovery cuts a run at a record whose blob a power cut lost)."""
         return self._stage(data)[0]
 
     def stage_json_blob(self, obj) -> str:
         return self.stage_blob(jsonio.dumps(obj))
 
     def _stage(self, data: bytes) -> tuple[str, int]:
-        """Write a blob's temporary file and hand its rename to the group commit; returns the
-        digest and the ticket to wait for (0: nothing to wait for)."""
+        """Append a blob to this process's pack (once: the pack remembers what it holds);
+        returns the digest and the ticket to wait for (0: nothing to wait for). A copy in
+        another pack or loose file is not looked for: a stat or a scan per new blob costs
+        more than the rare duplicate, which content addressing makes harmless."""
         hexd = hashlib.sha256(data).hexdigest()
         digest = "sha256:" + hexd
         if hexd in self._present:
             return digest, 0
-        name = self._blob_name(hexd)
-        c = committer()
-        if c.staged(name) is not None:
-            return digest, c.ticket
-        if os.path.exists(name):
-            self._seen(hexd)
-            return digest, 0
-        path = Path(name)
         self.ensure()
-        if hexd[:2] not in self._blob_dirs:
-            try:
-                path.parent.mkdir(exist_ok=True)
-            except OSError as e:
-                raise storage_error(path, f"store blob {digest}", e) from None
-            self._blob_dirs.add(hexd[:2])
-        tmp = self.root / "objects" / "tmp" / f"{hexd}.{uuid.uuid4().hex}"
-        if not self.fsync:
-            write_atomically(path, data, tmp, fsync=False, what=f"store blob {digest}")
-            return digest, 0
-        fd = _write_new(tmp, data, path, f"store blob {digest}")
-        return digest, c.rename_after_sync(fd, tmp, path, owned=True)  # no directory fsync: FORMAT.md "Durability"
+        return digest, self._writer().add(hexd, data)
+
+    def _writer(self) -> PackWriter:
+        return pack_writer(self._objects_dir(), self.fsync)
 
     async def commit(self, ticket: int | None = None) -> None:
         """Wait, without blocking the event loop, until everything written so far in this
@@ -642,41 +607,82 @@ class Store:
 
     def has_blob(self, digest: str) -> bool:
         hexd = digest.removeprefix("sha256:")
-        if hexd in self._present:
-            return True
+        return hexd in self._present or self.find_blob(digest) is not None
+
+    def find_blob(self, digest: str) -> BlobLoc | None:
+        """Where blob ``digest``'s bytes are (not re-hashed: ``get_blob`` does), looked up in
+        the order it costs least: this process's pack, a loose file, every pack of the
+        directory. None: nowhere."""
+        hexd = digest.removeprefix("sha256:")
+        for w in own_writers(self._objects_dir()):
+            loc = w.find(hexd)
+            if loc is not None:
+                return loc
         name = self._blob_name(hexd)
-        if os.path.isfile(name):
-            self._seen(hexd)
-            return True
-        return committer().staged(name) is not None
+        try:
+            size = os.stat(name).st_size
+            self._seen(hexd)  # a loose blob is durable once named (fsync, then rename)
+            return BlobLoc(name, 0, size)
+        except FileNotFoundError:
+            pass
+        return self._pack_index().find(hexd) if len(hexd) == 64 else None
+
+    def iter_blobs(self) -> Iterator[tuple[str, BlobLoc]]:
+        """Every blob of the directory once: loose files, then packed ones not loose."""
+        seen = set()
+        base = self.root / "objects"
+        for path in sorted(base.glob("??/*")) if base.is_dir() else []:
+            seen.add(path.name)
+            yield path.name, BlobLoc(str(path), 0, path.stat().st_size)
+        for hexd, loc in self._pack_index():
+            if hexd not in seen:
+                yield hexd, loc
+
+    def _pack_index(self) -> PackIndex:
+        if self._packs is None:
+            self._packs = PackIndex(self._objects_dir())
+        return self._packs
 
     def _seen(self, hexd: str) -> None:
-        """Remember that blob ``hexd`` is in ``objects/``, so asking again costs no ``stat``:
-        every run stores its task's files, the catalog and the profile again, and a grid at 64
-        in flight spent seconds of its event loop in those stats. Blobs are never removed
-        (FORMAT.md §1), so what was seen stays true; the set is emptied at ``_PRESENT_MAX``
-        to bound its memory."""
+        """Remember that blob ``hexd`` is durable in ``objects/``, so asking again costs no
+        ``stat``: every run names its task's files, the catalog and the profile again. Blobs
+        are never removed (FORMAT.md §1), so what was seen stays true; the set is emptied at
+        ``_PRESENT_MAX`` to bound its memory."""
         if len(self._present) >= _PRESENT_MAX:
             self._present.clear()
         self._present.add(hexd)
 
-    def _blob_name(self, hexd: str) -> str:
-        """``blob_path`` as a string (cheaper: asked before every blob write and record)."""
+    def _objects_dir(self) -> str:
         if self._objects is None:
             self._objects = str(self.root / "objects")
-        return f"{self._objects}/{hexd[:2]}/{hexd}"
+        return self._objects
+
+    def _blob_name(self, hexd: str) -> str:
+        """``blob_path`` as a string (cheaper)."""
+        return f"{self._objects_dir()}/{hexd[:2]}/{hexd}"
 
     def get_blob(self, digest: str) -> bytes:
-        """The blob's bytes, re-hashed. Raises InputError if missing, IntegrityError if altered."""
-        path = self.blob_path(digest)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            data = _read_staged(path)
-            if data is None:
-                raise InputError(f"{path}: blob {digest} is missing") from None
+        """The blob's bytes, re-hashed. Raises InputError if missing, IntegrityError if altered
+        (naming the file, and for a packed blob where in its pack)."""
+        hexd = digest.removeprefix("sha256:")
+        data = None
+        for w in own_writers(self._objects_dir()):
+            got = w.read(hexd)  # a pread on the open pack: no open() per read
+            if got is not None:
+                data, loc = got
+                break
+        else:
+            loc = self.find_blob(digest)
+            if loc is None:
+                raise InputError(f"{self.blob_path(digest)}: blob {digest} is missing (not loose, not in a pack)")
+        where = loc.path if loc.offset == 0 else f"{loc.path} (bytes {loc.offset}-{loc.offset + loc.size})"
+        if data is None:
+            try:
+                data = loc.read()
+            except OSError as e:
+                raise InputError(f"{where}: blob {digest} cannot be read: {e.strerror or e}") from None
         if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
-            raise IntegrityError(f"{path}: bytes do not match digest {digest}")
+            raise IntegrityError(f"{where}: bytes do not match digest {digest}")
         return data
 
     # -- runs -----------------------------------------------------------------------------

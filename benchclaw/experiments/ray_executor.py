@@ -36,6 +36,7 @@ from typing import Any
 from .grid import reserved_attempts
 from .executor import Executor, RunDone, RunJob, RunParts, agent_kwargs, first_last
 from ..evidence.check import recover_one
+from ..evidence.packs import finish_packs
 from ..errors import BudgetError, IntegrityError, UsageError
 from .ledger import Ledger, Reservation
 from ..formats.records import GENESIS, blob_refs, line_hash, parse_line, split_lines, verify_chain
@@ -194,8 +195,8 @@ class _ScratchStore(Store):
         return self.writer
 
     def blobs(self) -> dict[str, bytes]:
-        base = self.root / "objects"
-        return {f"sha256:{p.name}": p.read_bytes() for p in base.glob("??/*")} if base.is_dir() else {}
+        """Every blob the run stored (packed or loose), by digest."""
+        return {f"sha256:{hexd}": loc.read() for hexd, loc in self.iter_blobs()}
 
 
 class _RemoteLedger:
@@ -261,9 +262,12 @@ def _run_on_worker(shared: RunParts, job: RunJob, authority, ledger_id: str,
                 if hasattr(provider, "aclose"):
                     await provider.aclose()
 
-        result = asyncio.run(go())
-        data = store.run_path(result.run_id).read_bytes()
-        return data, {d: b for d, b in store.blobs().items() if d not in ledger.sent_blobs}
+        try:
+            result = asyncio.run(go())
+            data = store.run_path(result.run_id).read_bytes()
+            return data, {d: b for d, b in store.blobs().items() if d not in ledger.sent_blobs}
+        finally:
+            finish_packs(str(store.root / "objects"))  # a worker runs many attempts: no descriptor left behind
 
 
 _SCRATCH = "benchclaw-ray-"

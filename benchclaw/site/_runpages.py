@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import shutil
 from pathlib import Path
 from typing import Iterator
 
@@ -49,12 +48,12 @@ def copy_object(store: Store, out: Path, digest: str) -> None:
     dest = out / object_url(digest)
     if dest.exists():
         return
-    src = store.blob_path(digest)
-    if not src.is_file():
+    loc = store.find_blob(digest)  # loose or packed
+    if loc is None:
         return
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    shutil.copyfile(src, tmp)
+    tmp.write_bytes(loc.read())
     os.replace(tmp, dest)
 
 

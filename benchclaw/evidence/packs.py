@@ -1,0 +1,404 @@
+"""Packs: the blobs of one writer process appended to one file (FORMAT.md §1, "Packs").
+
+Why it is built this way (measured by ``bench/packs.py``: blobs were 94% of a runs
+directory's files, a median 344 bytes each, one file creation, one fsync and one rename
+each):
+
+- **One pack per writer process and runs directory**, ``objects/packs/<32 hex>.pack``, as a
+  ledger is one file per invocation: no two processes ever append to the same pack, so an
+  append needs no lock, and merging two runs directories stays a union of files (a pack is
+  append-only: of two versions one is a prefix of the other).
+- **An entry is self-describing**: ``<64 hex> <size>\\n`` then the bytes then ``\\n``. The blob
+  is still named and verified by its SHA-256 (every read re-hashes), and the index (digest ->
+  pack, offset, size) is derived: a scan of the headers rebuilds it, so no index file has to
+  be kept in step, made durable or merged.
+- **Durability is the group commit's**: an entry is one ``O_APPEND`` write; the pack is
+  marked for the next pass like any appended file, so one fsync covers every blob a pass
+  takes instead of one fsync and one rename each. A crash can tear only the last entry
+  (found by the scan: bytes short of the header's size); recovery sets such a tail aside
+  once the pack's writer is dead (its ``flock`` on the pack is gone).
+- **Readers never trust the index**: ``Store.get_blob`` re-hashes what it reads; a live
+  writer's entry half-written when scanned is simply not indexed yet.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import os
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Iterator, NamedTuple
+
+from ._commit import committer, storage_error
+
+__all__ = ["PACK_MAGIC", "BlobLoc", "PackScan", "PackWriter", "PackIndex", "scan_pack", "pack_writer",
+           "entry_bytes", "pack_dir", "finish_packs", "own_writers", "list_packs", "writer_alive",
+           "read_index", "write_index"]
+
+PACK_MAGIC = b"benchclaw-pack 1\n"
+IDX_MAGIC = b"benchclaw-packidx 1 "
+_HEADER_MAX = 64 + 1 + 20 + 1  # "<64 hex> <size>\n"
+_PACK_ENTRIES = 65536  # entries per pack: a writer's own index (about 200 bytes an entry) stays bounded
+
+
+class BlobLoc(NamedTuple):
+    """Where a blob's bytes are: ``size`` bytes of file ``path`` from ``offset``."""
+
+    path: str
+    offset: int
+    size: int
+
+    def read(self) -> bytes:
+        """The bytes (not re-hashed: the caller does). Raises OSError."""
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            return f.read(self.size)
+
+
+def pack_dir(objects: str) -> str:
+    return f"{objects}/packs"
+
+
+def entry_bytes(hexd: str, data: bytes) -> bytes:
+    return b"%s %d\n%s\n" % (hexd.encode("ascii"), len(data), data)
+
+
+@dataclass
+class PackScan:
+    """What a scan of a pack found: its whole entries, where they end, and what follows."""
+
+    entries: list[tuple[str, int, int]]  # (hex, offset of the bytes, size)
+    good_end: int                        # the end of the last whole entry
+    size: int                            # the file's size when scanned
+    problem: str | None = None           # None, or why the bytes after good_end are not an entry
+    torn: bool = False                   # the problem is a torn tail (a crash mid-append)
+
+
+def _parse_header(line: bytes) -> tuple[str, int] | None:
+    """``<64 lowercase hex> <decimal size>\\n`` -> (hex, size), else None."""
+    if len(line) < 67 or not line.endswith(b"\n") or line[64:65] != b" ":
+        return None
+    hexd, digits = line[:64], line[65:-1]
+    if not digits.isdigit() or (len(digits) > 1 and digits[:1] == b"0"):
+        return None
+    try:
+        int(hexd, 16)
+    except ValueError:
+        return None
+    if hexd != hexd.lower():
+        return None
+    return hexd.decode("ascii"), int(digits)
+
+
+def scan_pack(path: str, start: int = 0) -> PackScan:
+    """Read a pack's headers from ``start`` (0, or a ``good_end`` of an earlier scan; an
+    append-only file only grows there). The bytes are skipped, not read or hashed. Raises
+    OSError when the file cannot be read."""
+    with open(path, "rb", buffering=1 << 16) as f:
+        size = os.fstat(f.fileno()).st_size
+        if start == 0:
+            magic = f.read(len(PACK_MAGIC))
+            if magic != PACK_MAGIC:
+                torn = PACK_MAGIC.startswith(magic)
+                return PackScan([], 0, size, "no pack header" if not torn else "torn pack header", torn)
+            start = len(PACK_MAGIC)
+        return _scan_entries(f, start, size)
+
+
+def _scan_entries(f, pos: int, size: int) -> PackScan:
+    entries = []
+    while pos < size:
+        f.seek(pos)
+        line = f.readline(_HEADER_MAX)
+        head = _parse_header(line)
+        if head is None:
+            return _stop(f, entries, pos, size, f"unreadable entry header at byte {pos}",
+                         torn=not line.endswith(b"\n") and pos + len(line) == size)
+        hexd, n = head
+        body = pos + len(line)
+        end = body + n + 1
+        if end > size:
+            return _stop(f, entries, pos, size, f"entry at byte {pos} ends past the end of the file", torn=True)
+        f.seek(end - 1)
+        if f.read(1) != b"\n":
+            return _stop(f, entries, pos, size, f"entry at byte {pos} is not followed by a newline")
+        entries.append((hexd, body, n))
+        pos = end
+    return PackScan(entries, pos, size)
+
+
+def _stop(f, entries: list, pos: int, size: int, problem: str, *, torn: bool = False) -> PackScan:
+    """The scan ends at ``pos``. A tail of zero bytes (a power cut that kept a file's new size
+    but not its data, as some file systems do) is torn too, not damage."""
+    if not torn:
+        f.seek(pos)
+        torn = not f.read(size - pos).strip(b"\0")
+    return PackScan(entries, pos, size, problem, torn)
+
+
+def read_index(pack: str) -> PackScan | None:
+    """The pack's entries from ``<id>.idx`` (FORMAT.md "Packs": derived, written by a writer
+    that finished the pack), when the index is whole and covers the pack's size exactly;
+    None otherwise (the caller scans). An index is trusted for where entries are, never for
+    their bytes: every read re-hashes."""
+    try:
+        with open(pack[:-len(".pack")] + ".idx", "rb") as f:
+            data = f.read()
+        size = os.stat(pack).st_size
+    except OSError:
+        return None
+    head, _, body = data.partition(b"\n")
+    if not head.startswith(IDX_MAGIC) or head[len(IDX_MAGIC):] != b"%d" % size or not data.endswith(b"\n"):
+        return None
+    entries = []
+    try:
+        for line in body.splitlines():
+            hexd, offset, n = line.split(b" ")
+            entries.append((hexd.decode("ascii"), int(offset), int(n)))
+    except ValueError:
+        return None
+    return PackScan(entries, size, size)
+
+
+def write_index(pack: str, entries, size: int) -> None:
+    """Write ``<id>.idx`` for a finished pack (temporary file, then rename; not fsynced: it
+    is derived, and one that does not match its pack is ignored). Best effort."""
+    idx = pack[:-len(".pack")] + ".idx"
+    tmp = f"{idx}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(IDX_MAGIC + b"%d\n" % size)
+            f.write(b"".join(b"%s %d %d\n" % (h.encode("ascii"), o, n) for h, o, n in entries))
+        os.replace(tmp, idx)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def list_packs(objects: str) -> list[str]:
+    """The packs of a runs directory (not ``.new-*`` files being created), sorted."""
+    try:
+        names = os.listdir(pack_dir(objects))
+    except FileNotFoundError:
+        return []
+    return sorted(f"{pack_dir(objects)}/{n}" for n in names if n.endswith(".pack") and not n.startswith("."))
+
+
+# ------------------------------------------------------------------------------ writing
+
+class PackWriter:
+    """This process's pack in one runs directory: created on the first blob, locked
+    (``flock``, exclusive) for the process's life so recovery knows it is live, appended
+    one entry per write. Thread-safe. ``own`` indexes what this process wrote."""
+
+    def __init__(self, objects: str, fsync: bool):
+        self.objects, self.fsync = objects, fsync
+        self.path: str | None = None
+        self.fd: int | None = None
+        self.size = 0
+        self.own: dict[str, tuple[int, int, int]] = {}  # hex -> (offset, size, ticket of its write)
+        self._mutex = threading.Lock()
+
+    def add(self, hexd: str, data: bytes) -> int:
+        """Append blob ``hexd`` (its bytes ``data``) unless this pack has it; returns the
+        group-commit ticket that makes it durable (0: nothing to wait for). Raises
+        StorageError naming the pack (the entry is cut back off)."""
+        with self._mutex:
+            got = self.own.get(hexd)
+            if got is not None:
+                return got[2]  # a ticket already durable costs its waiter nothing
+            if self.fd is None:
+                self._create()
+            entry = entry_bytes(hexd, data)
+            _append(self.fd, self.path, self.size, entry, f"store blob sha256:{hexd}")  # type: ignore[arg-type]
+            ticket = committer().mark_file(self.fd, self.path) if self.fsync else 0  # type: ignore[arg-type]
+            self.own[hexd] = (self.size + len(entry) - len(data) - 1, len(data), ticket)
+            self.size += len(entry)
+            if len(self.own) >= _PACK_ENTRIES:
+                self._finish()  # the next blob starts a new pack; this one is read by its index
+            return ticket
+
+    def close(self) -> None:
+        """Finish this pack: write its index, close it (its lock goes with the last
+        descriptor: a pending commit holds a duplicate until its pass is done); the next
+        blob starts a new pack."""
+        with self._mutex:
+            self._finish()
+
+    def _finish(self) -> None:
+        if self.fd is not None:
+            entries = sorted(((h, o, n) for h, (o, n, _) in self.own.items()), key=lambda e: e[1])
+            write_index(self.path, entries, self.size)  # type: ignore[arg-type]
+            os.close(self.fd)
+        self.fd, self.path, self.size, self.own = None, None, 0, {}
+
+    def find(self, hexd: str) -> BlobLoc | None:
+        got = self.own.get(hexd)
+        return BlobLoc(self.path, got[0], got[1]) if got else None  # type: ignore[arg-type]
+
+    def read(self, hexd: str) -> tuple[bytes, BlobLoc] | None:
+        """Bytes this process wrote and where (a pread on its own descriptor: no open per read)."""
+        with self._mutex:
+            got = self.own.get(hexd)
+            if got is None:
+                return None
+            return os.pread(self.fd, got[1], got[0]), BlobLoc(self.path, got[0], got[1])  # type: ignore[arg-type]
+
+    def _create(self) -> None:
+        """``objects/packs/.new-<id>.pack``, locked, its header written, then renamed: no
+        reader ever sees the pack unlocked while its writer lives (as a run file, FORMAT.md
+        "Locks"); the directory entry is made durable by the first commit."""
+        base = pack_dir(self.objects)
+        name = uuid.uuid4().hex
+        new, path = f"{base}/.new-{name}.pack", f"{base}/{name}.pack"
+        try:
+            os.makedirs(base, exist_ok=True)
+            fd = os.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise storage_error(path, "create a pack", e) from None  # type: ignore[arg-type]
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            _append(fd, path, 0, PACK_MAGIC, "create a pack")
+            os.replace(new, path)
+        except OSError as e:
+            os.close(fd)
+            raise storage_error(path, "create a pack", e) from None  # type: ignore[arg-type]
+        self.fd, self.path, self.size = fd, path, len(PACK_MAGIC)
+        if self.fsync:
+            committer().mark_dir(base)
+
+
+def _append(fd: int, path: str, good_size: int, data: bytes, what: str) -> None:
+    """One ``O_APPEND`` write; a short or failed one is cut back to ``good_size`` and raised
+    as StorageError naming the pack (as a chain file's line is)."""
+    try:
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(28, f"short write ({written} of {len(data)} bytes)")
+    except OSError as e:
+        try:
+            os.ftruncate(fd, good_size)
+        except OSError:
+            pass  # recovery sets a torn tail aside
+        raise storage_error(path, what, e) from None  # type: ignore[arg-type]
+
+
+_WRITERS: dict[tuple[str, bool], PackWriter] = {}
+_WRITERS_LOCK = threading.Lock()
+_WRITERS_MAX = 16  # open packs per process; past it the oldest is finished (a test run or a
+                   # Ray worker stores blobs in many scratch directories, one descriptor each)
+
+
+def pack_writer(objects: str, fsync: bool) -> PackWriter:
+    """This process's writer for the runs directory whose ``objects/`` is ``objects`` (one
+    per process: every Store of the directory shares it; a forked child starts its own).
+    A throw-away store (``fsync=False``) gets a pack of its own, so a blob it wrote is never
+    taken for a durable one."""
+    w = _WRITERS.get((objects, fsync))
+    if w is None:
+        with _WRITERS_LOCK:
+            w = _WRITERS.get((objects, fsync))
+            if w is None:
+                while len(_WRITERS) >= _WRITERS_MAX:
+                    _WRITERS.pop(next(iter(_WRITERS))).close()
+                w = _WRITERS[(objects, fsync)] = PackWriter(objects, fsync)
+    return w
+
+
+def own_writers(objects: str) -> list[PackWriter]:
+    """This process's writers in a runs directory, if any (looking never creates one)."""
+    return [w for w in (_WRITERS.get((objects, True)), _WRITERS.get((objects, False))) if w is not None]
+
+
+def finish_packs(objects: str) -> None:
+    """Close this process's packs in a runs directory (a scratch directory about to go)."""
+    with _WRITERS_LOCK:
+        for fsync in (True, False):
+            w = _WRITERS.pop((objects, fsync), None)
+            if w is not None:
+                w.close()
+
+
+def _finish_all() -> None:
+    """At exit, finish every pack (their indexes written); the committer's exit pass, which
+    runs after this, still fsyncs what was marked (it holds its own descriptors)."""
+    for w in list(_WRITERS.values()):
+        try:
+            w.close()
+        except Exception:  # noqa: BLE001 - exiting; an index is only a cache
+            pass
+
+
+os.register_at_fork(after_in_child=_WRITERS.clear)
+atexit.register(_finish_all)
+
+
+# ------------------------------------------------------------------------------ reading
+
+class PackIndex:
+    """Digest -> location over every pack of a runs directory, built by scanning headers
+    and extended (only the new bytes of grown packs, and new packs) when a lookup misses.
+    Keys are raw 32-byte digests and values one int, to keep it small (about 150 bytes a
+    blob). Thread-safe."""
+
+    def __init__(self, objects: str):
+        self.objects = objects
+        self._paths: list[str] = []
+        self._nos: dict[str, int] = {}        # pack -> its number in _paths
+        self._scanned: dict[str, int] = {}    # pack -> good_end scanned so far
+        self._where: dict[bytes, int] = {}    # raw digest -> (pack no << 80) | (offset << 40) | size
+        self._mutex = threading.Lock()
+
+    def find(self, hexd: str) -> BlobLoc | None:
+        raw = bytes.fromhex(hexd)
+        got = self._where.get(raw)
+        if got is None:
+            self.refresh()
+            got = self._where.get(raw)
+        if got is None:
+            return None
+        return BlobLoc(self._paths[got >> 80], (got >> 40) & ((1 << 40) - 1), got & ((1 << 40) - 1))
+
+    def refresh(self) -> None:
+        """Index what was appended to the packs since the last look."""
+        with self._mutex:
+            for path in list_packs(self.objects):
+                try:
+                    done = self._scanned.get(path, 0)
+                    if os.stat(path).st_size > done:
+                        self._index(path, (done == 0 and read_index(path)) or scan_pack(path, done))
+                except OSError:
+                    continue  # unreadable now: a lookup misses it, check reports it
+
+    def _index(self, path: str, scan: PackScan) -> None:
+        no = self._nos.setdefault(path, len(self._paths))
+        if no == len(self._paths):
+            self._paths.append(path)
+        for hexd, offset, size in scan.entries:
+            self._where.setdefault(bytes.fromhex(hexd), (no << 80) | (offset << 40) | size)
+        self._scanned[path] = scan.good_end
+
+    def __iter__(self) -> Iterator[tuple[str, BlobLoc]]:
+        """Every packed blob once (the first copy found), after a refresh."""
+        self.refresh()
+        for raw, got in list(self._where.items()):
+            yield raw.hex(), BlobLoc(self._paths[got >> 80], (got >> 40) & ((1 << 40) - 1), got & ((1 << 40) - 1))
+
+
+def writer_alive(path: str) -> bool:
+    """True while a process holds the pack's lock (its writer lives)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
