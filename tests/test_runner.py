@@ -465,3 +465,20 @@ def test_threads_get_short_gil_turns_while_a_grid_runs_and_the_setting_is_restor
     before = sys.getswitchinterval()
     assert run(store, agent).status == "complete" and seen
     assert max(seen) <= 0.0005 < before == sys.getswitchinterval()
+
+
+def test_grids_that_overlap_in_one_process_restore_the_gil_setting_when_the_last_one_ends():
+    """Two grids in two threads of one process, the first to start ending first: the
+    setting stays short until the second ends, then is the user's again (not left short)."""
+    import sys
+
+    from benchclaw.experiments.runner import short_gil_turns
+
+    before = sys.getswitchinterval()
+    first, second = short_gil_turns(), short_gil_turns()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert sys.getswitchinterval() <= 0.0005
+    second.__exit__(None, None, None)
+    assert sys.getswitchinterval() == before

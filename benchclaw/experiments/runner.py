@@ -57,6 +57,10 @@ __all__ = ["run_experiment", "run_experiment_sync", "GridResult", "GridInterrupt
 GIL_TURN_S = 0.0005
 
 
+_gil_lock = threading.Lock()
+_gil_grids = [0, 0.0]  # grids in short_gil_turns now, and the interval the first one found
+
+
 @contextlib.contextmanager
 def short_gil_turns(seconds: float = GIL_TURN_S):
     """Let threads take the GIL after ``seconds`` (instead of Python's 5 ms) while a grid
@@ -64,13 +68,23 @@ def short_gil_turns(seconds: float = GIL_TURN_S):
     the group commit's threads need it for a moment at each step of a pass (wake, hand back
     each fsync, rename, tell the waiters), and at 5 ms per hand-over a commit the agent
     waits for took several intervals on a busy loop: the waits were most of a turn's
-    harness time at 64 runs in flight."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(min(before, seconds))
+    harness time at 64 runs in flight.
+
+    The setting is the process's, so grids that overlap in one process (two threads, each
+    running a grid) share it: the first sets it, the last to end restores what the first
+    found, whatever order they end in."""
+    with _gil_lock:
+        if _gil_grids[0] == 0:
+            _gil_grids[1] = sys.getswitchinterval()
+            sys.setswitchinterval(min(_gil_grids[1], seconds))
+        _gil_grids[0] += 1
     try:
         yield
     finally:
-        sys.setswitchinterval(before)
+        with _gil_lock:
+            _gil_grids[0] -= 1
+            if _gil_grids[0] == 0:
+                sys.setswitchinterval(_gil_grids[1])
 
 
 class GridInterrupted(BenchClawError):
