@@ -14,7 +14,7 @@ from ..analysis import experiment_facts
 from ..analysis.report import experiment_input
 from ._charts import pass_vs_cost, throughput_by_quarter, time_per_policy, tokens_per_tier
 from ._experiment import CachedRuns, analyse, cell_trials, journal_facts
-from ._runpages import page_renderer
+from ._runpages import render_pages
 from ._render import cell_url, cells_list_url, exp_dir, exp_url
 from ._state import Build, RunFacts, digest_of
 
@@ -134,17 +134,15 @@ def _cell_pages(b: Build, exp: str, result: dict, runs: list[RunFacts], summary:
     order = {f"{p}/{m}": i for i, (p, m) in enumerate(
         (r["policy"], r["mode"]) for r in ((summary.get("primary") or {}).get("policies") or []))}
     rows = []
-    with page_renderer(runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
-                       scrub=b.scrub, workers=b.workers, renderer=b.cache.renderer) as render:
-        cells = result["cell_order"]
-        for start in range(0, len(cells), CELL_BATCH):  # one batch's run summaries held at a time
-            jobs = []
-            for cell in cells[start:start + CELL_BATCH]:
-                row, job = _cell(b, exp, cell, result, tiers, order, ids, live_runs)
-                rows.append(row)
-                if job is not None:
-                    jobs.append(job)
-            render(jobs)
+    cells = result["cell_order"]
+    for start in range(0, len(cells), CELL_BATCH):  # one batch's run summaries held at a time
+        jobs = []
+        for cell in cells[start:start + CELL_BATCH]:
+            row, job = _cell(b, exp, cell, result, tiers, order, ids, live_runs)
+            rows.append(row)
+            if job is not None:
+                jobs.append(job)
+        render_pages(b.workers, jobs)
     pages = max(1, -(-len(rows) // CELLS_PER_PAGE))
     for i in range(pages):
         chunk = rows[i * CELLS_PER_PAGE:(i + 1) * CELLS_PER_PAGE]

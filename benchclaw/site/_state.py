@@ -10,13 +10,16 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Iterator, NamedTuple, Sequence
 
 from ..formats import jsonio
 
 from ..evidence.store import Store
 from ._cache import BuildCache, PageWriter, Spill, fast_dumps
 from ._render import Scrubber
+
+if TYPE_CHECKING:
+    from ._runpages import Workers
 
 __all__ = ["Build", "BuildReport", "RunFacts", "Summaries", "digest_of"]
 
@@ -80,7 +83,7 @@ class Build:
     tasks_dir: Path | None
     public: bool
     bundle: Path | None
-    workers: int
+    workers: "Workers"  # the page renderers (``_runpages.start_workers``)
     cache: BuildCache
     pages: PageWriter
     scrub: Scrubber
