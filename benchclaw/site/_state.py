@@ -91,7 +91,7 @@ class Build:
     summaries: Summaries = field(default_factory=Summaries)
     experiments: dict[str, dict] = field(default_factory=dict)
     new_records: Spill = field(default_factory=Spill)  # run id -> analysis payload (JSON), on disk
-    objects: set[str] = field(default_factory=set)
+    objects: set[str] = field(default_factory=set)  # blobs pages link; run pages' added in stage 6
     warnings: list[str] = field(default_factory=list)
     rendered: int = 0
     comparison: dict | None = None  # stage 4b's, when the runs hold more than one experiment
