@@ -112,7 +112,9 @@ class ExperimentFold:
                 self._odd, self._odd_task = True, task
         else:  # every distinct version a key's runs name, as ``lured_tasks`` reads them all
             self._tasks.setdefault((task_key(task), task["digest"]), task)
-        kept = CondensedRun(_shared(c.view), _intern(c.attempt), tuple(_intern(k) for k in c.keys), None,
+        # (an attempt id is one run's or one trial's own: interned, each would stay in the
+        # interpreter's table of interned strings, which never shrinks)
+        kept = CondensedRun(_shared(c.view), c.attempt, tuple(_intern(k) for k in c.keys), None,
                             _intern(c.ledger), c.records)
         self.runs[run_id] = kept
         return kept
