@@ -70,7 +70,9 @@ def export_bundle(runs_dir: Path | str, experiment_id: str, out_path: Path | str
     # on every generation-2 collection would cost seconds; see ``analysis.gc_paused``.)
     with store.experiment_quiet(experiment_id, note), gc_paused():
         exploratory = journal_is_exploratory(store, experiment_id)
-        contents = (collect_exploratory if exploratory else collect)(store, experiment_id, site)
+        reader = Store(store.root, fsync=store.fsync)  # not the lock's: ``Contents.analysed`` drops it
+        contents = (collect_exploratory if exploratory else collect)(reader, experiment_id, site)
+        del reader
         if not exploratory:  # an exploratory journal claims no summary
             contents.add_bytes(SUMMARY, claimed_summary(contents))
         contents.analysed()  # (the exploratory form's: its journal)

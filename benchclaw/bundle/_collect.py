@@ -73,9 +73,14 @@ class Contents:
         self.files[path] = Entry("sha256:" + hashlib.sha256(data).hexdigest(), len(data), data)
 
     def analysed(self) -> None:
-        """Drop the analysis input once the summary is made (it is most of what is held)."""
+        """Drop the analysis input once ``ExperimentData`` is made (it is most of what is
+        held), and the store's blob index with the store: a fresh ``Store`` builds it again
+        when the zip is written, after the analysis. (The index is a Store's own, built on
+        first need: about 150 bytes a blob of the whole runs directory, some 10 blobs a run,
+        which would otherwise be held through the analysis.)"""
         self.fold = ExperimentFold(self.fold.experiment)
         self.journal, self.named = [], set()
+        self.store = Store(self.store.root, fsync=self.store.fsync)
 
     def count(self) -> int:
         return len(self.files) + len(self.runs) + self.objects.count()
