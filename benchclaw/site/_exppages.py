@@ -58,6 +58,11 @@ def exploratory_ids(b: Build) -> list[str]:
 def stage_experiments(b: Build) -> None:
     for exp in experiment_ids(b):
         _experiment(b, exp)
+    for entry in b.experiments.values():  # once every analysis is done (see ``Build.reader``)
+        facts = entry["facts"]
+        for digest in (facts["spec_digest"], (facts["prereg"] or {}).get("digest")):
+            if isinstance(digest, str) and b.store.has_blob(digest):
+                b.objects.add(digest)
 
 
 def _experiment(b: Build, exp: str) -> None:
@@ -70,16 +75,14 @@ def _experiment(b: Build, exp: str) -> None:
         for rel in sorted(r for r in b.cache.pages if r.startswith(exp_dir(exp))):
             b.pages.keep(rel)
     else:
-        got = experiment_input(b.store, exp, CachedRuns([f.id for f in runs], b.payload))
+        # (its own Store: the blob index the spec and task reads build goes before the analysis)
+        got = experiment_input(b.reader(), exp, CachedRuns([f.id for f in runs], b.payload))
         result = analyse(got.data)
         summary = result["summary"]
         _cell_pages(b, exp, result, runs, summary)
         facts = {**journal_facts(got.data.journal), "spec": _spec_facts(got.data.spec), "spec_error": got.spec_error,
                  "compare": experiment_facts(got.data.spec, got.data.journal, ())}  # run times: added by the page
     b.experiments[exp] = {"key": key, "summary": summary, "facts": facts}
-    for digest in (facts["spec_digest"], (facts["prereg"] or {}).get("digest")):
-        if isinstance(digest, str) and b.store.has_blob(digest):
-            b.objects.add(digest)
     several = len(experiment_ids(b)) > 1  # then stage 4b writes the comparison page
     page_key = digest_of({"experiment": key, "summary": summary, "facts": facts, "compare": several})
     if b.pages.unchanged(exp_url(exp), page_key):  # its charts need not be drawn again

@@ -96,6 +96,12 @@ class Build:
     rendered: int = 0
     comparison: dict | None = None  # stage 4b's, when the runs hold more than one experiment
 
+    def reader(self) -> Store:
+        """A ``Store`` of the same runs directory for one stage's blob reads. A Store builds
+        its blob index on first need (about 150 bytes a blob of the whole runs directory) and
+        keeps it: built on ``store`` by the task pages, it was held through every analysis."""
+        return Store(self.store.root, fsync=False)
+
     def payload(self, run_id: str):
         """The analysis's condensed run (``_experiment.run_payload``), from this build or cached
         by an earlier one; None when it must be read again (lost, or not readable)."""
