@@ -112,7 +112,9 @@ class ExperimentFold:
                 self._odd, self._odd_task = True, task
         else:  # every distinct version a key's runs name, as ``lured_tasks`` reads them all
             self._tasks.setdefault((task_key(task), task["digest"]), task)
-        kept = CondensedRun(_shared(c.view), _intern(c.attempt), tuple(_intern(k) for k in c.keys), None,
+        # (an attempt id is one run's or one trial's own: interned, each would stay in the
+        # interpreter's table of interned strings, which never shrinks)
+        kept = CondensedRun(_shared(c.view), c.attempt, tuple(_intern(k) for k in c.keys), None,
                             _intern(c.ledger), c.records)
         self.runs[run_id] = kept
         return kept
@@ -156,12 +158,17 @@ class ExperimentFold:
         not those whose call has a record in every run of its attempt (nearly all of them),
         all of those of a run held as records. A grid's ledger holds two records per call,
         so keeping them all would cost more than the runs' views."""
-        seen: dict[str, set | None] = {}  # attempt -> call keys every run of it has (None: keep all)
+        # attempt -> call keys every run of it has (None: keep all); a run's own tuple while
+        # the attempt has one run (a grid's every attempt), not a set per run
+        seen: dict[str, tuple | set | None] = {}
         for c in self.runs.values():
             if c.attempt is not None:
-                keys = None if c.view is None else set(c.keys)
-                had = seen.get(c.attempt, keys)
-                seen[c.attempt] = None if keys is None or had is None else had & keys
+                keys = None if c.view is None else c.keys
+                if c.attempt not in seen:
+                    seen[c.attempt] = keys
+                else:
+                    had = seen[c.attempt]
+                    seen[c.attempt] = None if keys is None or had is None else set(had) & set(keys)
         reserved: dict[str, tuple[str, str, Decimal]] = {}
         for records in ledgers():  # 1. the latest reservation of each id, if it matters
             for rec in records:

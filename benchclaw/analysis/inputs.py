@@ -98,7 +98,7 @@ class PackedCalls(Sequence):
     __slots__ = ("_packed", "_n")
 
     def __init__(self, calls: Iterable[CallView]):
-        rows = tuple((c.outcome, c.error_kind, c.usage, str(c.cost_low), str(c.cost_high), c.known,
+        rows = tuple((c.outcome, c.error_kind, c.usage, *_bounds_text(c), c.known,
                       c.model_mismatch, c.doubted, c.over_bound, c.latency_ms, c.ttft_ms, c.at) for c in calls)
         self._packed, self._n = marshal.dumps(rows), len(rows)
 
@@ -125,6 +125,13 @@ class PackedCalls(Sequence):
 
     def __repr__(self) -> str:
         return f"PackedCalls({tuple(self)!r})"
+
+
+def _bounds_text(c: CallView) -> tuple[str, str]:
+    """A call's cost bounds as text; equal texts as one string, which ``marshal`` then
+    writes once (a reference the second time)."""
+    low, high = str(c.cost_low), str(c.cost_high)
+    return (low, low) if high == low else (low, high)
 
 
 class RunTally(NamedTuple):
@@ -176,8 +183,10 @@ class RunView:
 
     def __post_init__(self) -> None:
         calls = tuple(self.calls)  # unpacked once
-        object.__setattr__(self, "cost_low", sum_exact(c.cost_low for c in calls))
-        object.__setattr__(self, "cost_high", sum_exact(c.cost_high for c in calls))
+        low, high = sum_exact(c.cost_low for c in calls), sum_exact(c.cost_high for c in calls)
+        object.__setattr__(self, "cost_low", low)
+        # one object for both bounds of a known cost (most runs): a view is held per run
+        object.__setattr__(self, "cost_high", low if high.as_tuple() == low.as_tuple() else high)
         object.__setattr__(self, "tally", _tally(calls))
 
     @property

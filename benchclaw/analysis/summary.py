@@ -468,7 +468,8 @@ def _summarise(data: ExperimentData):
     views, unreadable = _views(data)
     tiers = spec_tiers(spec, views)
     declared = _declared_cells(data)
-    analyses, primary, memo = {}, None, {}
+    # the secondary analysis reuses the primary's replays; without one, none is kept
+    analyses, primary, memo = {}, None, ({} if any(v.rerun for v in views) else None)
     for label, reruns in (("primary", False), ("secondary", True)):
         if reruns and not any(v.rerun for v in views):
             analyses[label] = None

@@ -62,23 +62,25 @@ def replayed_trials(sel: Selection, tiers: list[str], names: list[str],
     """policy name -> cell -> replayed Trial, for every cell of the selection.
 
     ``memo`` (a dict the caller keeps for one set of tiers) reuses a replay over the same
-    grid runs: the primary and secondary analyses share most cells."""
+    grid runs: the primary and secondary analyses share most cells. Without one nothing is
+    kept beyond the trials (within one analysis only cells without grid runs share one)."""
     result: dict[str, dict[str, Trial]] = {n: {} for n in names}
     memory: dict[tuple[str, str], str] = {}
-    memo = {} if memo is None else memo
     for cell in sel.cells:
         runs = sel.grid.get(cell, {})
-        slot = tuple(sorted((t, r.run_id) for t, r in runs.items() if t in tiers))
+        slot = None if memo is None else tuple(sorted((t, r.run_id) for t, r in runs.items() if t in tiers))
         grid = None
         group = parse_cell(cell)[:2]
         for name in names:
             start = memory.get(group) if name == "memory" else None
             key = (name, start, slot)
-            found = memo.get(key)
+            found = None if memo is None else memo.get(key)
             if found is None:
                 if grid is None:
                     grid = {t: attempt_of(r) for t, r in runs.items() if t in tiers}
-                found = memo[key] = _replay_one(name, tiers, grid, start)
+                found = _replay_one(name, tiers, grid, start)
+                if memo is not None:
+                    memo[key] = found
             out, complete = found
             used = tuple(runs[a.tier] for a in out.attempts)
             result[name][cell] = Trial(cell, out, complete, used)

@@ -70,10 +70,12 @@ def export_bundle(runs_dir: Path | str, experiment_id: str, out_path: Path | str
     # on every generation-2 collection would cost seconds; see ``analysis.gc_paused``.)
     with store.experiment_quiet(experiment_id, note), gc_paused():
         exploratory = journal_is_exploratory(store, experiment_id)
-        contents = (collect_exploratory if exploratory else collect)(store, experiment_id, site)
+        reader = Store(store.root, fsync=store.fsync)  # not the lock's: ``Contents.analysed`` drops it
+        contents = (collect_exploratory if exploratory else collect)(reader, experiment_id, site)
+        del reader
         if not exploratory:  # an exploratory journal claims no summary
             contents.add_bytes(SUMMARY, claimed_summary(contents))
-        contents.analysed()  # the condensed runs are not needed to write the zip
+        contents.analysed()  # (the exploratory form's: its journal)
     with tempfile.TemporaryFile() as manifest, gc_paused():  # on disk: it lists every file of the bundle
         digest, size = write_manifest(manifest, experiment_id, contents, exploratory=exploratory)
         try:
@@ -94,11 +96,14 @@ def _refuse_serving_studio(store: Store, journal_id: str) -> None:
 def claimed_summary(contents: Contents) -> bytes:
     """``summary.json`` bytes: the analysis of exactly the runs, journal and ledgers being
     bundled, built the way the verifier builds it from the bundle (the experiment's runs,
-    the ledgers its grid and runs name), so an honest export verifies by construction."""
+    the ledgers its grid and runs name), so an honest export verifies by construction.
+    The analysis input is dropped from ``contents`` once ``ExperimentData`` is built."""
     fold = contents.fold
     paths = [contents.store.root / "ledgers" / f"{lid}.jsonl" for lid in fold.ledger_ids(r for _, r in contents.journal)
              if f"ledgers/{lid}.jsonl" in contents.files]
     data = fold.data(contents.journal, contents.store.get_blob, ledgers=lambda: [ledger_stream(p) for p in paths])
+    del fold
+    contents.analysed()  # the condensed runs (their call keys and attempt ids) are in ``data`` now, as views
     return summary_bytes(summarise(data))  # as `benchclaw report --json` writes it
 
 

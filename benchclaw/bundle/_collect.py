@@ -42,7 +42,7 @@ from ..verify.layout import (catalog_entry, ledger_ids, parse_listing, spec_entr
 from ..verify.exploratory import is_exploratory, studio_ledger
 from ..verify.manifest import object_path, path_order, run_path
 
-__all__ = ["collect", "collect_exploratory", "journal_is_exploratory", "Contents", "Entry"]
+__all__ = ["collect", "collect_exploratory", "journal_is_exploratory", "Contents", "Entry", "RunSizes"]
 
 
 class Entry(NamedTuple):
@@ -66,16 +66,21 @@ class Contents:
     journal: list[tuple[str, Record]] = field(default_factory=list)  # every record but ``run`` (see ``_journals``)
     named: set[str] = field(default_factory=set)  # the run ids the journal's ``run`` records name
     files: dict[str, Entry] = field(default_factory=dict)  # journals, ledgers, tasks, catalogs, spec, site
-    runs: dict[str, int] = field(default_factory=dict)  # run id -> size (runs/<aa>/<id>.jsonl)
+    runs: "RunSizes" = field(default_factory=lambda: RunSizes())  # run id -> size (runs/<aa>/<id>.jsonl)
     objects: "BlobSet" = field(default_factory=lambda: BlobSet())  # the blobs packed under objects/<aa>/<hex>
 
     def add_bytes(self, path: str, data: bytes) -> None:
         self.files[path] = Entry("sha256:" + hashlib.sha256(data).hexdigest(), len(data), data)
 
     def analysed(self) -> None:
-        """Drop the analysis input once the summary is made (it is most of what is held)."""
+        """Drop the analysis input once ``ExperimentData`` is made (it is most of what is
+        held), and the store's blob index with the store: a fresh ``Store`` builds it again
+        when the zip is written, after the analysis. (The index is a Store's own, built on
+        first need: about 150 bytes a blob of the whole runs directory, some 10 blobs a run,
+        which would otherwise be held through the analysis.)"""
         self.fold = ExperimentFold(self.fold.experiment)
         self.journal, self.named = [], set()
+        self.store = Store(self.store.root, fsync=self.store.fsync)
 
     def count(self) -> int:
         return len(self.files) + len(self.runs) + self.objects.count()
@@ -93,7 +98,7 @@ class Contents:
         runs_dir = f"{self.store.root}{os.sep}runs{os.sep}"
         blobs = (self._blob_entry("sha256:" + raw.hex()) for raw in self.objects.sorted())
         runs = ((run_path(r), Entry("sha256:" + r, n, f"{runs_dir}{r[:2]}{os.sep}{r}.jsonl"))
-                for r, n in sorted(self.runs.items()))
+                for r, n in self.runs)
         files = sorted(self.files.items(), key=lambda kv: path_order(kv[0]))
         return heapq.merge(files, blobs, runs, key=lambda kv: path_order(kv[0]))
 
@@ -101,6 +106,34 @@ class Contents:
         """A blob's bundle entry (blobs are immutable, and the zip writer re-hashes what it
         packs)."""
         return object_path(digest), self.blob_entry(digest)
+
+
+class RunSizes:
+    """Run id -> the size of its log, for every packed run, kept in a temporary file: the
+    runs are read in run id order, and read back in that order (manifest and zip). Held as
+    a dict, 20,000 of them cost about 4 MB through the analysis."""
+
+    def __init__(self):
+        self._file = tempfile.TemporaryFile()
+        self._n, self._last = 0, ""
+
+    def add(self, run_id: str, size: int) -> None:
+        """Raises ValueError for a run id not after the last one added."""
+        if run_id <= self._last:
+            raise ValueError(f"run {run_id} added out of order")
+        self._file.seek(0, os.SEEK_END)
+        self._file.write(b"%s %d\n" % (run_id.encode("ascii"), size))
+        self._n, self._last = self._n + 1, run_id
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        """(run id, size) in run id order (one pass at a time)."""
+        self._file.seek(0)
+        for line in self._file:
+            run_id, size = line.split(b" ")
+            yield run_id.decode("ascii"), int(size)
 
 
 class BlobSet:
@@ -242,7 +275,7 @@ def _runs(c: Contents, experiment: str) -> _Starts:
 
 
 def _pack_run(c: Contents, run: SealedRun, starts: _Starts, *, fold: bool = True) -> None:
-    c.runs[run.run_id] = os.path.getsize(run.path)
+    c.runs.add(run.run_id, os.path.getsize(run.path))
     _blobs(c, (r.body for r in run.records))
     if fold:
         c.fold.add(run.run_id, run.records)

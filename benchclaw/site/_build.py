@@ -15,7 +15,9 @@ list is sorted, and pages are rewritten only when their bytes change.
 
 Memory: what is kept of every run between stages is small (``RunFacts``); its summary
 and its analysis payload wait in temporary files (``Spill``) until a page or the analysis
-reads them, so the build's peak is mostly the analysis of its largest experiment.
+reads them, so the build's peak is mostly the analysis of its largest experiment. The
+worker processes that render pages are forked in stage 1, before any of that exists
+(``_runpages.Workers``), so none of it is counted again in each worker.
 
 Speed: the parent process holds a few million small objects (the analysis's views of
 every run), which the cyclic garbage collector would
@@ -29,18 +31,20 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+
 from pathlib import Path
 
 from ..analysis.summary import gc_paused
 from ..errors import InputError
 from ..paths import make_output_dir, refuse_evidence_overlap, site_templates_dir
 from ..evidence.store import Store
+from ..formats import jsonio
 from ._cache import BuildCache, PageWriter, compact_dumps, write_atomic
 from ._compare import stage_compare
 from ._exppages import stage_experiments
 from ._pages import stage_lists, stage_tasks
 from ._render import Scrubber, make_env, object_url, renderer_digest, run_url
-from ._runpages import copy_object, render_runs
+from ._runpages import copy_object, render_runs, start_workers
 from ._state import Build, BuildReport, RunFacts, Summaries
 
 __all__ = ["build_site", "BuildReport"]
@@ -57,20 +61,27 @@ def build_site(runs_dir, out_dir, *, tasks_dir=None, public: bool = False, bundl
     t0 = time.perf_counter()
     with gc_paused():  # see the module docstring ("Speed"); workers re-enable it
         b = _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers)
-        b.warnings.extend(f"experiment {e} is being run by another process: the site shows the evidence "
-                          "sealed so far (a snapshot); build again when its grid ends"
-                          for e in b.store.experiments() if b.store.experiment_live(e))
-        _stage2_runs(b)
-        stage_tasks(b)
-        stage_experiments(b)
-        stage_compare(b)
-        stage_lists(b)
-        _stage6_static(b)
-        _stage7_cleanup(b)
-        report = BuildReport(b.pages.written, b.pages.skipped, round(time.perf_counter() - t0, 3),
-                             len(b.runs), b.rendered, tuple(b.warnings))
+        try:
+            report = _stages(b, t0)
+        finally:
+            b.workers.close()
         del b  # freed now, so the collector does not scan it once resumed
     return report
+
+
+def _stages(b: Build, t0: float) -> BuildReport:
+    b.warnings.extend(f"experiment {e} is being run by another process: the site shows the evidence "
+                      "sealed so far (a snapshot); build again when its grid ends"
+                      for e in b.store.experiments() if b.store.experiment_live(e))
+    _stage2_runs(b)
+    stage_tasks(b)
+    stage_experiments(b)
+    stage_compare(b)
+    stage_lists(b)
+    _stage6_static(b)
+    _stage7_cleanup(b)
+    return BuildReport(b.pages.written, b.pages.skipped, round(time.perf_counter() - t0, 3),
+                       len(b.runs), b.rendered, tuple(b.warnings))
 
 
 # ---------------------------------------------------------------------------- 1. inputs
@@ -88,30 +99,31 @@ def _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers) -
         raise InputError(f"{templates}: the site templates are missing (base.html)")
     make_output_dir(out, "site")
     renderer = renderer_digest(templates, public)
-    cache = BuildCache.load(out, renderer)
     scrub = Scrubber([store.root, out, templates, tasks_dir, Path.cwd(),
                       Path(bundle_path).parent if bundle_path else None])
     env = make_env(templates, renderer)
+    # The workers are forked now, before anything per run is held (not even the cache).
+    pool = start_workers(runs_dir=store.root, templates=templates, out=out, public=public, scrub=scrub,
+                         workers=workers if workers is not None else min(2, os.cpu_count() or 1),
+                         runs=len(store.run_ids()), renderer=renderer)
+    cache = BuildCache.load(out, renderer)
     pages = PageWriter(out, env, scrub, cache.pages, {"public": public})
-    n = workers if workers is not None else min(2, os.cpu_count() or 1)
     return Build(store, out, templates, Path(tasks_dir) if tasks_dir else None, public,
-                 Path(bundle_path) if bundle_path else None, n, cache, pages, scrub)
+                 Path(bundle_path) if bundle_path else None, pool, cache, pages, scrub)
 
 
 # ---------------------------------------------------------------------------- 2. run pages
 
 def _stage2_runs(b: Build) -> None:
-    ids = b.store.run_ids()
     todo, base, facts = [], str(b.out) + os.sep, []
-    for run_id in ids:
+    for run_id in b.store.run_ids():
         entry = b.cache.runs.pop(run_id, None)  # kept in the spill, not twice in memory
         if entry is not None and os.path.isfile(base + run_url(run_id)):
             _keep(b, run_id, entry, facts)
             b.pages.record(run_url(run_id), run_id, written=False)
         else:
             todo.append(run_id)
-    fresh = render_runs(todo, runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
-                        scrub=b.scrub, workers=b.workers, renderer=b.cache.renderer)
+    fresh = render_runs(b.workers, todo)
     for run_id, entry, payload in fresh:  # as they come: the cache and pages are sorted when saved
         _keep(b, run_id, entry, facts)
         b.new_records[run_id] = payload
@@ -123,11 +135,11 @@ def _stage2_runs(b: Build) -> None:
 
 def _keep(b: Build, run_id: str, entry: dict, facts: list[RunFacts]) -> None:
     """Spill a run's cache entry (``{"s": summary, "l": linked blobs}``), keeping in memory
-    only its ``RunFacts`` and the blobs to copy. (A summary's ``id`` is its run id.)"""
+    only its ``RunFacts``: the blobs it links are read back in stage 6. (A summary's ``id``
+    is its run id.)"""
     s = entry["s"]
     b.runs[run_id] = compact_dumps(entry)
     facts.append(RunFacts(s["at"], run_id, s["policy"].get("experiment"), s["simulated"]))
-    b.objects.update(entry["l"])
 
 
 # ---------------------------------------------------------------------------- 6. static files and blobs
@@ -141,6 +153,10 @@ def _stage6_static(b: Build) -> None:
         if not b.pages.unchanged(rel, digest):
             write_atomic(b.out / rel, data)
             b.pages.record(rel, digest, written=True)
+    # The blobs the run pages link, read back from their cache entries: held from stage 2
+    # on, about 10 digests a run, they were a large part of the analysis's peak.
+    for run_id in b.runs:
+        b.objects.update(jsonio.loads(b.runs[run_id])["l"])
     for digest in sorted(b.objects - set(b.cache.objects)):  # earlier builds copied the rest
         copy_object(b.store, b.out, digest)
 

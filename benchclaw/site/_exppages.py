@@ -14,7 +14,7 @@ from ..analysis import experiment_facts
 from ..analysis.report import experiment_input
 from ._charts import pass_vs_cost, throughput_by_quarter, time_per_policy, tokens_per_tier
 from ._experiment import CachedRuns, analyse, cell_trials, journal_facts
-from ._runpages import page_renderer
+from ._runpages import render_pages
 from ._render import cell_url, cells_list_url, exp_dir, exp_url
 from ._state import Build, RunFacts, digest_of
 
@@ -58,6 +58,11 @@ def exploratory_ids(b: Build) -> list[str]:
 def stage_experiments(b: Build) -> None:
     for exp in experiment_ids(b):
         _experiment(b, exp)
+    for entry in b.experiments.values():  # once every analysis is done (see ``Build.reader``)
+        facts = entry["facts"]
+        for digest in (facts["spec_digest"], (facts["prereg"] or {}).get("digest")):
+            if isinstance(digest, str) and b.store.has_blob(digest):
+                b.objects.add(digest)
 
 
 def _experiment(b: Build, exp: str) -> None:
@@ -70,16 +75,14 @@ def _experiment(b: Build, exp: str) -> None:
         for rel in sorted(r for r in b.cache.pages if r.startswith(exp_dir(exp))):
             b.pages.keep(rel)
     else:
-        got = experiment_input(b.store, exp, CachedRuns([f.id for f in runs], b.payload))
+        # (its own Store: the blob index the spec and task reads build goes before the analysis)
+        got = experiment_input(b.reader(), exp, CachedRuns([f.id for f in runs], b.payload))
         result = analyse(got.data)
         summary = result["summary"]
         _cell_pages(b, exp, result, runs, summary)
         facts = {**journal_facts(got.data.journal), "spec": _spec_facts(got.data.spec), "spec_error": got.spec_error,
                  "compare": experiment_facts(got.data.spec, got.data.journal, ())}  # run times: added by the page
     b.experiments[exp] = {"key": key, "summary": summary, "facts": facts}
-    for digest in (facts["spec_digest"], (facts["prereg"] or {}).get("digest")):
-        if isinstance(digest, str) and b.store.has_blob(digest):
-            b.objects.add(digest)
     several = len(experiment_ids(b)) > 1  # then stage 4b writes the comparison page
     page_key = digest_of({"experiment": key, "summary": summary, "facts": facts, "compare": several})
     if b.pages.unchanged(exp_url(exp), page_key):  # its charts need not be drawn again
@@ -134,17 +137,15 @@ def _cell_pages(b: Build, exp: str, result: dict, runs: list[RunFacts], summary:
     order = {f"{p}/{m}": i for i, (p, m) in enumerate(
         (r["policy"], r["mode"]) for r in ((summary.get("primary") or {}).get("policies") or []))}
     rows = []
-    with page_renderer(runs_dir=b.store.root, templates=b.templates, out=b.out, public=b.public,
-                       scrub=b.scrub, workers=b.workers, renderer=b.cache.renderer) as render:
-        cells = result["cell_order"]
-        for start in range(0, len(cells), CELL_BATCH):  # one batch's run summaries held at a time
-            jobs = []
-            for cell in cells[start:start + CELL_BATCH]:
-                row, job = _cell(b, exp, cell, result, tiers, order, ids, live_runs)
-                rows.append(row)
-                if job is not None:
-                    jobs.append(job)
-            render(jobs)
+    cells = result["cell_order"]
+    for start in range(0, len(cells), CELL_BATCH):  # one batch's run summaries held at a time
+        jobs = []
+        for cell in cells[start:start + CELL_BATCH]:
+            row, job = _cell(b, exp, cell, result, tiers, order, ids, live_runs)
+            rows.append(row)
+            if job is not None:
+                jobs.append(job)
+        render_pages(b.workers, jobs)
     pages = max(1, -(-len(rows) // CELLS_PER_PAGE))
     for i in range(pages):
         chunk = rows[i * CELLS_PER_PAGE:(i + 1) * CELLS_PER_PAGE]

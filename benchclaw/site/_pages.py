@@ -41,16 +41,16 @@ def _collect_tasks(b: Build) -> dict[tuple[str, int], dict]:
     return tasks
 
 
-def _files_from_listing(b: Build, digest) -> dict[str, bytes] | None:
+def _files_from_listing(store, digest) -> dict[str, bytes] | None:
     try:
-        listing = b.store.get_blob(digest).decode("utf-8")
+        listing = store.get_blob(digest).decode("utf-8")
     except Exception:  # noqa: BLE001 - a missing listing shows as "files not stored"
         return None
     files = {}
     for line in listing.splitlines():
         hexd, _, path = line.partition("  ")
         try:
-            files[path] = b.store.get_blob("sha256:" + hexd)
+            files[path] = store.get_blob("sha256:" + hexd)
         except Exception:  # noqa: BLE001
             continue
     return files
@@ -91,13 +91,13 @@ def _file_view(path: str, data: bytes) -> dict:
 
 def stage_tasks(b: Build) -> None:
     tasks = _collect_tasks(b)
-    rows = []
+    rows, reader = [], b.reader()
     for key in sorted(tasks):
         entry = tasks[key]
         rel = task_url(*key)
         page_key = digest_of({"digest": entry["digest"], "tiers": entry["tiers"], "dir": entry["files"] is not None})
         if not b.pages.unchanged(rel, page_key):
-            files = entry["files"] if entry["files"] is not None else _files_from_listing(b, entry["digest"])
+            files = entry["files"] if entry["files"] is not None else _files_from_listing(reader, entry["digest"])
             view = _task_view(key, entry, files)
             for section in view["sections"].values():
                 b.objects.update(f["digest"] for f in section if f["truncated"])

@@ -10,7 +10,6 @@ work is done in-process: starting processes would cost more than it saves.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 from pathlib import Path
@@ -22,7 +21,7 @@ from ._experiment import run_payload
 from ._render import Scrubber, make_env, object_url, run_url
 from ._runview import Blobs, run_view, summarise_run
 
-__all__ = ["render_runs", "render_pages", "page_renderer", "copy_object", "POOL_MIN"]
+__all__ = ["Workers", "start_workers", "render_runs", "render_pages", "copy_object", "POOL_MIN"]
 
 POOL_MIN = 200
 _W: dict = {}
@@ -79,63 +78,55 @@ def _page(job: tuple[str, str, dict]) -> None:
     write_atomic(_W["out"] / rel, _W["scrub"](html).encode("utf-8"))
 
 
-def _map(fn, items: list, args: tuple, workers: int) -> Iterator:
-    """``fn`` over ``items``, results as they come (so a caller keeps only what it needs)."""
-    if workers <= 1 or len(items) < POOL_MIN:
-        _init(*args)
-        yield from map(fn, items)
-        return
+class Workers:
+    """The page renderers of one build: a pool of worker processes, or this process.
+
+    The pool is forked once, before the build holds anything per run (``start_workers`` in
+    stage 1), and serves the run pages and the cell pages alike: a fork copies the parent's
+    page tables, so a pool started after the analysis (as the cell pages' once was) counted
+    the whole analysis in each worker's resident memory. Below ``POOL_MIN`` runs there is no
+    pool: starting processes would cost more than it saves. ``close()`` ends the pool."""
+
+    def __init__(self, args: tuple, pool=None):
+        self._args, self._pool, self._local = args, pool, False
+
+    def map(self, fn, items: list) -> Iterator:
+        """``fn`` over ``items``, results as they come (so a caller keeps only what it needs)."""
+        if self._pool is not None:
+            return self._pool.imap_unordered(fn, items, chunksize=32)
+        if not self._local:
+            _init(*self._args)
+            self._local = True
+        return map(fn, items)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()  # every job's result was read: nothing is left to wait for
+            self._pool.join()
+            self._pool = None
+
+
+def start_workers(*, runs_dir: Path, templates: Path, out: Path, public: bool, scrub: Scrubber,
+                  workers: int, runs: int, renderer: str | None = None) -> Workers:
+    """The build's ``Workers``: a pool of ``workers`` processes when there are ``POOL_MIN``
+    runs or more (and more than one worker is asked for)."""
+    args = (str(runs_dir), str(templates), str(out), public, scrub, renderer)
+    if workers <= 1 or runs < POOL_MIN:
+        return Workers(args)
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    with ctx.Pool(workers, initializer=_init_worker, initargs=args) as pool:
-        yield from pool.imap_unordered(fn, items, chunksize=32)
+    return Workers(args, ctx.Pool(workers, initializer=_init_worker, initargs=args))
 
 
-def render_pages(jobs: list[tuple[str, str, dict]], *, runs_dir: Path, templates: Path, out: Path,
-                 public: bool, scrub: Scrubber, workers: int, renderer: str | None = None) -> None:
-    """Render many independent pages ``(rel, template, context)`` (cell pages) in parallel.
-    ``renderer``: reuse this process's compiled templates (``make_env``)."""
-    for _ in _map(_page, jobs, (str(runs_dir), str(templates), str(out), public, scrub, renderer), workers):
+def render_pages(workers: Workers, jobs: list[tuple[str, str, dict]]) -> None:
+    """Render many independent pages ``(rel, template, context)`` (cell pages)."""
+    for _ in workers.map(_page, jobs):
         pass
 
 
-@contextlib.contextmanager
-def page_renderer(*, runs_dir: Path, templates: Path, out: Path, public: bool, scrub: Scrubber,
-                  workers: int, renderer: str | None = None):
-    """``render(jobs)`` for pages given batch by batch (cell pages, whose contexts hold run
-    summaries read back for them: one batch's are held at a time), rendered as
-    ``render_pages`` does; one pool of workers serves every batch, started by the first
-    batch of ``POOL_MIN`` pages or more."""
-    args = (str(runs_dir), str(templates), str(out), public, scrub, renderer)
-    pool = None
-
-    def render(jobs: list[tuple[str, str, dict]]) -> None:
-        nonlocal pool
-        if pool is None and (workers <= 1 or len(jobs) < POOL_MIN):
-            _init(*args)
-            for job in jobs:
-                _page(job)
-            return
-        if pool is None:
-            import multiprocessing
-
-            ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-            pool = ctx.Pool(workers, initializer=_init_worker, initargs=args)
-        for _ in pool.imap_unordered(_page, jobs, chunksize=32):
-            pass
-
-    try:
-        yield render
-    finally:
-        if pool is not None:
-            pool.terminate()  # every job's result was read: nothing is left to wait for
-            pool.join()
-
-
-def render_runs(run_ids: list[str], *, runs_dir: Path, templates: Path, out: Path, public: bool,
-                scrub: Scrubber, workers: int, renderer: str | None = None) -> Iterator[tuple[str, dict, bytes]]:
+def render_runs(workers: Workers, run_ids: list[str]) -> Iterator[tuple[str, dict, bytes]]:
     """Render the replay page of every run in ``run_ids``; yields (run id, cache entry,
     analysis payload (``run_payload``, as JSON bytes)) per run, in no particular order.
     Raises IntegrityError/FormatError (naming the file) for a damaged run log."""
-    return _map(_one, run_ids, (str(runs_dir), str(templates), str(out), public, scrub, renderer), workers)
+    return workers.map(_one, run_ids)

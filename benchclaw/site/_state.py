@@ -10,13 +10,16 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Iterator, NamedTuple, Sequence
 
 from ..formats import jsonio
 
 from ..evidence.store import Store
 from ._cache import BuildCache, PageWriter, Spill, fast_dumps
 from ._render import Scrubber
+
+if TYPE_CHECKING:
+    from ._runpages import Workers
 
 __all__ = ["Build", "BuildReport", "RunFacts", "Summaries", "digest_of"]
 
@@ -80,7 +83,7 @@ class Build:
     tasks_dir: Path | None
     public: bool
     bundle: Path | None
-    workers: int
+    workers: "Workers"  # the page renderers (``_runpages.start_workers``)
     cache: BuildCache
     pages: PageWriter
     scrub: Scrubber
@@ -88,10 +91,16 @@ class Build:
     summaries: Summaries = field(default_factory=Summaries)
     experiments: dict[str, dict] = field(default_factory=dict)
     new_records: Spill = field(default_factory=Spill)  # run id -> analysis payload (JSON), on disk
-    objects: set[str] = field(default_factory=set)
+    objects: set[str] = field(default_factory=set)  # blobs pages link; run pages' added in stage 6
     warnings: list[str] = field(default_factory=list)
     rendered: int = 0
     comparison: dict | None = None  # stage 4b's, when the runs hold more than one experiment
+
+    def reader(self) -> Store:
+        """A ``Store`` of the same runs directory for one stage's blob reads. A Store builds
+        its blob index on first need (about 150 bytes a blob of the whole runs directory) and
+        keeps it: built on ``store`` by the task pages, it was held through every analysis."""
+        return Store(self.store.root, fsync=False)
 
     def payload(self, run_id: str):
         """The analysis's condensed run (``_experiment.run_payload``), from this build or cached
