@@ -190,3 +190,22 @@ def test_a_writer_finishes_a_full_pack_and_starts_another(tmp_path, monkeypatch)
     assert sorted(len(scan_pack(p).entries) for p in packs(store)) == [1, 3, 3]
     assert sum(read_index(p) is not None for p in packs(store)) == 2  # the two finished ones
     assert [store.get_blob(d) for d in ds] == [b"n%d" % i for i in range(7)] and check_store(store).ok
+
+
+def test_stores_named_by_one_relative_path_in_two_folders_write_each_to_its_own(tmp_path, monkeypatch):
+    """``Store("runs")`` in one folder, then in another (a ``chdir`` between, as a CLI run
+    in-process twice would): each blob goes to, and is read from, its own directory's pack;
+    the process's writer for the first folder is not handed to the second."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        monkeypatch.chdir(tmp_path / name)
+        store = Store("runs")
+        d = store.put_blob(b"blob of " + name.encode())
+        assert store.get_blob(d) == b"blob of " + name.encode()
+        assert Store("runs").get_blob(d) == b"blob of " + name.encode()
+        [pack] = packs(Store(tmp_path / name / "runs"))
+        assert pack.startswith(str(tmp_path / name / "runs" / "objects" / "packs"))
+    monkeypatch.chdir(tmp_path / "a")
+    assert not Store("runs").has_blob(digest(b"blob of b"))
+    packs_module.finish_packs("runs/objects")  # a relative name finds the absolute key
+    assert not packs_module.own_writers(str(tmp_path / "a" / "runs" / "objects"))

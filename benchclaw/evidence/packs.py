@@ -294,8 +294,10 @@ _WRITERS_MAX = 16  # open packs per process; past it the oldest is finished (a t
 
 
 def pack_writer(objects: str, fsync: bool) -> PackWriter:
-    """This process's writer for the runs directory whose ``objects/`` is ``objects`` (one
-    per process: every Store of the directory shares it; a forked child starts its own).
+    """This process's writer for the runs directory whose ``objects/`` is ``objects``, an
+    absolute path (the writer outlives the Store that asked: a relative key would name
+    another directory after a ``chdir``). One per process: every Store of the directory
+    shares it; a forked child starts its own.
     A throw-away store (``fsync=False``) gets a pack of its own, so a blob it wrote is never
     taken for a durable one."""
     w = _WRITERS.get((objects, fsync))
@@ -311,11 +313,13 @@ def pack_writer(objects: str, fsync: bool) -> PackWriter:
 
 def own_writers(objects: str) -> list[PackWriter]:
     """This process's writers in a runs directory, if any (looking never creates one)."""
+    objects = os.path.abspath(objects)
     return [w for w in (_WRITERS.get((objects, True)), _WRITERS.get((objects, False))) if w is not None]
 
 
 def finish_packs(objects: str) -> None:
     """Close this process's packs in a runs directory (a scratch directory about to go)."""
+    objects = os.path.abspath(objects)
     with _WRITERS_LOCK:
         for fsync in (True, False):
             w = _WRITERS.pop((objects, fsync), None)

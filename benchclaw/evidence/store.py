@@ -653,8 +653,12 @@ class Store:
         self._present.add(hexd)
 
     def _objects_dir(self) -> str:
+        """``objects/`` as an absolute path, fixed at first use: it keys this process's pack
+        writer for the directory (``packs.pack_writer``), which outlives this Store, so a
+        relative one would name another directory after a ``chdir`` (a later Store of
+        ``runs`` in another folder was handed the first folder's pack)."""
         if self._objects is None:
-            self._objects = str(self.root / "objects")
+            self._objects = os.path.abspath(self.root / "objects")
         return self._objects
 
     def _blob_name(self, hexd: str) -> str:
