@@ -395,7 +395,8 @@ def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None]:
 
 def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
     """The experiment's journal (entry, line, record) in reader order, chains verified and
-    every body's shape checked, or the first error (an unreadable journal file's included)."""
+    every body's shape checked, or the first error (an unreadable journal file's included).
+    Its records are kept as ``Rec`` (no line bytes, no link: read by no step)."""
     prefix = f"journals/{exp}/"
     broken = sorted(n for n in unread if n.startswith(prefix) and n.endswith(".jsonl"))
     if broken:
@@ -406,7 +407,7 @@ def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
             check_body(rec.kind, rec.body, JOURNAL, name, line)
     except VerificationError as e:
         return e
-    return journal
+    return [(name, line, rec) for (name, line, _), rec in zip(journal, _compact([r for _, _, r in journal]))]
 
 
 # ------------------------------------------------------------------------------ the objects
