@@ -489,5 +489,8 @@ def _adopt(names: list[str], got: dict, digests: dict, unread: dict, readings: d
             digests[name] = NAMED if name[11:] == hexd else "sha256:" + hexd  # _index.Digests
     for name, e in got["errors"].items():
         unread[name] = VerificationError(e["path"], e["message"], e["record"])
-    for name, got in got["kept"].items():
-        readings[name] = got.encode("latin-1") if isinstance(got, str) else got
+    kept = got["kept"]
+    for name in names:  # keyed by the zip's own name string, not the pipe's copy of it
+        got = kept.get(name)
+        if got is not None:
+            readings[name] = got.encode("latin-1") if isinstance(got, str) else got
