@@ -182,6 +182,9 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
     readings = _read_objects(pages, view, objects, roles, digests, unread)  # B: on two cores
     pages.release()
     journals = {exp: _journal(content, unread, exp) for exp in manifest.experiments}  # C
+    for journal in journals.values():  # its bytes were for this parse (step 6 reads the records)
+        for name in {name for name, _, _ in journal} if isinstance(journal, list) else ():
+            content.pop(name, None)
     return Index(limits=limits, names=tuple(view.names), sizes=frozen({n: e.usize for n, e in view.entries.items()}),
                  manifest=manifest, digests=Digests(digests), unread=frozen(unread), run_logs=frozen(run_logs),
                  objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
