@@ -252,6 +252,7 @@ def _runs_by_attempt(tie: Tie, runs, replays: dict, sec: Section) -> tuple[dict,
     same pass: a run's records are parsed again each time a step reads another run's)."""
     tied: dict[str, dict] = {}
     keys: dict[str, dict] = {}
+    once: dict[str, str] = {}  # a call key ("0.1") recurs in every run: held once
     for run in runs.values():
         lid = run.start.get("ledger")
         if lid is None or lid not in replays:
@@ -259,7 +260,9 @@ def _runs_by_attempt(tie: Tie, runs, replays: dict, sec: Section) -> tuple[dict,
         attempt = run.policy.get("attempt")
         tied.setdefault(lid, {})[attempt] = run
         calls = run.of_kind("call")
-        keys.setdefault(lid, {})[attempt] = {f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in calls}
+        mine = (f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in calls)
+        mine = tuple({once.setdefault(k, k): None for k in mine})
+        keys.setdefault(lid, {})[attempt] = mine if len(mine) <= 16 else frozenset(mine)  # a few: a tuple
         if sec.attempt(_check_run_calls, tie, run, replays[lid], attempt):
             sec.count("calls tied", len(calls))
     return tied, keys
