@@ -11,7 +11,8 @@ A. the zip's directory is validated (``_zip``), the manifest parsed; every run l
 B. the objects (most of a bundle's bytes) are inflated, hashed and read in two halves at
    once: a forked worker (``_workers``) takes the first half and returns compact results
    as JSON (digests as one string, readings as lists), this process the second;
-C. each experiment's journal is merged and shape-checked.
+C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, its
+   files' bytes then dropped: step 6 reads the records).
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
 walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
