@@ -17,9 +17,9 @@ zip. What the index keeps of an entry is what some step reads of it, and no more
   recompute with the object's digest;
 - a ledger: where its bytes lie in the zip, as a run log's, its first and last record, or its chain
   error (``LedgerLog``): it reads as its records, parsed again as they are iterated;
-- each experiment's journal;
-- every other entry (tasks, journals, summary, spec) but the site pages (read by no step):
-  its bytes.
+- each experiment's journal, its records as ``Rec``;
+- every other entry (tasks, summary, spec) but the site pages (read by no step) and the
+  journals parsed into the index: its bytes.
 
 Nothing here changes once ``_reading.reading`` yields it: the mappings are read-only.
 """
@@ -332,8 +332,8 @@ class Index:
     run_logs: Mapping[str, RunLog | VerificationError]   # runs/... entry -> its parse
     objects: Mapping[str, bytes]                 # objects/... entry -> what is kept of it (kept())
     ledgers: Mapping[str, LedgerLog | VerificationError]  # ledgers/... entry -> its chained records
-    journals: Mapping[str, list | VerificationError]     # experiment -> (entry, line, Record)
-    content: Mapping[str, bytes]                 # every other entry's bytes
+    journals: Mapping[str, list | VerificationError]     # experiment -> (entry, line, Rec)
+    content: Mapping[str, bytes]                 # every other entry's bytes (not a parsed journal's)
     task_files: Mapping[str, Mapping[str, bytes]]  # tasks/<id>/v<N> -> {relative path: bytes}
     registered: frozenset | None                 # registration digests the auditor holds
     recent: list = field(default_factory=lambda: [None, (), {}], repr=False, compare=False)

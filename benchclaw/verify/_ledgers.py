@@ -55,8 +55,8 @@ class LedgerReplay:
     state: LedgerState = field(default_factory=LedgerState)
     carried_from: list = field(default_factory=list)
     open: dict = field(default_factory=dict)        # reservation id -> reserve body (+ line)
-    reserves: dict = field(default_factory=dict)    # (attempt, key) -> (line, reserve fields kept)
-    settles: dict = field(default_factory=dict)     # reservation id -> (line, settle fields kept)
+    reserves: dict = field(default_factory=dict)    # (attempt, key) -> reserve fields kept (and its line)
+    settles: dict = field(default_factory=dict)     # reservation id -> settle fields kept (and its line)
     refusals: list = field(default_factory=list)    # refuse bodies
     strings: dict = field(default_factory=dict, repr=False)  # _once
 
@@ -199,12 +199,12 @@ def _index_reserve(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
     res = Kept(body, _RESERVE_KEPT, line)  # tokens and usd as written
     res.usd = _once(rep, res.usd)  # a call's bound recurs: held once
     rep.open[body["id"]] = res
-    rep.reserves[(_once(rep, body.get("attempt")), _once(rep, body.get("key")))] = (line, res)
+    rep.reserves[(_once(rep, body.get("attempt")), _once(rep, body.get("key")))] = res
 
 
 def _index_settle(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
     res = rep.open.pop(body.get("id"))
-    rep.settles[res["id"]] = (line, Kept(body, _SETTLE_KEPT))  # the id string the reservation holds
+    rep.settles[res["id"]] = Kept(body, _SETTLE_KEPT, line)  # the id string the reservation holds
 
 
 def _once(rep: LedgerReplay, value):
@@ -252,6 +252,7 @@ def _runs_by_attempt(tie: Tie, runs, replays: dict, sec: Section) -> tuple[dict,
     same pass: a run's records are parsed again each time a step reads another run's)."""
     tied: dict[str, dict] = {}
     keys: dict[str, dict] = {}
+    once: dict[str, str] = {}  # a call key ("0.1") recurs in every run: held once
     for run in runs.values():
         lid = run.start.get("ledger")
         if lid is None or lid not in replays:
@@ -259,7 +260,9 @@ def _runs_by_attempt(tie: Tie, runs, replays: dict, sec: Section) -> tuple[dict,
         attempt = run.policy.get("attempt")
         tied.setdefault(lid, {})[attempt] = run
         calls = run.of_kind("call")
-        keys.setdefault(lid, {})[attempt] = {f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in calls}
+        mine = (f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in calls)
+        mine = tuple({once.setdefault(k, k): None for k in mine})
+        keys.setdefault(lid, {})[attempt] = mine if len(mine) <= 16 else frozenset(mine)  # a few: a tuple
         if sec.attempt(_check_run_calls, tie, run, replays[lid], attempt):
             sec.count("calls tied", len(calls))
     return tied, keys
@@ -282,20 +285,18 @@ def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt) -> None:
 def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, attempt,
                prices: Prices) -> None:
     key = f"{body.get('turn')}.{body.get('attempt')}"
-    found = rep.reserves.get((attempt, key))
-    if found is None:
+    res = rep.reserves.get((attempt, key))
+    if res is None:
         raise VerificationError(run.path, f"call {key} has no reservation in ledger {rep.name}", line)
-    _, res = found
     estimate, max_tokens = body.get("prompt_estimate"), (body.get("params") or {}).get("max_tokens")
     bound = upper_bound(tie.cache, prices, estimate, max_tokens)
     if res["tokens"] != estimate + max_tokens or res["usd"] != bound:
         raise VerificationError(run.path, f"call {key}: its reservation ({res['tokens']} tokens, ${res['usd']}) "
                                 f"is not its bound ({estimate + max_tokens} tokens, ${bound})", line)
-    settled = rep.settles.get(res["id"])
+    s = rep.settles.get(res["id"])
     usage = Usage.from_dict(body["usage"]) if isinstance(body.get("usage"), dict) else None
-    if settled is None:
+    if s is None:
         return  # still open: counted at its bound
-    s = settled[1]
     done = tie.costs.calls.get(run.run_id, {}).get(line)  # step 4 recomputed it from this usage and these prices
     if done is None and usage is not None:
         done = CostBounds(True, call_cost(usage, prices), call_cost(usage, prices))
@@ -313,13 +314,14 @@ def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, att
 def _no_orphans(rep: LedgerReplay, runs: dict, calls: dict) -> None:
     """``calls``: attempt -> the keys of its run's calls (``_runs_by_attempt``)."""
     name = f"{_PREFIX}{rep.name}.jsonl"
-    for (attempt, key), (line, res) in sorted(rep.reserves.items(), key=lambda kv: kv[1][0]):
+    for (attempt, key), res in sorted(rep.reserves.items(), key=lambda kv: kv[1].line):
+        line = res.line
         run = runs.get(attempt)
         if run is None:
             raise VerificationError(name, f"reservation for attempt {attempt} (call {key}) but no run in the "
                                     "bundle carries that attempt", line)
         settled = rep.settles.get(res["id"])
         called = key in calls[attempt]
-        if settled and settled[1].get("known") is True and not called:
+        if settled and settled.get("known") is True and not called:
             raise VerificationError(name, f"settled a known call {key} of {run.run_id[:12]} that the run "
-                                    "does not record", settled[0])
+                                    "does not record", settled.line)

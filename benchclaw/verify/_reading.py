@@ -11,7 +11,8 @@ A. the zip's directory is validated (``_zip``), the manifest parsed; every run l
 B. the objects (most of a bundle's bytes) are inflated, hashed and read in two halves at
    once: a forked worker (``_workers``) takes the first half and returns compact results
    as JSON (digests as one string, readings as lists), this process the second;
-C. each experiment's journal is merged and shape-checked.
+C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, its
+   files' bytes then dropped: step 6 reads the records).
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
 walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
@@ -182,6 +183,9 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
     readings = _read_objects(pages, view, objects, roles, digests, unread)  # B: on two cores
     pages.release()
     journals = {exp: _journal(content, unread, exp) for exp in manifest.experiments}  # C
+    for journal in journals.values():  # its bytes were for this parse (step 6 reads the records)
+        for name in {name for name, _, _ in journal} if isinstance(journal, list) else ():
+            content.pop(name, None)
     return Index(limits=limits, names=tuple(view.names), sizes=frozen({n: e.usize for n, e in view.entries.items()}),
                  manifest=manifest, digests=Digests(digests), unread=frozen(unread), run_logs=frozen(run_logs),
                  objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
@@ -395,7 +399,8 @@ def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None]:
 
 def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
     """The experiment's journal (entry, line, record) in reader order, chains verified and
-    every body's shape checked, or the first error (an unreadable journal file's included)."""
+    every body's shape checked, or the first error (an unreadable journal file's included).
+    Its records are kept as ``Rec`` (no line bytes, no link: read by no step)."""
     prefix = f"journals/{exp}/"
     broken = sorted(n for n in unread if n.startswith(prefix) and n.endswith(".jsonl"))
     if broken:
@@ -406,7 +411,7 @@ def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
             check_body(rec.kind, rec.body, JOURNAL, name, line)
     except VerificationError as e:
         return e
-    return journal
+    return [(name, line, rec) for (name, line, _), rec in zip(journal, _compact([r for _, _, r in journal]))]
 
 
 # ------------------------------------------------------------------------------ the objects
@@ -488,5 +493,8 @@ def _adopt(names: list[str], got: dict, digests: dict, unread: dict, readings: d
             digests[name] = NAMED if name[11:] == hexd else "sha256:" + hexd  # _index.Digests
     for name, e in got["errors"].items():
         unread[name] = VerificationError(e["path"], e["message"], e["record"])
-    for name, got in got["kept"].items():
-        readings[name] = got.encode("latin-1") if isinstance(got, str) else got
+    kept = got["kept"]
+    for name in names:  # keyed by the zip's own name string, not the pipe's copy of it
+        got = kept.get(name)
+        if got is not None:
+            readings[name] = got.encode("latin-1") if isinstance(got, str) else got

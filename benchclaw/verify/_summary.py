@@ -107,8 +107,10 @@ class _Files(Mapping):
 
 def _compare(ix: Index, exp: str, claimed, sec: Section) -> None:
     files = _Files(ix)
+    journal = ix.journals.get(exp)  # as the reading stage read it (its error: read again, to raise it)
     try:
-        data = experiment_data_from_files(files, exp, chains=lambda name: _chain(ix, files, name))
+        data = experiment_data_from_files(files, exp, chains=lambda name: _chain(ix, files, name),
+                                          journal=journal if isinstance(journal, list) else None)
         recomputed = jsonio.loads(jsonio.dumps(summarise(data)))  # the JSON value, as written
     except BenchClawError as e:
         raise VerificationError(SUMMARY, f"cannot recompute the summary of {exp}: {e}") from None

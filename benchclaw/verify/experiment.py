@@ -72,16 +72,19 @@ def registrations(journal: list[tuple[str, int, Record]]) -> list[tuple[str, str
 
 
 def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
-                               chains: Callable[[str], Sequence[Record]] | None = None) -> ExperimentData:
+                               chains: Callable[[str], Sequence[Record]] | None = None,
+                               journal: Sequence[tuple[str, int, Record]] | None = None) -> ExperimentData:
     """The analysis input of ``experiment`` from bundle files (path -> bytes), built as
     export builds the claim (``analysis.fold``: each run condensed as soon as it is read,
     so one run's records are held at a time). Raises VerificationError naming the entry
     when a journal, run, ledger or the spec cannot be read. ``chains``: entry name ->
     records already verified from exactly these bytes (the verifier's reading stage), so
-    they are not verified twice; by default each is parsed from ``files``."""
+    they are not verified twice; by default each is parsed from ``files``. ``journal``: what
+    ``journal_records`` gives, already read from these files (else it is read here)."""
     chain = chains or (lambda name: chain_records(files, name))
     prefix = f"journals/{experiment}/"
-    entries = [(name[len(prefix):-len(".jsonl")], rec) for name, _, rec in journal_records(files, experiment)]
+    journal = journal_records(files, experiment) if journal is None else journal
+    entries = [(name[len(prefix):-len(".jsonl")], rec) for name, _, rec in journal]
     fold = ExperimentFold(experiment)
     for name in sorted(files):  # run id order: runs/<aa>/<id>.jsonl
         m = RUN_PATH.match(name)
