@@ -24,8 +24,11 @@ Why it is built this way (FORMAT.md §1, "Durability"):
   for that thread to let go; those hand-offs, not the fsyncs, were most of a commit's CPU.
   So the committer keeps its duplicate of a written file's descriptor from one pass to the
   next (closed once its writer ``release``s the file and no pass needs it), runs a small
-  pass's fsyncs itself and a large one's in a few chunks (one per worker, one of them its
-  own), and wakes each event loop once per pass for all of its waiters.
+  pass's fsyncs itself and a large one's on a few threads (its own one of them) that each
+  take the next file, and wakes each event loop once per pass for all of its waiters.
+- **A pass waited for only on an event loop gathers first** (``_GATHER``, 2 ms): the other
+  runs in flight reach their own reservations meanwhile and share it, so a grid makes about
+  half as many passes. A thread that blocks (``wait``) gets its pass at once.
 
 Ordering is the callers' part, and it is one rule: *write what refers to a file only after
 the commit covering that file* (a settlement after its call record, a journal ``run``
@@ -44,6 +47,7 @@ import concurrent.futures as cf
 import concurrent.futures.thread  # noqa: F401  (imported now: the pool cannot be imported at exit)
 import os
 import threading
+import time
 from pathlib import Path
 
 from ..errors import StorageError
@@ -52,7 +56,8 @@ __all__ = ["Committer", "committer", "storage_error"]
 
 _THREADS = 8     # fsyncs in flight at once; more only contend for the GIL on their way back
 _INLINE = 4      # a phase this small runs on the committer's own thread (a hop costs more)
-_CHUNK = 3       # a larger one is cut into chunks of about this many, one per thread
+_CHUNK = 3       # a larger one takes a thread (this one included) per this many items, up to _THREADS
+_GATHER = 0.002  # seconds a pass only event loops wait for waits for more to join it
 
 
 class _Synced:
@@ -83,6 +88,7 @@ class Committer:
         self._waiters: list[tuple[int, cf.Future]] = []
         self._loop_waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
         self._wake = threading.Condition(self._lock)
+        self._gathering = False  # the pass thread waits for more to join: loop waiters need not wake it
         self._thread: threading.Thread | None = None
         self._pool: cf.ThreadPoolExecutor | None = None
 
@@ -193,7 +199,8 @@ class Committer:
             self._loop_waiters.append((t, loop, fut))
             self._asked = max(self._asked, t)
             self._start()
-            self._wake.notify()
+            if not self._gathering:
+                self._wake.notify()
         await fut
 
     # -- the pass (its own thread) ---------------------------------------------------
@@ -208,7 +215,22 @@ class Committer:
             with self._lock:
                 while self._asked <= self._done:
                     self._wake.wait()
+                self._gather()
             self._one_pass()
+
+    def _gather(self) -> None:
+        """While only event loops wait, give them ``_GATHER`` seconds to join the pass (the
+        lock held, except while waiting); a blocked thread (``request``) ends it at once."""
+        deadline = time.monotonic() + _GATHER
+        self._gathering = True
+        try:
+            while not self._waiters:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._wake.wait(left)
+        finally:
+            self._gathering = False
 
     def _one_pass(self) -> None:
         """Take everything marked so far, make it durable, tell the waiters it covers."""
@@ -273,21 +295,20 @@ class Committer:
         return dirs
 
     def _fsync_all(self, items: list) -> None:
-        """fsync ``items`` (``(fd, path, is_dir)``): a few on this thread, more in chunks on
-        the pool and this thread at once (a thread hop per item costs more than it saves).
-        Raises the first StorageError."""
+        """fsync ``items`` (``(fd, path, is_dir)``): a few on this thread; more on this thread
+        and a few pool threads at once, each taking the next item until none is left (a
+        thread hop per item costs more than it saves). Raises the first StorageError."""
         if not items:
             return
-        chunks = [items]
+        todo = iter(items)  # shared: each next() is atomic
         futures: list = []
         if len(items) > _INLINE and self._pool is not None:
-            n = min(_THREADS, -(-len(items) // _CHUNK))
-            chunks = [items[i::n] for i in range(n)]
+            helpers = min(_THREADS, -(-len(items) // _CHUNK)) - 1
             try:
-                futures = [self._pool.submit(_fsync_chunk, c) for c in chunks[1:]]
+                futures = [self._pool.submit(_fsync_each, todo) for _ in range(helpers)]
             except RuntimeError:  # the interpreter is exiting (the pool takes no work): inline
-                chunks, futures = [items], []
-        errors = _fsync_chunk(chunks[0])
+                pass
+        errors = _fsync_each(todo)
         for fut in futures:
             errors += fut.result()
         if errors:
@@ -326,9 +347,10 @@ def _settle_all(futs: list, error: BaseException | None) -> None:
                 fut.set_exception(error)
 
 
-def _fsync_chunk(items: list) -> list:
-    """fsync each of ``items`` in turn; the StorageErrors of those that failed."""
-    return [e for e in map(_fsync_one, items) if e is not None]
+def _fsync_each(todo) -> list:
+    """fsync the items of ``todo`` (an iterator other threads take from too) until none is
+    left; the StorageErrors of those that failed."""
+    return [e for e in map(_fsync_one, todo) if e is not None]
 
 
 def _fsync_one(item) -> BaseException | None:
