@@ -19,6 +19,16 @@ Why it is built this way (FORMAT.md §1, "Durability"):
   has finished all three. Passes run one at a time; the marks made during one go to the next.
 - **One committer per process**, shared by every ``Store`` and chain file of it, so a run's
   records, its blobs, the ledger and the journal share passes. A forked child starts its own.
+- **Few thread hand-offs per pass.** The event loop's thread is busy while a grid runs, and
+  each time a worker thread needs the GIL back (after each fsync, close, wake-up) it waits
+  for that thread to let go; those hand-offs, not the fsyncs, were most of a commit's CPU.
+  So the committer keeps its duplicate of a written file's descriptor from one pass to the
+  next (closed once its writer ``release``s the file and no pass needs it), runs a small
+  pass's fsyncs itself and a large one's on a few threads (its own one of them) that each
+  take the next file, and wakes each event loop once per pass for all of its waiters.
+- **A pass waited for only on an event loop gathers first** (``_GATHER``, 2 ms): the other
+  runs in flight reach their own reservations meanwhile and share it, so a grid makes about
+  half as many passes. A thread that blocks (``wait``) gets its pass at once.
 
 Ordering is the callers' part, and it is one rule: *write what refers to a file only after
 the commit covering that file* (a settlement after its call record, a journal ``run``
@@ -37,6 +47,7 @@ import concurrent.futures as cf
 import concurrent.futures.thread  # noqa: F401  (imported now: the pool cannot be imported at exit)
 import os
 import threading
+import time
 from pathlib import Path
 
 from ..errors import StorageError
@@ -45,6 +56,19 @@ __all__ = ["Committer", "committer", "storage_error"]
 
 _THREADS = 8     # fsyncs in flight at once; more only contend for the GIL on their way back
 _INLINE = 4      # a phase this small runs on the committer's own thread (a hop costs more)
+_CHUNK = 3       # a larger one takes a thread (this one included) per this many items, up to _THREADS
+_GATHER = 0.002  # seconds a pass only event loops wait for waits for more to join it
+
+
+class _Synced:
+    """Our duplicate of a writer's descriptor, kept across passes (``Committer.mark_file``).
+    ``closing``: its writer let the file go; closed once no pass is syncing it."""
+
+    __slots__ = ("fd", "of", "marked", "busy", "closing")
+
+    def __init__(self, fd: int, of: int):
+        self.fd, self.of = fd, of   # ours, and the writer's it duplicates
+        self.marked = self.busy = self.closing = False
 
 
 class Committer:
@@ -53,7 +77,8 @@ class Committer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._files: dict[str, int] = {}                     # path -> our dup of a written fd
+        self._synced: dict[str, _Synced] = {}               # path -> our dup of its writer's fd
+        self._files: dict[str, _Synced] = {}                # path -> marked since the last pass
         self._dirs: set[str] = set()
         self._renames: list[tuple[int, Path, Path, tuple]] = []  # (fd we own, src, dst, dirs to sync)
         self._staged: dict[str, Path] = {}                   # dst -> src of a rename not yet done
@@ -61,19 +86,43 @@ class Committer:
         self._done = 0         # every ticket up to this one is durable
         self._asked = 0        # the highest ticket someone waits for
         self._waiters: list[tuple[int, cf.Future]] = []
+        self._loop_waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
         self._wake = threading.Condition(self._lock)
+        self._gathering = False  # the pass thread waits for more to join: loop waiters need not wake it
         self._thread: threading.Thread | None = None
         self._pool: cf.ThreadPoolExecutor | None = None
 
     # -- marking (any thread) --------------------------------------------------------
     def mark_file(self, fd: int, path: Path | str) -> int:
-        """``fd`` was written; it is durable once the returned ticket is."""
+        """``fd`` was written; it is durable once the returned ticket is. The committer keeps
+        a duplicate of ``fd`` until the writer ``release``s ``path`` (which it must do before
+        closing ``fd``); a different ``fd`` for the same path replaces it."""
         key = str(path)
         with self._lock:
-            if key not in self._files:
-                self._files[key] = os.dup(fd)
+            got = self._synced.get(key)
+            if got is None or got.of != fd:
+                if got is not None:
+                    self._let_go(key)
+                got = self._synced[key] = _Synced(os.dup(fd), fd)
+            got.marked = True
+            self._files[key] = got
             self._marked += 1
             return self._marked
+
+    def release(self, path: Path | str) -> None:
+        """The writer of ``path`` is closing its descriptor: close ours once no pass needs it
+        (what was marked is still made durable by the next pass)."""
+        with self._lock:
+            self._let_go(str(path))
+
+    def _let_go(self, key: str) -> None:
+        got = self._synced.pop(key, None)
+        if got is None:
+            return
+        if got.marked or got.busy:
+            got.closing = True  # the pass that syncs it closes it
+        else:
+            os.close(got.fd)
 
     def mark_dir(self, path: Path | str) -> int:
         """An entry of directory ``path`` changed (a file created or renamed)."""
@@ -95,12 +144,15 @@ class Committer:
             return self._marked
 
     def forget(self, path: Path | str) -> None:
-        """Drop the mark of ``path`` without syncing it (a run file closed unsealed: its lock
-        must go now, and recovery syncs what it keeps)."""
+        """Drop the mark of ``path`` without syncing it and close our descriptor (a run file
+        closed unsealed: its lock must go now, and recovery syncs what it keeps); a pass
+        syncing it at that moment closes it when done."""
+        key = str(path)
         with self._lock:
-            fd = self._files.pop(str(path), None)
-        if fd is not None:
-            os.close(fd)
+            got = self._files.pop(key, None)
+            if got is not None:
+                got.marked = False
+            self._let_go(key)
 
     def staged(self, dst: Path | str) -> Path | None:
         """Where the bytes of ``dst`` are while its rename waits for a pass (None: not staged)."""
@@ -136,10 +188,20 @@ class Committer:
             fut.result()
 
     async def commit(self, ticket: int | None = None) -> None:
-        """Wait, without blocking the event loop, until ``ticket`` is durable."""
-        fut = self.request(ticket)
-        if fut is not None:
-            await asyncio.wrap_future(fut)
+        """Wait, without blocking the event loop, until ``ticket`` is durable. The pass wakes
+        the loop once for every waiter of it it covers (``_wake_loops``)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            t = self._marked if ticket is None else ticket
+            if t <= self._done:
+                return
+            fut = loop.create_future()
+            self._loop_waiters.append((t, loop, fut))
+            self._asked = max(self._asked, t)
+            self._start()
+            if not self._gathering:
+                self._wake.notify()
+        await fut
 
     # -- the pass (its own thread) ---------------------------------------------------
     def _start(self) -> None:
@@ -153,7 +215,22 @@ class Committer:
             with self._lock:
                 while self._asked <= self._done:
                     self._wake.wait()
+                self._gather()
             self._one_pass()
+
+    def _gather(self) -> None:
+        """While only event loops wait, give them ``_GATHER`` seconds to join the pass (the
+        lock held, except while waiting); a blocked thread (``request``) ends it at once."""
+        deadline = time.monotonic() + _GATHER
+        self._gathering = True
+        try:
+            while not self._waiters:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._wake.wait(left)
+        finally:
+            self._gathering = False
 
     def _one_pass(self) -> None:
         """Take everything marked so far, make it durable, tell the waiters it covers."""
@@ -162,18 +239,27 @@ class Committer:
             files, self._files = self._files, {}
             dirs, self._dirs = self._dirs, set()
             renames, self._renames = self._renames, []
+            for got in files.values():
+                got.marked, got.busy = False, True
         error = None
         try:
-            self._pass(files, dirs, renames)
+            self._pass({path: got.fd for path, got in files.items()}, dirs, renames)
         except BaseException as e:  # noqa: BLE001 - handed to every waiter of this pass
             error = e
         with self._lock:
+            for got in files.values():
+                got.busy = False
+                if got.closing and not got.marked:
+                    os.close(got.fd)
             for _, src, dst, _ in renames:
                 if self._staged.get(str(dst)) is src:
                     del self._staged[str(dst)]
             self._done = upto
             ready = [f for t, f in self._waiters if t <= upto]
             self._waiters = [(t, f) for t, f in self._waiters if t > upto]
+            woken = [(loop, f) for t, loop, f in self._loop_waiters if t <= upto]
+            self._loop_waiters = [w for w in self._loop_waiters if w[0] > upto]
+        _wake_loops(woken, error)
         for fut in ready:
             if not fut.set_running_or_notify_cancel():
                 continue  # its waiter was cancelled (an interrupted run): nobody to tell
@@ -189,8 +275,8 @@ class Committer:
                             + [(None, d, True) for d in dirs])
             self._fsync_all([(None, d, True) for d in self._move(renames)])
         finally:
-            for fd in list(files.values()) + [r[0] for r in renames]:
-                os.close(fd)
+            for r in renames:
+                os.close(r[0])
 
     @staticmethod
     def _move(renames: list) -> set[str]:
@@ -209,15 +295,22 @@ class Committer:
         return dirs
 
     def _fsync_all(self, items: list) -> None:
+        """fsync ``items`` (``(fd, path, is_dir)``): a few on this thread; more on this thread
+        and a few pool threads at once, each taking the next item until none is left (a
+        thread hop per item costs more than it saves). Raises the first StorageError."""
         if not items:
             return
-        results = None
-        if len(items) > _INLINE and self._pool is not None:  # smaller: a thread hop costs more than it saves
+        todo = iter(items)  # shared: each next() is atomic
+        futures: list = []
+        if len(items) > _INLINE and self._pool is not None:
+            helpers = min(_THREADS, -(-len(items) // _CHUNK)) - 1
             try:
-                results = list(self._pool.map(_fsync_one, items))  # type: ignore[union-attr]
+                futures = [self._pool.submit(_fsync_each, todo) for _ in range(helpers)]
             except RuntimeError:  # the interpreter is exiting (the pool takes no work): inline
                 pass
-        errors = [e for e in (results if results is not None else map(_fsync_one, items)) if e is not None]
+        errors = _fsync_each(todo)
+        for fut in futures:
+            errors += fut.result()
         if errors:
             raise errors[0]
 
@@ -231,6 +324,33 @@ def storage_error(path: Path, what: str, err: OSError) -> StorageError:
         hint = " (the runs directory is not writable here)"
     return StorageError(f"{path}: cannot {what}: {reason}{hint}; everything written before is safe; "
                         "free space, then run `benchclaw runs recover` (a grid run does it on start)")
+
+
+def _wake_loops(woken: list, error: BaseException | None) -> None:
+    """Tell each event loop's waiters their pass is done: one wake-up per loop."""
+    by_loop: dict = {}
+    for loop, fut in woken:
+        by_loop.setdefault(loop, []).append(fut)
+    for loop, futs in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle_all, futs, error)
+        except RuntimeError:  # that loop is closed: nobody waits there any more
+            pass
+
+
+def _settle_all(futs: list, error: BaseException | None) -> None:
+    for fut in futs:
+        if not fut.done():  # a cancelled waiter (an interrupted run): nobody to tell
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(error)
+
+
+def _fsync_each(todo) -> list:
+    """fsync the items of ``todo`` (an iterator other threads take from too) until none is
+    left; the StorageErrors of those that failed."""
+    return [e for e in map(_fsync_one, todo) if e is not None]
 
 
 def _fsync_one(item) -> BaseException | None:

@@ -233,6 +233,8 @@ class PackWriter:
         if self.fd is not None:
             entries = sorted(((h, o, n) for h, (o, n, _) in self.own.items()), key=lambda e: e[1])
             write_index(self.path, entries, self.size)  # type: ignore[arg-type]
+            if self.fsync:
+                committer().release(self.path)  # type: ignore[arg-type]
             os.close(self.fd)
         self.fd, self.path, self.size, self.own = None, None, 0, {}
 

@@ -175,10 +175,15 @@ class ChainFile:
     def append_with(self, make: Callable[[], tuple[str, dict]], *, durable: bool = True) -> Record:
         """As ``append``, with ``make() -> (kind, body)`` called under the lock after every
         other writer's records were folded in (so a decision sees all of them)."""
-        with self.locked():
-            self._refresh()
-            kind, body = make()
-            return self._write(kind, body, durable and not self.awaits_commits)
+        with self._mutex:  # ``locked()``, spelt out: this runs for every record
+            self._open()
+            self._lock()
+            try:
+                self._refresh()
+                kind, body = make()
+                return self._write(kind, body, durable and not self.awaits_commits)
+            finally:
+                self._unlock()
 
     def _wait_durable(self, good_size: int, seq: int) -> None:
         """Wait (under the lock, as an fsync in place would) for the commit covering the line
@@ -279,6 +284,8 @@ class ChainFile:
 
     def release(self) -> None:
         """Close the file descriptors (an append reopens them; a run writer's never do)."""
+        if self._fd is not None and self._fsync:
+            committer().release(self.path)  # its copy for the group commit goes after its pass
         for fd in {self._fd, self._lock_fd} - {None}:
             try:
                 os.close(fd)  # type: ignore[arg-type]

@@ -39,6 +39,8 @@ def dumps(obj) -> bytes:
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})  # exact types that are never a float
+_NESTED = frozenset({dict, list, tuple})            # exact container types, walked in turn
+_PLAIN_OR_NESTED = _PLAIN | _NESTED
 
 
 def dumps_floatless(obj) -> bytes:
@@ -75,6 +77,11 @@ def _has_float(obj) -> bool:
             continue
         if float in types:
             return True
+        if types <= _PLAIN_OR_NESTED:  # the usual case: only the containers need a look
+            for v in cur:
+                if type(v) in _NESTED:
+                    stack.append((v, depth + 1))
+            continue
         for v in cur:
             if type(v) in _PLAIN:
                 continue
