@@ -197,3 +197,36 @@ def test_what_is_still_staged_at_exit_is_put_in_place(tmp_path):
     [pack] = list_packs(str(tmp_path / "runs" / "objects"))
     scan = scan_pack(pack)
     assert len(scan.entries) == 5 and scan.problem is None
+
+
+def test_a_writer_finalised_inside_the_committers_lock_does_not_deadlock_it(tmp_path):
+    """A writer's ``__del__`` can run inside any allocation, also on a thread that holds the
+    committer's lock (a grid hung in ``seal``: a collected ChainFile released its file from
+    within ``rename_after_sync``). Its release waits for the lock's holder, who carries it
+    out when letting go: our descriptor is closed, so the writer's ``flock`` goes with it."""
+    import fcntl
+    import threading
+
+    from benchclaw.evidence._commit import Committer
+
+    c = Committer()
+    path = tmp_path / "run.jsonl"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    c.wait(c.mark_file(fd, path))  # the committer now holds a duplicate of fd (and its lock)
+    done = threading.Event()
+
+    def finalised_inside_the_lock():
+        with c._held:
+            c.release(path, fd)  # as ChainFile.__del__ would, from inside a locked section
+        done.set()
+
+    threading.Thread(target=finalised_inside_the_lock, daemon=True).start()
+    assert done.wait(10), "release from inside the committer's lock deadlocked"
+    os.close(fd)
+    probe = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no descriptor of ours holds it
+    finally:
+        os.close(probe)
+    assert str(path) not in c._synced

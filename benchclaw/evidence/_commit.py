@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import concurrent.futures as cf
 import concurrent.futures.thread  # noqa: F401  (imported now: the pool cannot be imported at exit)
 import os
@@ -71,12 +72,36 @@ class _Synced:
         self.marked = self.busy = self.closing = False
 
 
+class _Held:
+    """``with committer._held:``: the committer's lock, with the releases that could not take
+    it (``Committer.release``) carried out on entry and after letting go."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, c: "Committer"):
+        self._c = c
+
+    def __enter__(self) -> None:
+        self._c._lock.acquire()
+        if self._c._gone:
+            self._c._let_gone()
+
+    def __exit__(self, *exc) -> None:
+        self._c._lock.release()
+        if self._c._gone:
+            self._c._try_let_gone()  # one queued while the lock was ours
+
+
 class Committer:
     """Marks, tickets and passes (module docstring). Thread-safe; the pass runs on its own
     thread, started on first use."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._held = _Held(self)
+        # (path, writer's fd) of releases that found the lock taken: a finaliser (a writer's
+        # ``__del__``) can run inside any allocation, on a thread that holds the lock already
+        self._gone: collections.deque[tuple[str, int]] = collections.deque()
         self._synced: dict[str, _Synced] = {}               # path -> our dup of its writer's fd
         self._files: dict[str, _Synced] = {}                # path -> marked since the last pass
         self._dirs: set[str] = set()
@@ -98,7 +123,7 @@ class Committer:
         a duplicate of ``fd`` until the writer ``release``s ``path`` (which it must do before
         closing ``fd``); a different ``fd`` for the same path replaces it."""
         key = str(path)
-        with self._lock:
+        with self._held:
             got = self._synced.get(key)
             if got is None or got.of != fd:
                 if got is not None:
@@ -109,11 +134,32 @@ class Committer:
             self._marked += 1
             return self._marked
 
-    def release(self, path: Path | str) -> None:
-        """The writer of ``path`` is closing its descriptor: close ours once no pass needs it
-        (what was marked is still made durable by the next pass)."""
-        with self._lock:
-            self._let_go(str(path))
+    def release(self, path: Path | str, fd: int) -> None:
+        """The writer of ``path`` is closing its descriptor ``fd``: close ours once no pass
+        needs it (what was marked is still made durable by the next pass). Never blocks, so a
+        finaliser may call it: when the lock is taken (by another thread, or by this one, the
+        finaliser having run inside a locked section) the release waits in ``_gone`` for
+        whoever holds it, who carries it out before letting go."""
+        self._gone.append((str(path), fd))
+        self._try_let_gone()
+
+    def _try_let_gone(self) -> None:
+        # Appended before trying: either the lock is free now, or its holder sees the entry
+        # when it lets go (``_Held.__exit__`` looks after releasing), so none is left behind.
+        while self._gone and self._lock.acquire(blocking=False):
+            try:
+                self._let_gone()
+            finally:
+                self._lock.release()
+
+    def _let_gone(self) -> None:
+        """Carry out the waiting releases (the lock held). One whose writer's descriptor is no
+        longer the one we duplicate (the path was opened and marked again since) is void."""
+        while self._gone:
+            key, fd = self._gone.popleft()
+            got = self._synced.get(key)
+            if got is not None and got.of == fd:
+                self._let_go(key)
 
     def _let_go(self, key: str) -> None:
         got = self._synced.pop(key, None)
@@ -126,7 +172,7 @@ class Committer:
 
     def mark_dir(self, path: Path | str) -> int:
         """An entry of directory ``path`` changed (a file created or renamed)."""
-        with self._lock:
+        with self._held:
             self._dirs.add(str(path))
             self._marked += 1
             return self._marked
@@ -137,7 +183,7 @@ class Committer:
         removed instead. ``owned``: the committer closes ``fd`` (else it takes a dup, which
         keeps any ``flock`` on the file held until the rename is done)."""
         mine = fd if owned else os.dup(fd)
-        with self._lock:
+        with self._held:
             self._renames.append((mine, src, dst, tuple(str(d) for d in dirs)))
             self._staged[str(dst)] = src
             self._marked += 1
@@ -148,7 +194,7 @@ class Committer:
         closed unsealed: its lock must go now, and recovery syncs what it keeps); a pass
         syncing it at that moment closes it when done."""
         key = str(path)
-        with self._lock:
+        with self._held:
             got = self._files.pop(key, None)
             if got is not None:
                 got.marked = False
@@ -170,7 +216,7 @@ class Committer:
     def request(self, ticket: int | None = None) -> cf.Future | None:
         """A future done when ``ticket`` (default: everything marked so far) is durable; None
         when it already is. Its exception is the StorageError of the pass that failed it."""
-        with self._lock:
+        with self._held:
             t = self._marked if ticket is None else ticket
             if t <= self._done:
                 return None
@@ -191,7 +237,7 @@ class Committer:
         """Wait, without blocking the event loop, until ``ticket`` is durable. The pass wakes
         the loop once for every waiter of it it covers (``_wake_loops``)."""
         loop = asyncio.get_running_loop()
-        with self._lock:
+        with self._held:
             t = self._marked if ticket is None else ticket
             if t <= self._done:
                 return
@@ -212,7 +258,7 @@ class Committer:
 
     def _run(self) -> None:
         while True:
-            with self._lock:
+            with self._held:
                 while self._asked <= self._done:
                     self._wake.wait()
                 self._gather()
@@ -234,7 +280,7 @@ class Committer:
 
     def _one_pass(self) -> None:
         """Take everything marked so far, make it durable, tell the waiters it covers."""
-        with self._lock:
+        with self._held:
             upto = self._marked
             files, self._files = self._files, {}
             dirs, self._dirs = self._dirs, set()
@@ -246,7 +292,7 @@ class Committer:
             self._pass({path: got.fd for path, got in files.items()}, dirs, renames)
         except BaseException as e:  # noqa: BLE001 - handed to every waiter of this pass
             error = e
-        with self._lock:
+        with self._held:
             for got in files.values():
                 got.busy = False
                 if got.closing and not got.marked:

@@ -234,7 +234,7 @@ class PackWriter:
             entries = sorted(((h, o, n) for h, (o, n, _) in self.own.items()), key=lambda e: e[1])
             write_index(self.path, entries, self.size)  # type: ignore[arg-type]
             if self.fsync:
-                committer().release(self.path)  # type: ignore[arg-type]
+                committer().release(self.path, self.fd)  # type: ignore[arg-type]
             os.close(self.fd)
         self.fd, self.path, self.size, self.own = None, None, 0, {}
 

@@ -285,7 +285,7 @@ class ChainFile:
     def release(self) -> None:
         """Close the file descriptors (an append reopens them; a run writer's never do)."""
         if self._fd is not None and self._fsync:
-            committer().release(self.path)  # its copy for the group commit goes after its pass
+            committer().release(self.path, self._fd)  # its copy for the group commit goes after its pass
         for fd in {self._fd, self._lock_fd} - {None}:
             try:
                 os.close(fd)  # type: ignore[arg-type]
