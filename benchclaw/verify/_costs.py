@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from ..formats import jsonio
 from ..formats.catalog import MAX_EXTENDS, Catalog, parse_catalog
@@ -42,17 +42,41 @@ from .manifest import object_path
 __all__ = ["verify_costs", "Costs", "upper_bound", "derive"]
 
 
+class Confirmed(NamedTuple):
+    """A call as step 4 confirmed it, what step 5 ties to the ledger: its line, key
+    (``turn.attempt``), prompt estimate and max_tokens (ints), usage total (None without
+    usage) and cost."""
+
+    line: int
+    key: str
+    estimate: int
+    max_tokens: int
+    tokens: int | None
+    cost: CostBounds
+
+
 @dataclass(frozen=True)
 class Costs:
     """What step 4 hands step 5: each run's prices (or why they are not the catalog's), and
-    each call's cost as recomputed, by run id and line."""
+    each call it confirmed, by run id and line (in line order); ``whole``: the runs whose
+    every call it confirmed (step 5 then reads their calls here, not from the records)."""
 
     prices: Mapping[str, Prices | VerificationError]
-    calls: Mapping[str, Mapping[int, CostBounds]]
+    calls: Mapping[str, Mapping[int, Confirmed]]
+    whole: frozenset = frozenset()
 
     @classmethod
     def none(cls) -> "Costs":
         return cls(MappingProxyType({}), MappingProxyType({}))
+
+    def cost_of(self, run_id: str, line: int) -> CostBounds | None:
+        """The cost step 4 recomputed for the call at ``line`` (None when it did not)."""
+        got = self.calls.get(run_id, {}).get(line)
+        return None if got is None else got.cost
+
+    def confirmed(self, run_id: str) -> tuple[Confirmed, ...] | None:
+        """Every call of the run, as step 4 confirmed it; None unless it confirmed them all."""
+        return tuple(self.calls[run_id].values()) if run_id in self.whole else None
 
     def prices_of(self, run: Run) -> Prices:
         """The run's confirmed prices. Raises VerificationError when step 4 refused them."""
@@ -71,7 +95,9 @@ class _Step:
     def __init__(self, ix: Index):
         self.ix, self.cache = ix, {}
         self.prices: dict[str, Prices | VerificationError] = {}
-        self.calls: dict[str, dict[int, CostBounds]] = {}
+        self.calls: dict[str, dict[int, Confirmed]] = {}
+        self.whole: set[str] = set()
+        self.keys: dict[str, str] = {}  # a call key, held once (a grid repeats "0.0", "1.0", ...)
         self.call_readings: dict = {}  # digest -> its reading, for the call being checked
 
     def reading(self, digest: str):
@@ -93,7 +119,7 @@ def verify_costs(ix: Index, runs, sec: Section) -> Costs:
     for run in runs.values():
         sec.attempt(_run_costs, b, run, sec)
     sec.count("runs", len(runs))
-    return Costs(MappingProxyType(b.prices), MappingProxyType(b.calls))
+    return Costs(MappingProxyType(b.prices), MappingProxyType(b.calls), frozenset(b.whole))
 
 
 def _blob(b: _Step, run: Run, digest, line: int, what: str) -> bytes:
@@ -199,12 +225,13 @@ def _run_costs(b: _Step, run: Run, sec: Section) -> None:
         usage, cost = _call(b, run, line, rec.body, prices, costs)
         usages.append(usage)
         total = total + cost
+    b.whole.add(run.run_id)
     sec.count("calls", len(calls))
     _totals(run, len(calls), [u for u in usages if u is not None], total)
 
 
 def _call(b: _Step, run: Run, line: int, body: dict, prices: Prices,
-          costs: dict[int, CostBounds]) -> tuple[Usage | None, CostBounds]:
+          costs: dict[int, Confirmed]) -> tuple[Usage | None, CostBounds]:
     b.call_readings.clear()
     params = body.get("params") if isinstance(body.get("params"), dict) else {}
     max_tokens, estimate = params.get("max_tokens"), body.get("prompt_estimate")
@@ -225,7 +252,9 @@ def _call(b: _Step, run: Run, line: int, body: dict, prices: Prices,
     if body.get("usage_doubts") != (list(got.doubts) or None):  # written only when there are some
         raise VerificationError(run.path, f"call usage_doubts {body.get('usage_doubts')} differ from the "
                                 f"recomputed {list(got.doubts)}", line)
-    costs[line] = want
+    key = f"{body.get('turn')}.{body.get('attempt')}"
+    costs[line] = Confirmed(line, b.keys.setdefault(key, key), estimate, max_tokens,
+                            None if usage is None else usage.total, want)
     return usage, want
 
 

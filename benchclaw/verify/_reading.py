@@ -46,6 +46,7 @@ from ..errors import BenchClawError
 from ..formats.records import GENESIS, blob_refs, line_hash, parse_line, split_lines, verify_chain
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
+from ._journal import call_params, times_in_order
 from ._index import NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, RunLog, Span, frozen, kept
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import start
@@ -56,6 +57,7 @@ from .manifest import MANIFEST, RUN_PATH, Manifest, parse_manifest
 __all__ = ["reading"]
 
 _MANIFEST_LIMIT = 512 << 20
+_KEPT_PARAMS = 16           # distinct call params a run log keeps for step 7 (more: it reads the records)
 _RELEASE_BYTES = 64 << 20   # inflated archive bytes between two hand-backs of mapped pages
 _STORED = 0                 # a zip entry's method: stored as it is (else deflated)
 _UNREAD = "-" * 64          # the worker's digest of an entry it could not inflate
@@ -251,14 +253,15 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         return e
     first, last = (_kept(r, shared) for r in (records[0], records[-1])) if records else (None, None)
 
-    def log(bad_line=0, bad=None, refs=b"", ends=(), fault=None) -> RunLog:
-        return RunLog(*packed, len(records), first, last, bad_line, bad, refs, array("I", ends), fault)
+    def log(bad_line=0, bad=None, refs=b"", ends=(), fault=None, known=False) -> RunLog:
+        return RunLog(*packed, len(records), first, last, bad_line, bad, refs, array("I", ends), fault,
+                      known, times_in_order(records), _call_params(records, shared))
 
     if not records or records[0].kind != "run.start":
         return log(fault=VerificationError(name, "a run must start with run.start", 1))
     if records[-1].kind != "run.end":
         return log(fault=VerificationError(name, "a sealed run must end with run.end", len(records)))
-    refs, ends, bad_line, bad = [], [], 0, None
+    refs, ends, bad_line, bad, known = [], [], 0, None, True
     sim = records[0].body.get("sim") is not None  # its requests' readings add the simulator's facts
     for i, rec in enumerate(records, 1):
         try:
@@ -270,7 +273,17 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         refs.extend(bytes.fromhex(d[7:]) for d in mine)  # 32 bytes a digest, not 120
         ends.append(32 * len(refs))
         _note_roles(rec, mine, roles, sim)
-    return log(bad_line, bad, b"".join(refs), ends)
+        known = known and rec.kind in RUN
+    return log(bad_line, bad, b"".join(refs), ends, known=known)
+
+
+def _call_params(records: list, shared: dict) -> tuple | None:
+    """``_journal.call_params`` of the run's calls, for step 7, their strings held once."""
+    got = call_params([(i, r) for i, r in enumerate(records, 1) if r.kind == "call"], _KEPT_PARAMS)
+    if got is None:
+        return None
+    return tuple((line, values if values is None else tuple(_shared(v, shared) for v in values), e)
+                 for line, values, e in got)
 
 
 def _note_roles(rec, refs, roles: dict, sim: bool) -> None:
