@@ -145,10 +145,6 @@ class RunLog:
 _ENVELOPE = itemgetter("seq", "at", "kind", "body")  # a parsed record's ``Rec`` fields, in order
 
 
-def _rec(obj: dict) -> Rec:
-    return Rec(obj["seq"], obj["at"], obj["kind"], obj["body"])
-
-
 _CHUNK = 1 << 20  # inflated bytes parsed at a time when a ledger is streamed
 
 
@@ -171,7 +167,7 @@ class LedgerLog:
 
     def __iter__(self):
         for chunk in _line_chunks(self.packed.read(), self.stored):
-            yield from map(_rec, jsonio.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]"))
+            yield from starmap(Rec, map(_ENVELOPE, jsonio.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]")))
 
     def __getitem__(self, i: int) -> Rec:
         """Record ``i``: the first and last at once, any other by streaming up to it."""

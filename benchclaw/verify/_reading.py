@@ -49,7 +49,7 @@ from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
 from ._index import NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, RunLog, Span, frozen, kept
 from ._shape import JOURNAL, RUN, check_body
-from ._workers import start
+from ._workers import Raw, start
 from ._zip import Limits, ZipView
 from .experiment import chain_records, journal_records
 from .manifest import MANIFEST, RUN_PATH, Manifest, parse_manifest
@@ -165,29 +165,41 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
     run_logs, ledgers, content = {}, {}, {}
     roles: dict[str, int] = {}  # object digest -> what the run records need of it (_ROLES)
     shared: dict = {}  # the values the kept run.start and run.end records share (_shared)
-    objects = []
-    for name in view.names:  # A: everything but the objects, here
-        if name.startswith("objects/"):
-            objects.append(name)
-            continue
-        if name == MANIFEST:
-            continue
-        raw, data = _inflate(pages, view, name, digests, unread)
-        if data is None:
-            continue
-        if name.startswith("runs/"):
-            run_logs[name] = _run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)
-        elif name.startswith("ledgers/"):
-            ledgers[name] = _ledger(name, data, _packed(view, archive, name, raw))
-        elif not name.startswith("site/"):  # the pages: hashed for step 1, read by no step
-            content[name] = data
+    objects = [n for n in view.names if n.startswith("objects/")]
+    there = _split(view, [n for n in view.names if not n.startswith("objects/") and n != MANIFEST])
+    pending = start(_run_logs_in_worker, pages, view, archive, there, limits, timeout=limits.worker_seconds)
+    try:  # A: the run logs in a forked worker and here, everything else but the objects here
+        for name in view.names:
+            if name.startswith("objects/") or name == MANIFEST or name in there:
+                continue
+            _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, ledgers, content, roles, shared)
+        got = pending.result()
+    finally:
+        pending.cancel()
+    _adopt_logs(there, got, pages, view, archive, limits, digests, unread, run_logs, roles, shared)
+    del got  # its parsed JSON, before the objects are read
     readings = _read_objects(pages, view, objects, roles, digests, unread)  # B: on two cores
     pages.release()
     journals = {exp: _journal(content, unread, exp) for exp in manifest.experiments}  # C
     return Index(limits=limits, names=tuple(view.names), sizes=frozen({n: e.usize for n, e in view.entries.items()}),
-                 manifest=manifest, digests=Digests(digests), unread=frozen(unread), run_logs=frozen(run_logs),
+                 manifest=manifest, digests=Digests(digests), unread=frozen(unread),
+                 run_logs=frozen({n: run_logs[n] for n in view.names if n in run_logs}),
                  objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
                  content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
+
+
+def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
+                unread: dict, run_logs: dict, ledgers: dict, content: dict, roles: dict, shared: dict) -> None:
+    """An entry that is not an object, inflated, hashed and read into its mapping."""
+    raw, data = _inflate(pages, view, name, digests, unread)
+    if data is None:
+        return
+    if name.startswith("runs/"):
+        run_logs[name] = _run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)
+    elif name.startswith("ledgers/"):
+        ledgers[name] = _ledger(name, data, _packed(view, archive, name, raw))
+    elif not name.startswith("site/"):  # the pages: hashed for step 1, read by no step
+        content[name] = data
 
 
 def _manifest(view: ZipView):
@@ -228,6 +240,101 @@ def _task_files(content: dict) -> dict:
         if parts[0] == "tasks" and len(parts) == 4:
             out.setdefault("/".join(parts[:3]), {})[parts[3]] = data
     return {prefix: frozen(files) for prefix, files in out.items()}
+
+
+# ------------------------------------------------------------------------------ run logs in a worker
+
+def _split(view: ZipView, names: list[str]) -> frozenset:
+    """The run logs a worker reads while this process reads the other entries (``names``):
+    the first ones, up to half of their compressed bytes."""
+    total, half, there = sum(view.entries[n].csize for n in names), 0, set()
+    for name in names:
+        if half * 2 >= total:
+            break
+        if name.startswith("runs/"):
+            half += view.entries[name].csize
+            there.add(name)
+    return frozenset(there)
+
+
+def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, names: frozenset,
+                        limits: Limits) -> Raw:
+    """``_run_log`` of each of ``names`` (in archive order) as JSON: {"digests": the SHA-256
+    hexes as one string, "errors": read errors by entry, "logs": each log (null: one that
+    cannot be written as JSON, read again by the parent), "roles": the objects' roles}."""
+    hexes, errors, parts, roles, shared = [], {}, [], {}, {}
+    for name in (n for n in view.names if n in names):
+        try:
+            raw, data = pages.read_raw(view, name)
+        except VerificationError as e:
+            hexes.append(_UNREAD)
+            errors[name] = e.to_dict()
+            parts.append(b"null")
+            continue
+        hexes.append(hashlib.sha256(data).hexdigest())
+        parts.append(_log_json(_run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)))
+    return Raw(b'{"digests":' + jsonio.dumps("".join(hexes)) + b',"errors":' + jsonio.dumps(errors)
+               + b',"logs":[' + b",".join(parts) + b'],"roles":' + jsonio.dumps(roles) + b"}")
+
+
+def _log_json(log: RunLog | VerificationError) -> bytes:
+    """A run log as read, as JSON (``null`` when a value in it has no JSON form)."""
+    if isinstance(log, VerificationError):
+        obj = ["error", log.to_dict()]
+    else:
+        p, params = log.packed, log.call_params
+        if params is not None and any(e is not None for _, _, e in params):
+            params = None  # an exception: step 7 reads the records again and meets it there
+        obj = ["log", p.offset, p.length, p.seal.hex(), log.stored, log.count, _rec_json(log.first),
+               _rec_json(log.last), log.bad_line, None if log.bad is None else log.bad.to_dict(), log.refs.hex(),
+               list(log.ref_ends), None if log.fault is None else log.fault.to_dict(), log.known_kinds,
+               log.times_ok, None if params is None else [[line, list(values)] for line, values, _ in params]]
+    try:
+        return jsonio.dumps(obj)
+    except (TypeError, ValueError):
+        return b"null"
+
+
+def _rec_json(rec: Rec | None) -> list | None:
+    return None if rec is None else list(rec)
+
+
+def _error(d: dict | None) -> VerificationError | None:
+    return None if d is None else VerificationError(d["path"], d["message"], d["record"])
+
+
+def _adopt_logs(names: frozenset, got: dict, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
+                digests: dict, unread: dict, run_logs: dict, roles: dict, shared: dict) -> None:
+    """The worker's run logs into this process's mappings (its first and last records'
+    values held once with this process's, as ``_kept`` holds them); a log it could not
+    write is read here."""
+    mine = [n for n in view.names if n in names]
+    hexes, logs = got["digests"], got["logs"]
+    if not isinstance(hexes, str) or len(hexes) != 64 * len(mine) or len(logs) != len(mine):
+        raise UnreadableBundle("", "a verification worker returned a malformed result")
+    for name, e in got["errors"].items():
+        unread[name] = _error(e)
+    for digest, role in got["roles"].items():
+        roles[digest] = roles.get(digest, 0) | role
+    for i, name in enumerate(mine):
+        log, logs[i] = logs[i], None  # each row dropped as it is adopted
+        if name in unread:
+            continue
+        if log is None:
+            _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, {}, {}, roles, shared)
+            continue
+        digests[name] = "sha256:" + hexes[64 * i:64 * i + 64]
+        run_logs[name] = _error(log[1]) if log[0] == "error" else _log_from_json(log, archive, shared)
+
+
+def _log_from_json(row: list, archive: Archive, shared: dict) -> RunLog:
+    (_, offset, length, seal, stored, count, first, last, bad_line, bad, refs, ends, fault, known, times_ok,
+     params) = row
+    first, last = (None if r is None else _kept(Rec(*r), shared) for r in (first, last))
+    if params is not None:
+        params = tuple((line, tuple(_shared(v, shared) for v in values), None) for line, values in params)
+    return RunLog(Span(archive, offset, length, bytes.fromhex(seal)), stored, count, first, last, bad_line,
+                  _error(bad), bytes.fromhex(refs), array("I", ends), _error(fault), known, times_ok, params)
 
 
 # ------------------------------------------------------------------------------ run logs and ledgers

@@ -25,7 +25,12 @@ from typing import Callable
 from ..formats import jsonio
 from ._errors import UnreadableBundle
 
-__all__ = ["start", "Pending"]
+__all__ = ["start", "Pending", "Raw"]
+
+
+class Raw(bytes):
+    """A result the child has already written as JSON (parts it wrote one by one, so that
+    one part that cannot be written need not sink the others): sent as it is."""
 
 
 class Pending:
@@ -38,8 +43,8 @@ class Pending:
         self._started = time.monotonic()
 
     def result(self):
-        if self._pid is None:
-            return self._value
+        if self._pid is None:  # ran here: a result written as JSON is read as the pipe's would be
+            return jsonio.loads(self._value) if isinstance(self._value, Raw) else self._value
         data = self._read()
         status = self._reap()
         try:
@@ -119,7 +124,7 @@ def _child(fn: Callable, args: tuple, r: int, w: int) -> None:
         except BaseException as e:  # noqa: BLE001 - reported to the parent, never a traceback
             out = ["error", f"{type(e).__name__}: {e}"[:500]]
         try:
-            data = jsonio.dumps(out)
+            data = b'["ok",' + out[1] + b"]" if isinstance(out[1], Raw) else jsonio.dumps(out)
         except (TypeError, ValueError) as e:
             data = jsonio.dumps(["error", f"result is not transferable ({e})"[:500]])
         view = memoryview(data)
