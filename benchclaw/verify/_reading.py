@@ -5,9 +5,10 @@ collector; the numbered steps that follow read the index. In order:
 
 A. the zip's directory is validated (``_zip``), the manifest parsed; every run log and
    ledger is inflated, hashed and chain-parsed, and every other non-object entry (tasks,
-   journals, summary, site) inflated, hashed and kept. The run logs say which object is a
-   request, a raw usage, a reply, or merely a digest to compare (an observation, a written
-   content, an artifact), which decides what of each object is kept;
+   journals, summary, site) inflated, hashed and kept; a forked worker takes the first run
+   logs (half of this phase's bytes) and returns each ``RunLog`` as JSON. The run logs say
+   which object is a request, a raw usage, a reply, or merely a digest to compare (an
+   observation, a written content, an artifact), which decides what of each object is kept;
 B. the objects (most of a bundle's bytes) are inflated, hashed and read in two halves at
    once: a forked worker (``_workers``) takes the first half and returns compact results
    as JSON (digests as one string, readings as lists), this process the second;
