@@ -160,8 +160,6 @@ class _Pages:
 def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
     view = ZipView(pages.data, limits, pages.walked)  # its walk touches every local header's page
     pages.release()
-    manifest = _manifest(view)
-    digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
     unread: dict[str, VerificationError] = {}
     run_logs, ledgers, content = {}, {}, {}
     roles: dict[str, int] = {}  # object digest -> what the run records need of it (_ROLES)
@@ -169,7 +167,9 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
     objects = [n for n in view.names if n.startswith("objects/")]
     there = _split(view, [n for n in view.names if not n.startswith("objects/") and n != MANIFEST])
     pending = start(_run_logs_in_worker, pages, view, archive, there, limits, timeout=limits.worker_seconds)
-    try:  # A: the run logs in a forked worker and here, everything else but the objects here
+    try:  # A: the run logs in a forked worker and here, the manifest and the rest but the objects here
+        manifest = _manifest(view)
+        digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
         for name in view.names:
             if name.startswith("objects/") or name == MANIFEST or name in there:
                 continue
