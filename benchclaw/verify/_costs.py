@@ -98,7 +98,18 @@ class _Step:
         self.calls: dict[str, dict[int, Confirmed]] = {}
         self.whole: set[str] = set()
         self.keys: dict[str, str] = {}  # a call key, held once (a grid repeats "0.0", "1.0", ...)
+        self.keys_by_id: dict[tuple, tuple] = {}  # key()
         self.call_readings: dict = {}  # digest -> its reading, for the call being checked
+
+    def key(self, values: list) -> bytes:
+        """``jsonio.dumps(values)``, once per the very objects: the reading stage holds the
+        values repeated across runs' ``run.start`` once, so a grid's runs share a few keys.
+        The values are kept with it (their ids stay theirs). Raises what dumps raises."""
+        ids = tuple(map(id, values))
+        got = self.keys_by_id.get(ids)
+        if got is None:
+            got = self.keys_by_id[ids] = (jsonio.dumps(values), values)
+        return got[0]
 
     def reading(self, digest: str):
         """``ix.reading(digest)``, once per call record: a call's checks read its request
@@ -184,7 +195,7 @@ def _confirmed_prices(b: _Step, run: Run) -> Prices:
     prices or the message, and told in each run's name."""
     st = run.start
     try:
-        key = ("confirmed", jsonio.dumps([st.get(k) for k in ("catalog", "tier", "model", "provider", "prices")]))
+        key = ("confirmed", b.key([st.get(k) for k in ("catalog", "tier", "model", "provider", "prices")]))
     except (TypeError, ValueError):  # not writable as canonical JSON (a lone surrogate): no memo
         return _check_prices(b, run)
     got = b.cache.get(key)
