@@ -181,7 +181,7 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
     finally:
         pending.cancel()
     _adopt_logs(there, got, pages, view, archive, limits, digests, unread, run_logs, roles, shared)
-    del got  # its parsed JSON, before the objects are read
+    del got  # its bytes, before the objects are read
     readings = _read_objects(pages, view, objects, roles, digests, unread)  # B: on two cores
     pages.release()
     journals = {exp: _journal(content, unread, exp) for exp in manifest.experiments}  # C
@@ -263,9 +263,10 @@ def _split(view: ZipView, names: list[str]) -> frozenset:
 
 def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, names: frozenset,
                         limits: Limits) -> Raw:
-    """``_run_log`` of each of ``names`` (in archive order) as JSON: {"digests": the SHA-256
-    hexes as one string, "errors": read errors by entry, "logs": each log (null: one that
-    cannot be written as JSON, read again by the parent), "roles": the objects' roles}."""
+    """``_run_log`` of each of ``names`` (in archive order) as JSON lines: first {"digests":
+    the SHA-256 hexes as one string, "errors": read errors by entry, "roles": the objects'
+    roles}, then each log, one a line (null: one that cannot be written as JSON, read
+    again by the parent), so the parent parses one log at a time."""
     hexes, errors, parts, roles, shared = [], {}, [], {}, {}
     for name in (n for n in view.names if n in names):
         try:
@@ -277,8 +278,7 @@ def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, names: f
             continue
         hexes.append(hashlib.sha256(data).hexdigest())
         parts.append(_log_json(_run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)))
-    return Raw(b'{"digests":' + jsonio.dumps("".join(hexes)) + b',"errors":' + jsonio.dumps(errors)
-               + b',"logs":[' + b",".join(parts) + b'],"roles":' + jsonio.dumps(roles) + b"}")
+    return Raw(b"\n".join([jsonio.dumps({"digests": "".join(hexes), "errors": errors, "roles": roles}), *parts]))
 
 
 def _log_json(log: RunLog | VerificationError) -> bytes:
@@ -307,28 +307,50 @@ def _error(d: dict | None) -> VerificationError | None:
     return None if d is None else VerificationError(d["path"], d["message"], d["record"])
 
 
-def _adopt_logs(names: frozenset, got: dict, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
+def _adopt_logs(names: frozenset, got: bytes, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
                 digests: dict, unread: dict, run_logs: dict, roles: dict, shared: dict) -> None:
-    """The worker's run logs into this process's mappings (its first and last records'
-    values held once with this process's, as ``_kept`` holds them); a log it could not
-    write is read here."""
+    """The worker's run logs (``_run_logs_in_worker``'s lines, parsed one at a time) into
+    this process's mappings, their first and last records' values held once with this
+    process's (as ``_kept`` holds them); a log it could not write is read here."""
     mine = [n for n in view.names if n in names]
-    hexes, logs = got["digests"], got["logs"]
-    if not isinstance(hexes, str) or len(hexes) != 64 * len(mine) or len(logs) != len(mine):
-        raise UnreadableBundle("", "a verification worker returned a malformed result")
-    for name, e in got["errors"].items():
-        unread[name] = _error(e)
-    for digest, role in got["roles"].items():
-        roles[digest] = roles.get(digest, 0) | role
-    for i, name in enumerate(mine):
-        log, logs[i] = logs[i], None  # each row dropped as it is adopted
-        if name in unread:
-            continue
-        if log is None:
-            _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, {}, {}, roles, shared)
-            continue
-        digests[name] = "sha256:" + hexes[64 * i:64 * i + 64]
-        run_logs[name] = _error(log[1]) if log[0] == "error" else _log_from_json(log, archive, shared)
+    lines = _lines(got)
+    try:
+        head = jsonio.loads(next(lines))
+        hexes = head["digests"]
+        if not isinstance(hexes, str) or len(hexes) != 64 * len(mine):
+            raise ValueError("digests")
+        for name, e in head["errors"].items():
+            unread[name] = _error(e)
+        for digest, role in head.pop("roles").items():
+            roles[digest] = roles.get(digest, 0) | role
+        for i, name in enumerate(mine):
+            _adopt_log(name, jsonio.loads(next(lines)), hexes[64 * i:64 * i + 64], pages, view, archive, limits,
+                       digests, unread, run_logs, roles, shared)
+        if next(lines, None) is not None:
+            raise ValueError("extra lines")
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, StopIteration):
+        raise UnreadableBundle("", "a verification worker returned a malformed result") from None
+
+
+def _lines(data: bytes):
+    """Each line of ``data`` (a copy of one at a time)."""
+    pos = 0
+    while pos <= len(data):
+        end = data.find(b"\n", pos)
+        end = len(data) if end < 0 else end
+        yield data[pos:end]
+        pos = end + 1
+
+
+def _adopt_log(name: str, log, hexd: str, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
+               digests: dict, unread: dict, run_logs: dict, roles: dict, shared: dict) -> None:
+    if name in unread:
+        return
+    if log is None:
+        _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, {}, {}, roles, shared)
+        return
+    digests[name] = "sha256:" + hexd
+    run_logs[name] = _error(log[1]) if log[0] == "error" else _log_from_json(log, archive, shared)
 
 
 def _log_from_json(row: list, archive: Archive, shared: dict) -> RunLog:

@@ -29,8 +29,8 @@ __all__ = ["start", "Pending", "Raw"]
 
 
 class Raw(bytes):
-    """A result the child has already written as JSON (parts it wrote one by one, so that
-    one part that cannot be written need not sink the others): sent as it is."""
+    """A result the child has already written (JSON lines, say: the caller reads them one
+    at a time, never all parsed at once): sent as it is and returned as ``Raw`` again."""
 
 
 class Pending:
@@ -43,11 +43,17 @@ class Pending:
         self._started = time.monotonic()
 
     def result(self):
-        if self._pid is None:  # ran here: a result written as JSON is read as the pipe's would be
-            return jsonio.loads(self._value) if isinstance(self._value, Raw) else self._value
+        if self._pid is None:
+            return self._value
         data = self._read()
         status = self._reap()
         try:
+            if data.startswith(b'["raw",'):  # a header line, then the Raw bytes, all of them
+                head = data.find(b"\n")
+                kind, n = jsonio.loads(data[:head])
+                if len(data) - head - 1 != n:
+                    raise ValueError("truncated")
+                return Raw(data[head + 1:])
             kind, value = jsonio.loads(data)
         except (ValueError, TypeError):
             raise UnreadableBundle("", f"a verification worker crashed ({_describe(status)}) "
@@ -124,7 +130,8 @@ def _child(fn: Callable, args: tuple, r: int, w: int) -> None:
         except BaseException as e:  # noqa: BLE001 - reported to the parent, never a traceback
             out = ["error", f"{type(e).__name__}: {e}"[:500]]
         try:
-            data = b'["ok",' + out[1] + b"]" if isinstance(out[1], Raw) else jsonio.dumps(out)
+            data = (jsonio.dumps(["raw", len(out[1])]) + b"\n" + out[1] if isinstance(out[1], Raw)
+                    else jsonio.dumps(out))
         except (TypeError, ValueError) as e:
             data = jsonio.dumps(["error", f"result is not transferable ({e})"[:500]])
         view = memoryview(data)
