@@ -263,22 +263,24 @@ def _split(view: ZipView, names: list[str]) -> frozenset:
 
 def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, names: frozenset,
                         limits: Limits) -> Raw:
-    """``_run_log`` of each of ``names`` (in archive order) as JSON lines: first {"digests":
-    the SHA-256 hexes as one string, "errors": read errors by entry, "roles": the objects'
-    roles}, then each log, one a line (null: one that cannot be written as JSON, read
-    again by the parent), so the parent parses one log at a time."""
-    hexes, errors, parts, roles, shared = [], {}, [], {}, {}
+    """``_run_log`` of each of ``names`` (in archive order) as JSON lines: each log, one a
+    line (null: one that cannot be written as JSON, read again by the parent), so the
+    parent parses one log at a time; then {"digests": the SHA-256 hexes as one string,
+    "errors": read errors by entry, "roles": the objects' roles}."""
+    hexes, errors, out, roles, shared = [], {}, bytearray(), {}, {}
     for name in (n for n in view.names if n in names):
         try:
             raw, data = pages.read_raw(view, name)
         except VerificationError as e:
             hexes.append(_UNREAD)
             errors[name] = e.to_dict()
-            parts.append(b"null")
+            out += b"null\n"
             continue
         hexes.append(hashlib.sha256(data).hexdigest())
-        parts.append(_log_json(_run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)))
-    return Raw(b"\n".join([jsonio.dumps({"digests": "".join(hexes), "errors": errors, "roles": roles}), *parts]))
+        out += _log_json(_run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared))
+        out += b"\n"
+    out += jsonio.dumps({"digests": "".join(hexes), "errors": errors, "roles": roles})
+    return Raw(out)
 
 
 def _log_json(log: RunLog | VerificationError) -> bytes:
@@ -307,15 +309,17 @@ def _error(d: dict | None) -> VerificationError | None:
     return None if d is None else VerificationError(d["path"], d["message"], d["record"])
 
 
-def _adopt_logs(names: frozenset, got: bytes, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
+def _adopt_logs(names: frozenset, got: Raw, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
                 digests: dict, unread: dict, run_logs: dict, roles: dict, shared: dict) -> None:
     """The worker's run logs (``_run_logs_in_worker``'s lines, parsed one at a time) into
     this process's mappings, their first and last records' values held once with this
     process's (as ``_kept`` holds them); a log it could not write is read here."""
     mine = [n for n in view.names if n in names]
-    lines = _lines(got)
+    data = got.data
+    cut = data.rfind(b"\n") + 1  # the last line is the head, each one before it a log
+    lines = _lines(data, cut)
     try:
-        head = jsonio.loads(next(lines))
+        head = jsonio.loads(data[cut:])
         hexes = head["digests"]
         if not isinstance(hexes, str) or len(hexes) != 64 * len(mine):
             raise ValueError("digests")
@@ -332,12 +336,13 @@ def _adopt_logs(names: frozenset, got: bytes, pages: _Pages, view: ZipView, arch
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
 
 
-def _lines(data: bytes):
-    """Each line of ``data`` (a copy of one at a time)."""
+def _lines(data: bytes, stop: int):
+    """Each line of ``data[:stop]``, whose lines end with a newline (a copy of one at a time)."""
     pos = 0
-    while pos <= len(data):
-        end = data.find(b"\n", pos)
-        end = len(data) if end < 0 else end
+    while pos < stop:
+        end = data.find(b"\n", pos, stop)
+        if end < 0:
+            raise ValueError("a torn line")
         yield data[pos:end]
         pos = end + 1
 

@@ -28,9 +28,15 @@ from ._errors import UnreadableBundle
 __all__ = ["start", "Pending", "Raw"]
 
 
-class Raw(bytes):
+class Raw:
     """A result the child has already written (JSON lines, say: the caller reads them one
-    at a time, never all parsed at once): sent as it is and returned as ``Raw`` again."""
+    at a time, never all parsed at once): ``data`` (bytes or a bytearray, not copied) is
+    sent as it is and handed back as a ``Raw`` again."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | bytearray):
+        self.data = data
 
 
 class Pending:
@@ -129,14 +135,15 @@ def _child(fn: Callable, args: tuple, r: int, w: int) -> None:
             out = ["ok", fn(*args)]
         except BaseException as e:  # noqa: BLE001 - reported to the parent, never a traceback
             out = ["error", f"{type(e).__name__}: {e}"[:500]]
-        try:
-            data = (jsonio.dumps(["raw", len(out[1])]) + b"\n" + out[1] if isinstance(out[1], Raw)
-                    else jsonio.dumps(out))
+        try:  # a Raw result: a header line, then its bytes as they are (not copied)
+            parts = ([jsonio.dumps(["raw", len(out[1].data)]) + b"\n", out[1].data] if isinstance(out[1], Raw)
+                     else [jsonio.dumps(out)])
         except (TypeError, ValueError) as e:
-            data = jsonio.dumps(["error", f"result is not transferable ({e})"[:500]])
-        view = memoryview(data)
-        while view:
-            view = view[os.write(w, view):]
+            parts = [jsonio.dumps(["error", f"result is not transferable ({e})"[:500]])]
+        for data in parts:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(w, view):]
     except BaseException:  # noqa: BLE001
         code = 1
     finally:
