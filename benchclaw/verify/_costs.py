@@ -22,6 +22,7 @@ ties to the ledgers (``Costs``): each run's confirmed prices and each call's cos
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping, NamedTuple
@@ -55,6 +56,41 @@ class Confirmed(NamedTuple):
     cost: CostBounds
 
 
+class RunCalls:
+    """The calls of one run step 4 confirmed, in line order, as ``Confirmed`` again when
+    read: their counts four to a call in one array (ints past 64 bits: a list), their keys
+    and costs in lists. A grid's 58,000 calls as tuples and ints were ~10 MB."""
+
+    __slots__ = ("_nums", "_keys", "_costs")
+
+    def __init__(self):
+        self._nums, self._keys, self._costs = array("q"), [], []
+
+    def add(self, call: Confirmed) -> None:
+        nums = (call.line, call.estimate, call.max_tokens, -1 if call.tokens is None else call.tokens)
+        try:
+            self._nums.extend(nums)
+        except OverflowError:
+            self._nums = list(self._nums) + list(nums)
+        self._keys.append(call.key)
+        self._costs.append(call.cost)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self):
+        nums = self._nums
+        for i, (key, cost) in enumerate(zip(self._keys, self._costs)):
+            line, estimate, max_tokens, tokens = nums[4 * i:4 * i + 4]
+            yield Confirmed(line, key, estimate, max_tokens, None if tokens < 0 else tokens, cost)
+
+    def cost_of(self, line: int) -> CostBounds | None:
+        try:
+            return self._costs[self._nums[0::4].index(line)]
+        except ValueError:
+            return None
+
+
 @dataclass(frozen=True)
 class Costs:
     """What step 4 hands step 5: each run's prices (or why they are not the catalog's), and
@@ -62,7 +98,7 @@ class Costs:
     every call it confirmed (step 5 then reads their calls here, not from the records)."""
 
     prices: Mapping[str, Prices | VerificationError]
-    calls: Mapping[str, Mapping[int, Confirmed]]
+    calls: Mapping[str, RunCalls]
     whole: frozenset = frozenset()
 
     @classmethod
@@ -71,12 +107,12 @@ class Costs:
 
     def cost_of(self, run_id: str, line: int) -> CostBounds | None:
         """The cost step 4 recomputed for the call at ``line`` (None when it did not)."""
-        got = self.calls.get(run_id, {}).get(line)
-        return None if got is None else got.cost
+        got = self.calls.get(run_id)
+        return None if got is None else got.cost_of(line)
 
     def confirmed(self, run_id: str) -> tuple[Confirmed, ...] | None:
         """Every call of the run, as step 4 confirmed it; None unless it confirmed them all."""
-        return tuple(self.calls[run_id].values()) if run_id in self.whole else None
+        return tuple(self.calls[run_id]) if run_id in self.whole else None
 
     def prices_of(self, run: Run) -> Prices:
         """The run's confirmed prices. Raises VerificationError when step 4 refused them."""
@@ -95,7 +131,7 @@ class _Step:
     def __init__(self, ix: Index):
         self.ix, self.cache = ix, {}
         self.prices: dict[str, Prices | VerificationError] = {}
-        self.calls: dict[str, dict[int, Confirmed]] = {}
+        self.calls: dict[str, RunCalls] = {}
         self.whole: set[str] = set()
         self.keys: dict[str, str] = {}  # a call key, held once (a grid repeats "0.0", "1.0", ...)
         self.keys_by_id: dict[tuple, tuple] = {}  # key()
@@ -231,7 +267,7 @@ def _run_costs(b: _Step, run: Run, sec: Section) -> None:
     prices = catalog_prices(b, run)
     usages, total = [], CostBounds.zero()
     calls = run.of_kind("call")
-    costs = b.calls[run.run_id] = {}
+    costs = b.calls[run.run_id] = RunCalls()
     for line, rec in calls:
         usage, cost = _call(b, run, line, rec.body, prices, costs)
         usages.append(usage)
@@ -242,7 +278,7 @@ def _run_costs(b: _Step, run: Run, sec: Section) -> None:
 
 
 def _call(b: _Step, run: Run, line: int, body: dict, prices: Prices,
-          costs: dict[int, Confirmed]) -> tuple[Usage | None, CostBounds]:
+          costs: RunCalls) -> tuple[Usage | None, CostBounds]:
     b.call_readings.clear()
     params = body.get("params") if isinstance(body.get("params"), dict) else {}
     max_tokens, estimate = params.get("max_tokens"), body.get("prompt_estimate")
@@ -264,8 +300,8 @@ def _call(b: _Step, run: Run, line: int, body: dict, prices: Prices,
         raise VerificationError(run.path, f"call usage_doubts {body.get('usage_doubts')} differ from the "
                                 f"recomputed {list(got.doubts)}", line)
     key = f"{body.get('turn')}.{body.get('attempt')}"
-    costs[line] = Confirmed(line, b.keys.setdefault(key, key), estimate, max_tokens,
-                            None if usage is None else usage.total, want)
+    costs.add(Confirmed(line, b.keys.setdefault(key, key), estimate, max_tokens,
+                        None if usage is None else usage.total, want))
     return usage, want
 
 
