@@ -24,6 +24,8 @@ __all__ = [
     "encode",
     "line_hash",
     "parse_line",
+    "envelope_problem",
+    "MAX_LINE_BYTES",
     "verify_chain",
     "split_lines",
     "utc_now",
@@ -89,13 +91,14 @@ def parse_line(line: bytes, where: str) -> Record:
         raise FormatError(f"{where}: not JSON ({e})") from None
     if not isinstance(obj, dict):
         raise FormatError(f"{where}: a record must be a JSON object")
-    problem = _envelope_problem(obj)
+    problem = envelope_problem(obj)
     if problem:
         raise FormatError(f"{where}: {problem}")
     return Record(obj["seq"], obj["prev"], obj["at"], obj["kind"], obj["body"], line)
 
 
-def _envelope_problem(obj: dict) -> str | None:
+def envelope_problem(obj: dict) -> str | None:
+    """What is wrong with a parsed record's envelope (None when nothing is)."""
     # Fast path: a well-formed envelope (nearly every line) passes with one expression; the
     # checks below run only to name what is wrong. Verifying a bundle parses every record.
     prev = obj.get("prev")

@@ -22,9 +22,10 @@ ties to the ledgers (``Costs``): each run's confirmed prices and each call's cos
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from ..formats import jsonio
 from ..formats.catalog import MAX_EXTENDS, Catalog, parse_catalog
@@ -42,17 +43,76 @@ from .manifest import object_path
 __all__ = ["verify_costs", "Costs", "upper_bound", "derive"]
 
 
+class Confirmed(NamedTuple):
+    """A call as step 4 confirmed it, what step 5 ties to the ledger: its line, key
+    (``turn.attempt``), prompt estimate and max_tokens (ints), usage total (None without
+    usage) and cost."""
+
+    line: int
+    key: str
+    estimate: int
+    max_tokens: int
+    tokens: int | None
+    cost: CostBounds
+
+
+class RunCalls:
+    """The calls of one run step 4 confirmed, in line order, as ``Confirmed`` again when
+    read: their counts four to a call in one array (ints past 64 bits: a list), their keys
+    and costs in lists. A grid's 58,000 calls as tuples and ints were ~10 MB."""
+
+    __slots__ = ("_nums", "_keys", "_costs")
+
+    def __init__(self):
+        self._nums, self._keys, self._costs = array("q"), [], []
+
+    def add(self, call: Confirmed) -> None:
+        nums = (call.line, call.estimate, call.max_tokens, -1 if call.tokens is None else call.tokens)
+        try:
+            self._nums.extend(nums)
+        except OverflowError:
+            self._nums = list(self._nums) + list(nums)
+        self._keys.append(call.key)
+        self._costs.append(call.cost)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self):
+        nums = self._nums
+        for i, (key, cost) in enumerate(zip(self._keys, self._costs)):
+            line, estimate, max_tokens, tokens = nums[4 * i:4 * i + 4]
+            yield Confirmed(line, key, estimate, max_tokens, None if tokens < 0 else tokens, cost)
+
+    def cost_of(self, line: int) -> CostBounds | None:
+        try:
+            return self._costs[self._nums[0::4].index(line)]
+        except ValueError:
+            return None
+
+
 @dataclass(frozen=True)
 class Costs:
     """What step 4 hands step 5: each run's prices (or why they are not the catalog's), and
-    each call's cost as recomputed, by run id and line."""
+    each call it confirmed, by run id and line (in line order); ``whole``: the runs whose
+    every call it confirmed (step 5 then reads their calls here, not from the records)."""
 
     prices: Mapping[str, Prices | VerificationError]
-    calls: Mapping[str, Mapping[int, CostBounds]]
+    calls: Mapping[str, RunCalls]
+    whole: frozenset = frozenset()
 
     @classmethod
     def none(cls) -> "Costs":
         return cls(MappingProxyType({}), MappingProxyType({}))
+
+    def cost_of(self, run_id: str, line: int) -> CostBounds | None:
+        """The cost step 4 recomputed for the call at ``line`` (None when it did not)."""
+        got = self.calls.get(run_id)
+        return None if got is None else got.cost_of(line)
+
+    def confirmed(self, run_id: str) -> tuple[Confirmed, ...] | None:
+        """Every call of the run, as step 4 confirmed it; None unless it confirmed them all."""
+        return tuple(self.calls[run_id]) if run_id in self.whole else None
 
     def prices_of(self, run: Run) -> Prices:
         """The run's confirmed prices. Raises VerificationError when step 4 refused them."""
@@ -71,8 +131,21 @@ class _Step:
     def __init__(self, ix: Index):
         self.ix, self.cache = ix, {}
         self.prices: dict[str, Prices | VerificationError] = {}
-        self.calls: dict[str, dict[int, CostBounds]] = {}
+        self.calls: dict[str, RunCalls] = {}
+        self.whole: set[str] = set()
+        self.keys: dict[str, str] = {}  # a call key, held once (a grid repeats "0.0", "1.0", ...)
+        self.keys_by_id: dict[tuple, tuple] = {}  # key()
         self.call_readings: dict = {}  # digest -> its reading, for the call being checked
+
+    def key(self, values: list) -> bytes:
+        """``jsonio.dumps(values)``, once per the very objects: the reading stage holds the
+        values repeated across runs' ``run.start`` once, so a grid's runs share a few keys.
+        The values are kept with it (their ids stay theirs). Raises what dumps raises."""
+        ids = tuple(map(id, values))
+        got = self.keys_by_id.get(ids)
+        if got is None:
+            got = self.keys_by_id[ids] = (jsonio.dumps(values), values)
+        return got[0]
 
     def reading(self, digest: str):
         """``ix.reading(digest)``, once per call record: a call's checks read its request
@@ -93,7 +166,7 @@ def verify_costs(ix: Index, runs, sec: Section) -> Costs:
     for run in runs.values():
         sec.attempt(_run_costs, b, run, sec)
     sec.count("runs", len(runs))
-    return Costs(MappingProxyType(b.prices), MappingProxyType(b.calls))
+    return Costs(MappingProxyType(b.prices), MappingProxyType(b.calls), frozenset(b.whole))
 
 
 def _blob(b: _Step, run: Run, digest, line: int, what: str) -> bytes:
@@ -158,7 +231,7 @@ def _confirmed_prices(b: _Step, run: Run) -> Prices:
     prices or the message, and told in each run's name."""
     st = run.start
     try:
-        key = ("confirmed", jsonio.dumps([st.get(k) for k in ("catalog", "tier", "model", "provider", "prices")]))
+        key = ("confirmed", b.key([st.get(k) for k in ("catalog", "tier", "model", "provider", "prices")]))
     except (TypeError, ValueError):  # not writable as canonical JSON (a lone surrogate): no memo
         return _check_prices(b, run)
     got = b.cache.get(key)
@@ -194,17 +267,18 @@ def _run_costs(b: _Step, run: Run, sec: Section) -> None:
     prices = catalog_prices(b, run)
     usages, total = [], CostBounds.zero()
     calls = run.of_kind("call")
-    costs = b.calls[run.run_id] = {}
+    costs = b.calls[run.run_id] = RunCalls()
     for line, rec in calls:
         usage, cost = _call(b, run, line, rec.body, prices, costs)
         usages.append(usage)
         total = total + cost
+    b.whole.add(run.run_id)
     sec.count("calls", len(calls))
     _totals(run, len(calls), [u for u in usages if u is not None], total)
 
 
 def _call(b: _Step, run: Run, line: int, body: dict, prices: Prices,
-          costs: dict[int, CostBounds]) -> tuple[Usage | None, CostBounds]:
+          costs: RunCalls) -> tuple[Usage | None, CostBounds]:
     b.call_readings.clear()
     params = body.get("params") if isinstance(body.get("params"), dict) else {}
     max_tokens, estimate = params.get("max_tokens"), body.get("prompt_estimate")
@@ -225,7 +299,9 @@ def _call(b: _Step, run: Run, line: int, body: dict, prices: Prices,
     if body.get("usage_doubts") != (list(got.doubts) or None):  # written only when there are some
         raise VerificationError(run.path, f"call usage_doubts {body.get('usage_doubts')} differ from the "
                                 f"recomputed {list(got.doubts)}", line)
-    costs[line] = want
+    key = f"{body.get('turn')}.{body.get('attempt')}"
+    costs.add(Confirmed(line, b.keys.setdefault(key, key), estimate, max_tokens,
+                        None if usage is None else usage.total, want))
     return usage, want
 
 

@@ -108,7 +108,9 @@ class RunLog:
     None); the digests each record before it references, as raw 32-byte SHA-256 values
     one after another in ``refs``, record i's ending at ``ref_ends[i]``; ``fault``: a first
     record that is not ``run.start`` or a last that is not ``run.end``. A log whose chain
-    is broken is its ``VerificationError`` instead."""
+    is broken is its ``VerificationError`` instead. The last three are what steps 2 and 7
+    read of every record, taken while the reading stage held them, so that those steps
+    parse no record of an honest run (a step reads the records when they say no)."""
 
     packed: Span
     stored: bool
@@ -120,6 +122,9 @@ class RunLog:
     refs: bytes
     ref_ends: array
     fault: VerificationError | None = None
+    known_kinds: bool = False            # every record before ``bad_line`` of a kind ``_shape.RUN`` knows
+    times_ok: bool = False               # ``_journal.times_in_order`` of the records
+    call_params: tuple | None = None     # ``_journal.call_params`` of its calls (None: not taken)
 
     def records(self) -> tuple[Rec, ...]:
         """The records, parsed afresh from ``packed`` (nothing is kept: the caller holds
@@ -138,10 +143,6 @@ class RunLog:
 
 
 _ENVELOPE = itemgetter("seq", "at", "kind", "body")  # a parsed record's ``Rec`` fields, in order
-
-
-def _rec(obj: dict) -> Rec:
-    return Rec(obj["seq"], obj["at"], obj["kind"], obj["body"])
 
 
 _CHUNK = 1 << 20  # inflated bytes parsed at a time when a ledger is streamed
@@ -166,7 +167,7 @@ class LedgerLog:
 
     def __iter__(self):
         for chunk in _line_chunks(self.packed.read(), self.stored):
-            yield from map(_rec, jsonio.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]"))
+            yield from starmap(Rec, map(_ENVELOPE, jsonio.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]")))
 
     def __getitem__(self, i: int) -> Rec:
         """Record ``i``: the first and last at once, any other by streaming up to it."""

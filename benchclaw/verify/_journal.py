@@ -66,7 +66,7 @@ def verify_prereg(ix: Index, runs, sec: Section) -> None:
         calls: dict[str, list] = {}  # run id -> its calls' params, read while its records are held
         for run in _runs_of(runs, exp):
             sec.attempt(run_times, run)
-            calls[run.run_id] = call_params(run)
+            calls[run.run_id] = run_call_params(run)
         regs = sec.attempt(_registrations, ix, exp, journal) and _regs(journal)
         if not regs:
             continue
@@ -102,14 +102,22 @@ def journal_times(journal: list) -> None:
 _CALL_KEYS = ("max_tokens", "temperature", "model", "seed")  # the params a registered spec sets
 
 
-def call_params(run: Run) -> list[tuple]:
-    """The run's calls as ``_run_as_specified`` reads them, taken in the pass that checks the
-    run's times (so step 7 parses each run once): (line, its ``params`` values of
-    ``_CALL_KEYS``, None) for the first call of each distinct set of values, in line order
-    (a later call with the same values has the same verdict); a call whose params cannot be
-    read ends the list as (line, None, the exception), raised again where it is read."""
+def run_call_params(run: Run) -> tuple:
+    """``call_params`` of the run's calls: as the reading stage took it, else (it kept none)
+    from its records, in the pass that checks the run's times (so step 7 parses a run at
+    most once)."""
+    got = run.log.call_params
+    return got if got is not None else call_params(run.of_kind("call"))
+
+
+def call_params(calls: list, most: int | None = None) -> tuple | None:
+    """The calls (line, record) as ``_run_as_specified`` reads them: (line, its ``params``
+    values of ``_CALL_KEYS``, None) for the first call of each distinct set of values, in
+    line order (a later call with the same values has the same verdict); a call whose
+    params cannot be read ends the list as (line, None, the exception), raised again where
+    it is read. None when there are more than ``most`` (the reading stage keeps no more)."""
     out, seen = [], []
-    for line, rec in run.of_kind("call"):
+    for line, rec in calls:
         try:
             params = rec.body.get("params") or {}
             values = tuple(params.get(k) for k in _CALL_KEYS)
@@ -119,10 +127,21 @@ def call_params(run: Run) -> list[tuple]:
         if values not in seen or len(seen) > 64:  # a hostile run of all-distinct calls stays linear
             seen.append(values)
             out.append((line, values, None))
-    return out
+            if most is not None and len(out) > most:
+                return None
+    return tuple(out)
+
+
+def times_in_order(records) -> bool:
+    """Whether ``run_times`` passes: every time well formed, none before the one above it
+    (a C-level test, the reading stage's while it holds the records)."""
+    ats = [r.at for r in records]
+    return all(type(a) is str for a in ats) and all(map(_AT.match, ats)) and ats == sorted(ats)
 
 
 def run_times(run: Run) -> None:
+    if run.log.times_ok:
+        return
     prev = ""
     for i, rec in enumerate(run.records, 1):
         _check_at(rec.at, run.path, i)

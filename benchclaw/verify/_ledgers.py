@@ -25,7 +25,7 @@ from decimal import Decimal
 from ..errors import BenchClawError
 from ..formats.ledger import LedgerState, apply_record, refusal, totals
 from ..formats.money import CostBounds, Prices, Usage, call_cost, fmt_usd, parse_usd
-from ._costs import Costs, upper_bound
+from ._costs import Confirmed, Costs, upper_bound
 from ._errors import VerificationError, from_error
 from ._index import Index, Run
 from ._journal import journal_of
@@ -259,20 +259,25 @@ def _runs_by_attempt(tie: Tie, runs, replays: dict, sec: Section) -> tuple[dict,
             continue
         attempt = run.policy.get("attempt")
         tied.setdefault(lid, {})[attempt] = run
-        calls = run.of_kind("call")
-        mine = (f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in calls)
+        confirmed = tie.costs.confirmed(run.run_id)  # else the calls are read from the records
+        calls = run.of_kind("call") if confirmed is None else confirmed
+        mine = ((f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in calls) if confirmed is None
+                else (c.key for c in confirmed))
         mine = tuple({once.setdefault(k, k): None for k in mine})
         keys.setdefault(lid, {})[attempt] = mine if len(mine) <= 16 else frozenset(mine)  # a few: a tuple
-        if sec.attempt(_check_run_calls, tie, run, replays[lid], attempt):
+        if sec.attempt(_check_run_calls, tie, run, replays[lid], attempt, confirmed):
             sec.count("calls tied", len(calls))
     return tied, keys
 
 
-def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt) -> None:
+def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt, confirmed) -> None:
     prices = tie.costs.prices_of(run)
-    for line, rec in run.of_kind("call"):
+    for line, rec in run.of_kind("call") if confirmed is None else ((c.line, c) for c in confirmed):
         try:
-            check_call(tie, run, line, rec.body, rep, attempt, prices)
+            if confirmed is None:
+                check_call(tie, run, line, rec.body, rep, attempt, prices)
+            else:
+                _tie(tie, run, rec, rep, attempt, prices)
         except (BenchClawError, ArithmeticError, TypeError, ValueError) as e:
             if isinstance(e, VerificationError):
                 raise
@@ -285,27 +290,49 @@ def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt) -> None:
 def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, attempt,
                prices: Prices) -> None:
     key = f"{body.get('turn')}.{body.get('attempt')}"
-    res = rep.reserves.get((attempt, key))
-    if res is None:
-        raise VerificationError(run.path, f"call {key} has no reservation in ledger {rep.name}", line)
     estimate, max_tokens = body.get("prompt_estimate"), (body.get("params") or {}).get("max_tokens")
+    res = _reserved(tie, run, line, key, estimate, max_tokens, rep, attempt, prices)
+    settled = rep.settles.get(res["id"])
+    usage = Usage.from_dict(body["usage"]) if isinstance(body.get("usage"), dict) else None
+    if settled is None:
+        return  # still open: counted at its bound
+    done = tie.costs.cost_of(run.run_id, line)  # step 4 recomputed it from this usage and these prices
+    if done is None and usage is not None:
+        done = CostBounds(True, call_cost(usage, prices), call_cost(usage, prices))
+    _settled(run, line, key, rep, settled, done, usage.total if usage is not None else 0)
+
+
+def _tie(tie: Tie, run: Run, call: Confirmed, rep: LedgerReplay, attempt, prices: Prices) -> None:
+    """``check_call`` of a call step 4 confirmed, from what it confirmed."""
+    res = _reserved(tie, run, call.line, call.key, call.estimate, call.max_tokens, rep, attempt, prices)
+    settled = rep.settles.get(res["id"])
+    if settled is not None:
+        _settled(run, call.line, call.key, rep, settled, call.cost, call.tokens or 0)
+
+
+def _reserved(tie: Tie, run: Run, line: int, key: str, estimate, max_tokens, rep: LedgerReplay, attempt,
+              prices: Prices) -> Kept:
+    """The call's reservation, which must be its bound."""
+    found = rep.reserves.get((attempt, key))
+    if found is None:
+        raise VerificationError(run.path, f"call {key} has no reservation in ledger {rep.name}", line)
+    res = found
     bound = upper_bound(tie.cache, prices, estimate, max_tokens)
     if res["tokens"] != estimate + max_tokens or res["usd"] != bound:
         raise VerificationError(run.path, f"call {key}: its reservation ({res['tokens']} tokens, ${res['usd']}) "
                                 f"is not its bound ({estimate + max_tokens} tokens, ${bound})", line)
-    s = rep.settles.get(res["id"])
-    usage = Usage.from_dict(body["usage"]) if isinstance(body.get("usage"), dict) else None
-    if s is None:
-        return  # still open: counted at its bound
-    done = tie.costs.calls.get(run.run_id, {}).get(line)  # step 4 recomputed it from this usage and these prices
-    if done is None and usage is not None:
-        done = CostBounds(True, call_cost(usage, prices), call_cost(usage, prices))
+    return res
+
+
+def _settled(run: Run, line: int, key: str, rep: LedgerReplay, s: Kept, done: CostBounds | None,
+             tokens: int) -> None:
+    """The settlement of a call whose cost is ``done`` (None: unknown) and usage ``tokens``."""
     if done is None or not done.known:  # no usage, or doubted usage (FORMAT.md §6): at the bound
         if s.get("known") is not False:
             raise VerificationError(run.path, f"call {key}: its cost is a bound but ledger {rep.name} settled "
                                     "it as known", line)
         return
-    want = (True, usage.total if usage is not None else 0, fmt_usd(done.low))  # no usage: a known zero
+    want = (True, tokens, fmt_usd(done.low))  # no usage: a known zero
     if (s.get("known"), s.get("tokens"), s.get("usd")) != want:
         raise VerificationError(run.path, f"call {key}: ledger {rep.name} settled {s.get('tokens')} tokens "
                                 f"${s.get('usd')}, the call's usage gives {want[1]} tokens ${want[2]}", line)

@@ -5,9 +5,10 @@ collector; the numbered steps that follow read the index. In order:
 
 A. the zip's directory is validated (``_zip``), the manifest parsed; every run log and
    ledger is inflated, hashed and chain-parsed, and every other non-object entry (tasks,
-   journals, summary, site) inflated, hashed and kept. The run logs say which object is a
-   request, a raw usage, a reply, or merely a digest to compare (an observation, a written
-   content, an artifact), which decides what of each object is kept;
+   journals, summary, site) inflated, hashed and kept; a forked worker takes the first run
+   logs (half of this phase's bytes) and returns each ``RunLog`` as JSON. The run logs say
+   which object is a request, a raw usage, a reply, or merely a digest to compare (an
+   observation, a written content, an artifact), which decides what of each object is kept;
 B. the objects (most of a bundle's bytes) are inflated, hashed and read in two halves at
    once: a forked worker (``_workers``) takes the first half and returns compact results
    as JSON (digests as one string, readings as lists), this process the second;
@@ -39,17 +40,21 @@ import mmap
 import os
 import re
 from array import array
+from operator import methodcaller
 from pathlib import Path
 from typing import Iterator
 
 from ..formats import jsonio
 from ..errors import BenchClawError
-from ..formats.records import GENESIS, blob_refs, line_hash, parse_line, split_lines, verify_chain
+from ..formats.records import (GENESIS, MAX_LINE_BYTES, blob_refs, envelope_problem, split_lines,
+                               verify_chain)
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
-from ._index import NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, RunLog, Span, frozen, kept
+from ._journal import call_params, times_in_order
+from ._index import (_ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, RunLog, Span,
+                     _line_chunks, frozen, kept)
 from ._shape import JOURNAL, RUN, check_body
-from ._workers import start
+from ._workers import Raw, start
 from ._zip import Limits, ZipView
 from .experiment import chain_records, journal_records
 from .manifest import MANIFEST, RUN_PATH, Manifest, parse_manifest
@@ -57,6 +62,7 @@ from .manifest import MANIFEST, RUN_PATH, Manifest, parse_manifest
 __all__ = ["reading"]
 
 _MANIFEST_LIMIT = 512 << 20
+_KEPT_PARAMS = 16           # distinct call params a run log keeps for step 7 (more: it reads the records)
 _RELEASE_BYTES = 64 << 20   # inflated archive bytes between two hand-backs of mapped pages
 _STORED = 0                 # a zip entry's method: stored as it is (else deflated)
 _UNREAD = "-" * 64          # the worker's digest of an entry it could not inflate
@@ -158,28 +164,25 @@ class _Pages:
 def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
     view = ZipView(pages.data, limits, pages.walked)  # its walk touches every local header's page
     pages.release()
-    manifest = _manifest(view)
-    digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
     unread: dict[str, VerificationError] = {}
     run_logs, ledgers, content = {}, {}, {}
     roles: dict[str, int] = {}  # object digest -> what the run records need of it (_ROLES)
     shared: dict = {}  # the values the kept run.start and run.end records share (_shared)
-    objects = []
-    for name in view.names:  # A: everything but the objects, here
-        if name.startswith("objects/"):
-            objects.append(name)
-            continue
-        if name == MANIFEST:
-            continue
-        raw, data = _inflate(pages, view, name, digests, unread)
-        if data is None:
-            continue
-        if name.startswith("runs/"):
-            run_logs[name] = _run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)
-        elif name.startswith("ledgers/"):
-            ledgers[name] = _ledger(name, data, _packed(view, archive, name, raw))
-        elif not name.startswith("site/"):  # the pages: hashed for step 1, read by no step
-            content[name] = data
+    objects = [n for n in view.names if n.startswith("objects/")]
+    there = _split(view, [n for n in view.names if not n.startswith("objects/") and n != MANIFEST])
+    pending = start(_run_logs_in_worker, pages, view, archive, there, limits, timeout=limits.worker_seconds)
+    try:  # A: the run logs in a forked worker and here, the manifest and the rest but the objects here
+        manifest = _manifest(view)
+        digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
+        for name in view.names:
+            if name.startswith("objects/") or name == MANIFEST or name in there:
+                continue
+            _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, ledgers, content, roles, shared)
+        got = pending.result()
+    finally:
+        pending.cancel()
+    _adopt_logs(there, got, pages, view, archive, limits, digests, unread, run_logs, roles, shared)
+    del got  # its bytes, before the objects are read
     readings = _read_objects(pages, view, objects, roles, digests, unread)  # B: on two cores
     pages.release()
     journals = {exp: _journal(content, unread, exp) for exp in manifest.experiments}  # C
@@ -187,9 +190,24 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
         for name in {name for name, _, _ in journal} if isinstance(journal, list) else ():
             content.pop(name, None)
     return Index(limits=limits, names=tuple(view.names), sizes=frozen({n: e.usize for n, e in view.entries.items()}),
-                 manifest=manifest, digests=Digests(digests), unread=frozen(unread), run_logs=frozen(run_logs),
+                 manifest=manifest, digests=Digests(digests), unread=frozen(unread),
+                 run_logs=frozen({n: run_logs[n] for n in view.names if n in run_logs}),
                  objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
                  content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
+
+
+def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
+                unread: dict, run_logs: dict, ledgers: dict, content: dict, roles: dict, shared: dict) -> None:
+    """An entry that is not an object, inflated, hashed and read into its mapping."""
+    raw, data = _inflate(pages, view, name, digests, unread)
+    if data is None:
+        return
+    if name.startswith("runs/"):
+        run_logs[name] = _run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)
+    elif name.startswith("ledgers/"):
+        ledgers[name] = _ledger(name, data, _packed(view, archive, name, raw))
+    elif not name.startswith("site/"):  # the pages: hashed for step 1, read by no step
+        content[name] = data
 
 
 def _manifest(view: ZipView):
@@ -232,6 +250,128 @@ def _task_files(content: dict) -> dict:
     return {prefix: frozen(files) for prefix, files in out.items()}
 
 
+# ------------------------------------------------------------------------------ run logs in a worker
+
+def _split(view: ZipView, names: list[str]) -> frozenset:
+    """The run logs a worker reads while this process reads the other entries (``names``):
+    the first ones, up to half of their compressed bytes."""
+    total, half, there = sum(view.entries[n].csize for n in names), 0, set()
+    for name in names:
+        if half * 2 >= total:
+            break
+        if name.startswith("runs/"):
+            half += view.entries[name].csize
+            there.add(name)
+    return frozenset(there)
+
+
+def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, names: frozenset,
+                        limits: Limits) -> Raw:
+    """``_run_log`` of each of ``names`` (in archive order) as JSON lines: each log, one a
+    line (null: one that cannot be written as JSON, read again by the parent), so the
+    parent parses one log at a time; then {"digests": the SHA-256 hexes as one string,
+    "errors": read errors by entry, "roles": the objects' roles}."""
+    hexes, errors, out, roles, shared = [], {}, bytearray(), {}, {}
+    for name in (n for n in view.names if n in names):
+        try:
+            raw, data = pages.read_raw(view, name)
+        except VerificationError as e:
+            hexes.append(_UNREAD)
+            errors[name] = e.to_dict()
+            out += b"null\n"
+            continue
+        hexes.append(hashlib.sha256(data).hexdigest())
+        out += _log_json(_run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared))
+        out += b"\n"
+    out += jsonio.dumps({"digests": "".join(hexes), "errors": errors, "roles": roles})
+    return Raw(out)
+
+
+def _log_json(log: RunLog | VerificationError) -> bytes:
+    """A run log as read, as JSON (``null`` when a value in it has no JSON form)."""
+    if isinstance(log, VerificationError):
+        obj = ["error", log.to_dict()]
+    else:
+        p, params = log.packed, log.call_params
+        if params is not None and any(e is not None for _, _, e in params):
+            params = None  # an exception: step 7 reads the records again and meets it there
+        obj = ["log", p.offset, p.length, p.seal.hex(), log.stored, log.count, _rec_json(log.first),
+               _rec_json(log.last), log.bad_line, None if log.bad is None else log.bad.to_dict(), log.refs.hex(),
+               list(log.ref_ends), None if log.fault is None else log.fault.to_dict(), log.known_kinds,
+               log.times_ok, None if params is None else [[line, list(values)] for line, values, _ in params]]
+    try:
+        return jsonio.dumps(obj)
+    except (TypeError, ValueError):
+        return b"null"
+
+
+def _rec_json(rec: Rec | None) -> list | None:
+    return None if rec is None else list(rec)
+
+
+def _error(d: dict | None) -> VerificationError | None:
+    return None if d is None else VerificationError(d["path"], d["message"], d["record"])
+
+
+def _adopt_logs(names: frozenset, got: Raw, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
+                digests: dict, unread: dict, run_logs: dict, roles: dict, shared: dict) -> None:
+    """The worker's run logs (``_run_logs_in_worker``'s lines, parsed one at a time) into
+    this process's mappings, their first and last records' values held once with this
+    process's (as ``_kept`` holds them); a log it could not write is read here."""
+    mine = [n for n in view.names if n in names]
+    data = got.data
+    cut = data.rfind(b"\n") + 1  # the last line is the head, each one before it a log
+    lines = _lines(data, cut)
+    try:
+        head = jsonio.loads(data[cut:])
+        hexes = head["digests"]
+        if not isinstance(hexes, str) or len(hexes) != 64 * len(mine):
+            raise ValueError("digests")
+        for name, e in head["errors"].items():
+            unread[name] = _error(e)
+        for digest, role in head.pop("roles").items():
+            roles[digest] = roles.get(digest, 0) | role
+        for i, name in enumerate(mine):
+            _adopt_log(name, jsonio.loads(next(lines)), hexes[64 * i:64 * i + 64], pages, view, archive, limits,
+                       digests, unread, run_logs, roles, shared)
+        if next(lines, None) is not None:
+            raise ValueError("extra lines")
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, StopIteration):
+        raise UnreadableBundle("", "a verification worker returned a malformed result") from None
+
+
+def _lines(data: bytes, stop: int):
+    """Each line of ``data[:stop]``, whose lines end with a newline (a copy of one at a time)."""
+    pos = 0
+    while pos < stop:
+        end = data.find(b"\n", pos, stop)
+        if end < 0:
+            raise ValueError("a torn line")
+        yield data[pos:end]
+        pos = end + 1
+
+
+def _adopt_log(name: str, log, hexd: str, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
+               digests: dict, unread: dict, run_logs: dict, roles: dict, shared: dict) -> None:
+    if name in unread:
+        return
+    if log is None:
+        _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, {}, {}, roles, shared)
+        return
+    digests[name] = "sha256:" + hexd
+    run_logs[name] = _error(log[1]) if log[0] == "error" else _log_from_json(log, archive, shared)
+
+
+def _log_from_json(row: list, archive: Archive, shared: dict) -> RunLog:
+    (_, offset, length, seal, stored, count, first, last, bad_line, bad, refs, ends, fault, known, times_ok,
+     params) = row
+    first, last = (None if r is None else _kept(Rec(*r), shared) for r in (first, last))
+    if params is not None:
+        params = tuple((line, tuple(_shared(v, shared) for v in values), None) for line, values in params)
+    return RunLog(Span(archive, offset, length, bytes.fromhex(seal)), stored, count, first, last, bad_line,
+                  _error(bad), bytes.fromhex(refs), array("I", ends), _error(fault), known, times_ok, params)
+
+
 # ------------------------------------------------------------------------------ run logs and ledgers
 
 def _packed(view: ZipView, archive: Archive, name: str, raw: bytes) -> tuple[Span, bool]:
@@ -255,14 +395,15 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         return e
     first, last = (_kept(r, shared) for r in (records[0], records[-1])) if records else (None, None)
 
-    def log(bad_line=0, bad=None, refs=b"", ends=(), fault=None) -> RunLog:
-        return RunLog(*packed, len(records), first, last, bad_line, bad, refs, array("I", ends), fault)
+    def log(bad_line=0, bad=None, refs=b"", ends=(), fault=None, known=False) -> RunLog:
+        return RunLog(*packed, len(records), first, last, bad_line, bad, refs, array("I", ends), fault,
+                      known, times_in_order(records), _call_params(records, shared))
 
     if not records or records[0].kind != "run.start":
         return log(fault=VerificationError(name, "a run must start with run.start", 1))
     if records[-1].kind != "run.end":
         return log(fault=VerificationError(name, "a sealed run must end with run.end", len(records)))
-    refs, ends, bad_line, bad = [], [], 0, None
+    refs, ends, bad_line, bad, known = [], [], 0, None, True
     sim = records[0].body.get("sim") is not None  # its requests' readings add the simulator's facts
     for i, rec in enumerate(records, 1):
         try:
@@ -274,7 +415,17 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         refs.extend(bytes.fromhex(d[7:]) for d in mine)  # 32 bytes a digest, not 120
         ends.append(32 * len(refs))
         _note_roles(rec, mine, roles, sim)
-    return log(bad_line, bad, b"".join(refs), ends)
+        known = known and rec.kind in RUN
+    return log(bad_line, bad, b"".join(refs), ends, known=known)
+
+
+def _call_params(records: list, shared: dict) -> tuple | None:
+    """``_journal.call_params`` of the run's calls, for step 7, their strings held once."""
+    got = call_params([(i, r) for i, r in enumerate(records, 1) if r.kind == "call"], _KEPT_PARAMS)
+    if got is None:
+        return None
+    return tuple((line, values if values is None else tuple(_shared(v, shared) for v in values), e)
+                 for line, values, e in got)
 
 
 def _note_roles(rec, refs, roles: dict, sim: bool) -> None:
@@ -381,20 +532,29 @@ class _Broken(Exception):
 
 def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None]:
     """(count, first, last) of a chained JSONL entry, the chain checked as ``verify_chain``
-    checks it. Raises ``_Broken`` or BenchClawError at the first defect."""
+    checks it, a megabyte of lines at a time (each line parsed and hashed alone, at C
+    level). Raises ``_Broken`` at the first defect (``chain_records`` then says which)."""
     if data and not data.endswith(b"\n"):
         raise _Broken()  # torn last line
-    prev, first, rec, i, pos = GENESIS, None, None, 0, 0
-    while pos < len(data):
-        end = data.index(b"\n", pos)
-        line = data[pos:end]
-        rec = parse_line(line, name)
-        if rec.seq != i or rec.prev != prev:
+    prev, first, obj, i = GENESIS, None, None, 0
+    for chunk in _line_chunks(data, True):
+        lines = chunk[:-1].split(b"\n")
+        if max(map(len, lines)) > MAX_LINE_BYTES:
             raise _Broken()
-        prev, pos, i = line_hash(line), end + 1, i + 1
+        try:
+            objs = list(map(jsonio.loads, lines))
+        except ValueError:
+            raise _Broken() from None
+        for obj, line_hex in zip(objs, map(_hexdigest, map(hashlib.sha256, lines))):
+            if type(obj) is not dict or envelope_problem(obj) or obj["seq"] != i or obj["prev"] != prev:
+                raise _Broken()
+            prev, i = line_hex, i + 1
         if first is None:
-            first = _compact([rec])[0]
-    return i, first, (_compact([rec])[0] if rec is not None else None)
+            first = _ENVELOPE(objs[0])
+    return i, (None if first is None else Rec(*first)), (None if obj is None else Rec(*_ENVELOPE(obj)))
+
+
+_hexdigest = methodcaller("hexdigest")
 
 
 def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:

@@ -332,7 +332,7 @@ class _Run:
         return raw
 
     def _permitted_path(self, line: int, body: dict, args: dict, raw: str, op: str) -> str:
-        path = normalise(raw)
+        path = self.normalised(raw)
         if path is None:
             raise self.fail(line, f"a permitted {op} of {raw[:60]!r}, a path the runtime refuses")
         if args.get("resolved", raw) != path:
@@ -344,6 +344,14 @@ class _Run:
         if not ok:
             raise self.fail(line, f"a permitted {op} of {path!r}, which the task does not allow")
         return path
+
+    def normalised(self, raw: str) -> str | None:
+        """``normalise``, once per path the models wrote (a grid's runs repeat a few)."""
+        key = ("path", raw)
+        got = self.cache.get(key, key)
+        if got is key:
+            got = self.cache[key] = normalise(raw)
+        return got
 
     def allowed(self, globs: list, path: str) -> bool:
         """``path_allowed``, once per (globs, path): a grid repeats the same few paths."""

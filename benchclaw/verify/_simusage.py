@@ -122,7 +122,7 @@ def _rules(b, run: Run) -> tuple[Profile, dict] | None:
         key = last[1]
     else:
         start = run.start
-        key = ("sim rules", jsonio.dumps([start.get(k) for k in ("sim", "catalog", "tier", "model")]))
+        key = ("sim rules", b.key([start.get(k) for k in ("sim", "catalog", "tier", "model")]))
         b.cache["sim rules of"] = (run, key)
     if key not in b.cache:
         try:

@@ -25,7 +25,18 @@ from typing import Callable
 from ..formats import jsonio
 from ._errors import UnreadableBundle
 
-__all__ = ["start", "Pending"]
+__all__ = ["start", "Pending", "Raw"]
+
+
+class Raw:
+    """A result the child has already written (JSON lines, say: the caller reads them one
+    at a time, never all parsed at once): ``data`` (bytes or a bytearray, not copied) is
+    sent as it is and handed back as a ``Raw`` again."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | bytearray):
+        self.data = data
 
 
 class Pending:
@@ -43,6 +54,12 @@ class Pending:
         data = self._read()
         status = self._reap()
         try:
+            if data.startswith(b'["raw",'):  # a header line, then the Raw bytes, all of them
+                head = data.find(b"\n")
+                kind, n = jsonio.loads(data[:head])
+                if len(data) - head - 1 != n:
+                    raise ValueError("truncated")
+                return Raw(data[head + 1:])
             kind, value = jsonio.loads(data)
         except (ValueError, TypeError):
             raise UnreadableBundle("", f"a verification worker crashed ({_describe(status)}) "
@@ -118,13 +135,15 @@ def _child(fn: Callable, args: tuple, r: int, w: int) -> None:
             out = ["ok", fn(*args)]
         except BaseException as e:  # noqa: BLE001 - reported to the parent, never a traceback
             out = ["error", f"{type(e).__name__}: {e}"[:500]]
-        try:
-            data = jsonio.dumps(out)
+        try:  # a Raw result: a header line, then its bytes as they are (not copied)
+            parts = ([jsonio.dumps(["raw", len(out[1].data)]) + b"\n", out[1].data] if isinstance(out[1], Raw)
+                     else [jsonio.dumps(out)])
         except (TypeError, ValueError) as e:
-            data = jsonio.dumps(["error", f"result is not transferable ({e})"[:500]])
-        view = memoryview(data)
-        while view:
-            view = view[os.write(w, view):]
+            parts = [jsonio.dumps(["error", f"result is not transferable ({e})"[:500]])]
+        for data in parts:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(w, view):]
     except BaseException:  # noqa: BLE001
         code = 1
     finally:
