@@ -41,7 +41,8 @@ from ._errors import UnreadableBundle, VerificationError
 from ._zip import Limits
 from .manifest import FileEntry, Manifest, object_path
 
-__all__ = ["Index", "Archive", "Span", "Digests", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept"]
+__all__ = ["Index", "Archive", "Span", "Digests", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
+           "ENVELOPE", "line_chunks"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -135,14 +136,14 @@ class RunLog:
         # one JSON array, not a parse a line: each line parsed alone as a JSON object, and a
         # raw newline cannot occur inside one, so the newlines are exactly the separators
         # (each record made by C-level map/starmap, not a Python call a record: half the time)
-        return tuple(starmap(Rec, map(_ENVELOPE, jsonio.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]"))))
+        return tuple(starmap(Rec, map(ENVELOPE, jsonio.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]"))))
 
     def refs_of(self, line: int) -> bytes:
         """The raw digests record ``line`` (1-based, before ``bad_line``) references."""
         return self.refs[self.ref_ends[line - 2] if line > 1 else 0:self.ref_ends[line - 1]]
 
 
-_ENVELOPE = itemgetter("seq", "at", "kind", "body")  # a parsed record's ``Rec`` fields, in order
+ENVELOPE = itemgetter("seq", "at", "kind", "body")  # a parsed record's ``Rec`` fields, in order
 
 
 _CHUNK = 1 << 20  # inflated bytes parsed at a time when a ledger is streamed
@@ -166,8 +167,8 @@ class LedgerLog:
         return self.count
 
     def __iter__(self):
-        for chunk in _line_chunks(self.packed.read(), self.stored):
-            yield from starmap(Rec, map(_ENVELOPE, jsonio.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]")))
+        for chunk in line_chunks(self.packed.read(), self.stored):
+            yield from starmap(Rec, map(ENVELOPE, jsonio.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]")))
 
     def __getitem__(self, i: int) -> Rec:
         """Record ``i``: the first and last at once, any other by streaming up to it."""
@@ -179,7 +180,7 @@ class LedgerLog:
         return next(r for k, r in enumerate(self) if k == j)
 
 
-def _line_chunks(packed: bytes, stored: bool):
+def line_chunks(packed: bytes, stored: bool):
     """The inflated bytes in runs of whole lines, about ``_CHUNK`` each (the bytes end
     with a newline: the reading stage refused a torn last line)."""
     if stored:

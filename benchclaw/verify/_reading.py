@@ -51,8 +51,8 @@ from ..formats.records import (GENESIS, MAX_LINE_BYTES, blob_refs, envelope_prob
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
-from ._index import (_ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, RunLog, Span,
-                     _line_chunks, frozen, kept)
+from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, RunLog, Span,
+                     line_chunks, frozen, kept)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, start
 from ._zip import Limits, ZipView
@@ -537,7 +537,7 @@ def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None]:
     if data and not data.endswith(b"\n"):
         raise _Broken()  # torn last line
     prev, first, obj, i = GENESIS, None, None, 0
-    for chunk in _line_chunks(data, True):
+    for chunk in line_chunks(data, True):
         lines = chunk[:-1].split(b"\n")
         if max(map(len, lines)) > MAX_LINE_BYTES:
             raise _Broken()
@@ -550,8 +550,8 @@ def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None]:
                 raise _Broken()
             prev, i = line_hex, i + 1
         if first is None:
-            first = _ENVELOPE(objs[0])
-    return i, (None if first is None else Rec(*first)), (None if obj is None else Rec(*_ENVELOPE(obj)))
+            first = ENVELOPE(objs[0])
+    return i, (None if first is None else Rec(*first)), (None if obj is None else Rec(*ENVELOPE(obj)))
 
 
 _hexdigest = methodcaller("hexdigest")
