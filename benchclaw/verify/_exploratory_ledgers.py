@@ -224,11 +224,11 @@ def _as_if_open(rep: LedgerReplay, attempt, key: str) -> LedgerReplay:
     reservations open, and the restart settles them at their upper bound (FORMAT.md "Studio
     journal"), which counts the call at no less than it cost. It is then tied as an open
     reservation is: at its bound (the replay checked that the settlement repeats it)."""
-    found = rep.reserves.get((attempt, key))
-    settled = rep.settles.get(found[1]["id"]) if found else None
-    if settled is None or settled[1].get("known") is not False or settled[1].get("reason") != RESTARTED:
+    found = rep.reserves.get((attempt, key))  # a Kept, as its settlement (its line in .line)
+    settled = rep.settles.get(found["id"]) if found is not None else None
+    if settled is None or settled.get("known") is not False or settled.get("reason") != RESTARTED:
         return rep
-    rid = found[1]["id"]
+    rid = found["id"]
     return dataclasses.replace(rep, settles={k: v for k, v in rep.settles.items() if k != rid})
 
 
