@@ -16,6 +16,7 @@ import pytest
 
 from benchclaw.cli import cli, run_cli
 from benchclaw.experiments import prereg
+from benchclaw.evidence.packs import finish_packs
 from benchclaw.evidence.store import Store
 
 from .test_experiments import MINIMAL
@@ -41,6 +42,9 @@ def project(tmp_path, monkeypatch):
     spec = tmp_path / "experiments" / "X1.toml"
     spec.write_bytes(MINIMAL)
     prereg(Store(tmp_path / "runs"), spec)
+    # registered by an earlier command, as a user has it: that process's pack was finished
+    # when it exited (the commands below run in this process, which would append to it)
+    finish_packs(str(tmp_path / "runs" / "objects"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
