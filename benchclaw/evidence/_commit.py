@@ -53,7 +53,7 @@ from pathlib import Path
 
 from ..errors import StorageError
 
-__all__ = ["Committer", "committer", "storage_error"]
+__all__ = ["Committer", "committer", "storage_error", "append_whole"]
 
 _THREADS = 8     # fsyncs in flight at once; more only contend for the GIL on their way back
 _INLINE = 4      # a phase this small runs on the committer's own thread (a hop costs more)
@@ -359,6 +359,23 @@ class Committer:
             errors += fut.result()
         if errors:
             raise errors[0]
+
+
+def append_whole(fd: int, path: Path | str, good_size: int, data: bytes, what: str) -> None:
+    """The one append rule of every appended file (chain files, packs): write ``data`` whole
+    with ``O_APPEND``; a short write or an error (a full disk) cuts the file back to
+    ``good_size``, so no torn tail is left behind, and raises StorageError naming the file.
+    Durability is the caller's (a mark)."""
+    try:
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(28, f"short write ({written} of {len(data)} bytes)")
+    except OSError as e:
+        try:
+            os.ftruncate(fd, good_size)
+        except OSError:
+            pass  # recovery sets a torn tail aside
+        raise storage_error(path, what, e) from None  # type: ignore[arg-type]
 
 
 def storage_error(path: Path, what: str, err: OSError) -> StorageError:

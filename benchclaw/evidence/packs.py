@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
-from ._commit import committer, storage_error
+from ._commit import append_whole, committer, storage_error
 
 __all__ = ["PACK_MAGIC", "BlobLoc", "PackScan", "PackWriter", "PackIndex", "scan_pack", "pack_writer",
            "entry_bytes", "pack_dir", "finish_packs", "own_writers", "list_packs", "writer_alive",
@@ -214,7 +214,7 @@ class PackWriter:
             if self.fd is None:
                 self._create()
             entry = entry_bytes(hexd, data)
-            _append(self.fd, self.path, self.size, entry, f"store blob sha256:{hexd}")  # type: ignore[arg-type]
+            append_whole(self.fd, self.path, self.size, entry, f"store blob sha256:{hexd}")  # type: ignore[arg-type]
             ticket = committer().mark_file(self.fd, self.path) if self.fsync else 0  # type: ignore[arg-type]
             self.own[hexd] = (self.size + len(entry) - len(data) - 1, len(data), ticket)
             self.size += len(entry)
@@ -264,7 +264,7 @@ class PackWriter:
             raise storage_error(path, "create a pack", e) from None  # type: ignore[arg-type]
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            _append(fd, path, 0, PACK_MAGIC, "create a pack")
+            append_whole(fd, path, 0, PACK_MAGIC, "create a pack")
             os.replace(new, path)
         except OSError as e:
             os.close(fd)
@@ -272,21 +272,6 @@ class PackWriter:
         self.fd, self.path, self.size = fd, path, len(PACK_MAGIC)
         if self.fsync:
             committer().mark_dir(base)
-
-
-def _append(fd: int, path: str, good_size: int, data: bytes, what: str) -> None:
-    """One ``O_APPEND`` write; a short or failed one is cut back to ``good_size`` and raised
-    as StorageError naming the pack (as a chain file's line is)."""
-    try:
-        written = os.write(fd, data)
-        if written != len(data):
-            raise OSError(28, f"short write ({written} of {len(data)} bytes)")
-    except OSError as e:
-        try:
-            os.ftruncate(fd, good_size)
-        except OSError:
-            pass  # recovery sets a torn tail aside
-        raise storage_error(path, what, e) from None  # type: ignore[arg-type]
 
 
 _WRITERS: dict[tuple[str, bool], PackWriter] = {}

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..formats import jsonio
-from ._commit import committer, storage_error
+from ._commit import append_whole, committer, storage_error
 from .packs import BlobLoc, PackIndex, PackWriter, own_writers, pack_writer
 from ..errors import FormatError, InputError, IntegrityError, StorageError, UsageError
 from ..formats.names import safe_name
@@ -82,22 +82,6 @@ def write_atomically(path: Path, data: bytes, tmp: Path, *, fsync: bool, what: s
         raise storage_error(path, what, e) from None
 
 
-def _append_line(fd: int, path: Path, good_size: int, line: bytes, what: str) -> None:
-    """The one append rule: write one whole line with ``O_APPEND``; a short write or an
-    error (a full disk) cuts the file back to ``good_size``, so no torn line is left
-    behind, and raises StorageError naming the file. Durability is the caller's (a mark)."""
-    try:
-        written = os.write(fd, line)
-        if written != len(line):
-            raise OSError(28, f"short write ({written} of {len(line)} bytes)")
-    except OSError as e:
-        try:
-            os.ftruncate(fd, good_size)
-        except OSError:
-            pass  # recovery sets a torn tail aside
-        raise storage_error(path, what, e) from None
-
-
 @dataclass
 class SealedRun:
     run_id: str
@@ -122,7 +106,7 @@ class ChainFile:
 
     - **Append rule**: under the file's lock, fold in what other writers appended, build
       the next record from the tail (``seq``, ``prev``), write it as one ``O_APPEND`` write
-      (``_append_line``), and cut the file back on a failed or short write.
+      (``_commit.append_whole``), and cut the file back on a failed or short write.
     - **Refresh rule**: the tail is cached; before every append it is re-read from what
       was appended since, and each new line must follow (``seq`` + 1, ``prev`` = hash of
       the line before). A file that shrank, was replaced, or whose last known line changed
@@ -224,7 +208,7 @@ class ChainFile:
     def _write(self, kind: str, body: dict, wait: bool) -> Record:
         rec = Record(self._seq, self._prev, self._clock(), kind, body)
         line = encode(rec)
-        _append_line(self._fd, self.path, self._size, line + b"\n",  # type: ignore[arg-type]
+        append_whole(self._fd, self.path, self._size, line + b"\n",  # type: ignore[arg-type]
                      f"append record {rec.seq}")
         if self._fsync:
             self.ticket = committer().mark_file(self._fd, self.path)  # type: ignore[arg-type]
