@@ -46,6 +46,7 @@ import atexit
 import collections
 import concurrent.futures as cf
 import concurrent.futures.thread  # noqa: F401  (imported now: the pool cannot be imported at exit)
+import fcntl
 import os
 import threading
 import time
@@ -53,7 +54,7 @@ from pathlib import Path
 
 from ..errors import StorageError
 
-__all__ = ["Committer", "committer", "storage_error", "append_whole"]
+__all__ = ["Committer", "committer", "storage_error", "append_whole", "held_exclusively"]
 
 _THREADS = 8     # fsyncs in flight at once; more only contend for the GIL on their way back
 _INLINE = 4      # a phase this small runs on the committer's own thread (a hop costs more)
@@ -359,6 +360,23 @@ class Committer:
             errors += fut.result()
         if errors:
             raise errors[0]
+
+
+def held_exclusively(path: Path | str) -> bool:
+    """True while some descriptor holds an exclusive ``flock`` on ``path`` (a live writer of
+    a pack, a running grid's experiment lock): a shared probe that would have to wait. A
+    missing or unreadable file is held by nobody."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def append_whole(fd: int, path: Path | str, good_size: int, data: bytes, what: str) -> None:

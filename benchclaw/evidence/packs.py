@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
-from ._commit import append_whole, committer, storage_error
+from ._commit import append_whole, committer, held_exclusively, storage_error
 
 __all__ = ["PACK_MAGIC", "BlobLoc", "PackScan", "PackWriter", "PackIndex", "scan_pack", "pack_writer",
            "entry_bytes", "pack_dir", "finish_packs", "own_writers", "list_packs", "writer_alive",
@@ -382,14 +382,4 @@ class PackIndex:
 
 def writer_alive(path: str) -> bool:
     """True while a process holds the pack's lock (its writer lives)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    return held_exclusively(path)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..formats import jsonio
-from ._commit import append_whole, committer, storage_error
+from ._commit import append_whole, committer, held_exclusively, storage_error
 from .packs import BlobLoc, PackIndex, PackWriter, own_writers, pack_writer
 from ..errors import FormatError, InputError, IntegrityError, StorageError, UsageError
 from ..formats.names import safe_name
@@ -827,17 +827,7 @@ class Store:
 
     def experiment_live(self, experiment: str) -> bool:
         """True while a process holds the experiment's lock (its grid is running)."""
-        try:
-            fd = os.open(self.experiment_lock_path(experiment), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return False
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
+        return held_exclusively(self.experiment_lock_path(experiment))
 
 _PROCESS_WRITER: list[str] = []
 
