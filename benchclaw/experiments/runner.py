@@ -427,9 +427,12 @@ class _Grid:
     def _cut_off(self, job: RunJob, why: str | None) -> None:
         """A run cut off mid-way: the executor settles its reservations as unknown and seals
         it aborted; journal it as it stands."""
-        done = self.executor.cut_off(job, why or self.interrupted or "cancelled")
+        why = why or self.interrupted or "cancelled"
+        done = self.executor.cut_off(job, why)
         if done is not None and done.run_id is not None:
-            self._record_run(_journal_body(job, done))
+            # ``cut_off``: the run ended aborted, or (a remote worker) finished before the
+            # cut reached it; either way the evidence of what stopped the grid
+            self._record_run({**_journal_body(job, done), "cut_off": why})
 
     def _record_run(self, body: dict) -> None:
         # Not waited for (the event loop goes on): the next commit, which the next reservation

@@ -10,9 +10,10 @@ unit could be excused. So each must follow from the evidence of its invocation:
   consecutive ``provider_error`` runs;
 - ``budget``: a run of the invocation ended ``budget_stop`` (step 5 ties it to a refusal);
 - ``interrupted``: the invocation's ``grid.end`` says ``interrupted`` and the evidence shows
-  a run cut off (a run of the invocation ended ``aborted``) or the invocation made no run;
-- ``error``: the invocation's ``grid.end`` says ``stopped`` and a run of it ended ``aborted``
-  (the run the error cut off);
+  a run cut off (a run of the invocation ended ``aborted`` or is journaled with ``cut_off``)
+  or the invocation made no run;
+- ``error``: the invocation's ``grid.end`` says ``stopped`` and a run of it was cut off (as
+  above: the run the error cut off);
 - ``incomplete``: the invocation's ``grid.end`` says ``stopped`` and every ``cells_left`` cell
   has a run of the invocation that never called the model (why its unit is not done);
 - no other rule exists;
@@ -152,9 +153,15 @@ def _interrupted(b: Index, journal, grid, inv, rec) -> str | None:
     if ends and ends[0] != "interrupted":
         return f"the invocation's grid.end says {ends[0]!r}"
     runs = [r.body for _, _, r in journal if r.kind == "run" and r.body.get("invocation") == inv]
-    if runs and not any(r.get("status") == "aborted" for r in runs):
-        return "no run of the invocation was cut off (none ended aborted)"
+    if runs and not any(_cut(r) for r in runs):
+        return "no run of the invocation was cut off (none ended aborted or is journaled cut_off)"
     return None
+
+
+def _cut(run: dict) -> bool:
+    """A run the runner cut off: sealed aborted, or journaled with ``cut_off`` (a remote run
+    that finished before the cut reached it)."""
+    return run.get("status") == "aborted" or (isinstance(run.get("cut_off"), str) and bool(run["cut_off"]))
 
 
 def _runs_of(journal, inv, rec) -> list[dict]:
@@ -171,8 +178,8 @@ def _ended(journal, inv, status: str) -> str | None:
 def _error(b: Index, journal, grid, inv, rec) -> str | None:
     if (odd := _ended(journal, inv, "stopped")) is not None:
         return odd
-    if not any(r.get("status") == "aborted" for r in _runs_of(journal, inv, rec)):
-        return "no run of the invocation was cut off by the error (none ended aborted)"
+    if not any(_cut(r) for r in _runs_of(journal, inv, rec)):
+        return "no run of the invocation was cut off by the error (none ended aborted or is journaled cut_off)"
     return None
 
 
