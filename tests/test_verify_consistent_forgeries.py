@@ -192,6 +192,51 @@ def test_a_dropped_run_excused_by_fabricated_provider_errors(genuine, tmp_path):
     refused(f.finish(tmp_path), "complete", "stop 'provider_errors' does not follow")
 
 
+def test_a_dropped_run_excused_by_a_fabricated_error(genuine, tmp_path):
+    f = of(genuine[0])
+    _drop_and_excuse(f, "error", "stopped")
+    refused(f.finish(tmp_path), "complete", "stop 'error' does not follow", "cut off by the error")
+
+
+def test_a_dropped_run_excused_as_incomplete(genuine, tmp_path):
+    f = of(genuine[0])
+    _drop_and_excuse(f, "incomplete", "stopped")
+    refused(f.finish(tmp_path), "complete", "stop 'incomplete' does not follow", "stopped short of the model")
+
+
+def test_a_dropped_run_excused_by_a_stop_rule_nobody_defined(genuine, tmp_path):
+    f = of(genuine[0])
+    _drop_and_excuse(f, "maintenance", "stopped")
+    refused(f.finish(tmp_path), "complete", "stop rule 'maintenance' is not one FORMAT.md defines")
+
+
+def _resettle_at_bound(f, status_wanted):
+    """Settle the first known call of a run ending ``status_wanted`` as unknown, at its bound."""
+    rid = f.find_run(lambda r: r[-1]["body"]["status"] == status_wanted
+                     and sum(o["kind"] == "call" and o["body"].get("usage") is not None for o in r) >= 2)
+    recs = f.records(rid)
+    call = next(o["body"] for o in recs if o["kind"] == "call" and o["body"].get("usage") is not None)
+    key, attempt = f"{call['turn']}.{call['attempt']}", recs[0]["body"]["policy"]["attempt"]
+    lname = f"ledgers/{recs[0]['body']['ledger']}.jsonl"
+
+    def edit(objs):
+        res = next(o["body"] for o in objs if o["kind"] == "reserve" and o["body"].get("attempt") == attempt
+                   and o["body"]["key"] == key)
+        for o in objs:
+            if o["kind"] == "settle" and o["body"]["id"] == res["id"]:
+                o["body"].update(known=False, tokens=res["tokens"], usd=res["usd"], reason="interrupted")
+        return objs
+    f.edit_chain(lname, edit)
+
+
+def test_a_finished_run_s_known_call_resettled_at_its_bound(genuine, tmp_path):
+    # worst-case spend inflated (say, to justify a spend stop): only a cut-off run's last
+    # call may be settled at its bound although its usage is known
+    f = of(genuine[0])
+    _resettle_at_bound(f, "passed")
+    refused(f.finish(tmp_path), "ledgers", "settled", "the call's usage gives")
+
+
 # -- 5. ledgers: after the registration, and closed ------------------------------------------
 
 def test_a_ledger_opened_before_the_registration(genuine, tmp_path):

@@ -72,6 +72,18 @@ class Progress:
         elif done and (self.done % self.every == 0 or self.done == self.total):
             self._line()
 
+    def note(self, text: str) -> None:
+        """One message line (on a terminal above the in-place progress line, redrawn)."""
+        if self.stream is None:
+            return
+        if self.tty:
+            self.stream.write("\r" + " " * self._last_width + "\r")
+            self._last_width = 0
+        self.stream.write(text + "\n")
+        if self.tty:
+            self._draw()
+        self.stream.flush()
+
     def line(self) -> str:
         elapsed = self.clock() - self.start
         eta = None

@@ -10,13 +10,16 @@ Why it is built this way:
   pinned to the driver's node. It owns a ``benchclaw.experiments.ledger.Ledger`` on the invocation's
   ledger file (the same fold, flock and fsync as a local run) and serialises reservations,
   so no number of workers can pass the budget or the per-call stop.
-- **Evidence before the call.** With each reservation (and settlement) a worker sends the
+- **Evidence from the start.** A worker sends its run's ``run.start`` the moment it is
+  written, and with each reservation (and settlement) the
   records its run wrote since (and their blobs); the authority appends them, fsynced, to
   ``open/<attempt>.jsonl`` on the driver *before* it grants the reservation (or records the
   settlement, so a known settlement never precedes its ``call`` record). So when a
   worker dies mid-call, the driver holds exactly what a local crash would have left on
   disk: the run is sealed ``aborted`` by the store's crash recovery, its reservation
-  settled as unknown (counted at its upper bound), and the unit resumes as today.
+  settled as unknown (counted at its upper bound), and the unit resumes as today. A run
+  cut off before its first call is sealed ``aborted`` too, as a local one is; only a task
+  Ray had not started yet leaves nothing (as a unit the local runner had not started).
 
 Trade-offs: the authority is one process on one node (its rate is measured in
 ``bench/scale.py``); each reservation costs a round trip to it plus an fsync of the run's
@@ -31,7 +34,7 @@ import os
 import tempfile
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .grid import reserved_attempts
 from .executor import Executor, RunDone, RunJob, RunParts, agent_kwargs, first_last
@@ -188,11 +191,16 @@ class _ScratchStore(Store):
         super().__init__(root, fsync=False)
         self.attempt = attempt
         self.writer: RunWriter | None = None
+        self.on_start: Callable[[], None] | None = None  # called once run.start is written
 
     def open_run(self) -> RunWriter:
         self.ensure()
-        self.writer = RunWriter(self, self.root / "open" / f"{self.attempt}.jsonl")
+        self.writer = RunWriter(self, self.root / "open" / f"{self.attempt}.jsonl", self._appended)
         return self.writer
+
+    def _appended(self, rec) -> None:
+        if rec.seq == 0 and self.on_start is not None:
+            self.on_start()
 
     def blobs(self) -> dict[str, bytes]:
         """Every blob the run stored (packed or loose), by digest."""
@@ -228,6 +236,18 @@ class _RemoteLedger:
         ray.get(self.authority.settle.remote(self.attempt, reservation.id, tokens, usd, reason, lines, blobs))
         self._sent(lines, blobs)
 
+    def started(self) -> None:
+        """Ships ``run.start`` the moment it is written, so a run cut off before its first
+        reservation is on the driver as it would be on a local disk: sealed ``aborted`` by
+        ``cut_off`` (an interrupt that cuts runs off then shows in the runs it cut off,
+        FORMAT.md "A stop must follow from the evidence"). Refused once the run was cut off
+        (the worker is being killed; nothing more of it lands)."""
+        import ray
+
+        lines, blobs = self._news()
+        if ray.get(self.authority.started.remote(self.attempt, lines, blobs)):
+            self._sent(lines, blobs)
+
     def _news(self) -> tuple[list[bytes], dict[str, bytes]]:
         records = self.store.writer.records if self.store.writer else []
         lines = [r.line for r in records[self.sent_lines:]]
@@ -249,6 +269,7 @@ def _run_on_worker(shared: RunParts, job: RunJob, authority, ledger_id: str,
     with tempfile.TemporaryDirectory(prefix=f"{_SCRATCH}{os.getpid()}-") as tmp:
         store = _ScratchStore(Path(tmp), job.attempt)
         ledger = _RemoteLedger(authority, ledger_id, job.attempt, store)
+        store.on_start = ledger.started
         for digest, ref in preload.items():
             store.put_blob(ray.get(ref))
             ledger.sent_blobs.add(digest)
@@ -338,6 +359,13 @@ class _Authority:
         self.open.setdefault(attempt, {})[res.id] = res
         self.reserved[attempt] = self.reserved.get(attempt, 0) + 1
         return True, res.id
+
+    def started(self, attempt: str, lines: list[bytes], blobs: dict[str, bytes]) -> bool:
+        """Store a run's ``run.start`` (and its blobs); False when the run was cut off."""
+        if attempt in self.closed:
+            return False
+        self._mirror(attempt, lines, blobs)
+        return True
 
     def settle(self, attempt: str, rid: str, tokens: int | None, usd: Decimal | None, reason: str | None,
                lines: list[bytes], blobs: dict[str, bytes]) -> bool:

@@ -386,6 +386,22 @@ class _Grid:
 
     async def _one_run(self, unit: Unit, tier: str, *, trial: str | None, step: int, batch: int,
                        replaces: str | None, memory_start: str | None = None) -> dict | None:
+        """Run one attempt and journal it. An attempt of which nothing reached the runs
+        directory (a remote worker lost before its ``run.start``: it never reserved, so it
+        never called the model) is made once more under a new attempt id, so that a unit
+        is left undone only with a run that shows why (FORMAT.md "A stop must follow from
+        the evidence"); None when that happens twice or the grid halted."""
+        for _ in range(2):
+            body = await self._attempt(unit, tier, trial=trial, step=step, batch=batch, replaces=replaces,
+                                       memory_start=memory_start)
+            if body is not None or self.halted():
+                return body
+            self.progress.note(f"{unit.cell.id} {tier}: the worker was lost before the run started; "
+                               "running it again")
+        return None
+
+    async def _attempt(self, unit: Unit, tier: str, *, trial: str | None, step: int, batch: int,
+                       replaces: str | None, memory_start: str | None = None) -> dict | None:
         attempt = uuid.uuid4().hex
         ctx = {"experiment": self.spec.id, "cell": unit.cell.id, "policy": unit.policy, "trial": trial,
                "step": step, "batch": batch, "rerun": self.rerun, "replaces": replaces,
@@ -411,9 +427,12 @@ class _Grid:
     def _cut_off(self, job: RunJob, why: str | None) -> None:
         """A run cut off mid-way: the executor settles its reservations as unknown and seals
         it aborted; journal it as it stands."""
-        done = self.executor.cut_off(job, why or self.interrupted or "cancelled")
+        why = why or self.interrupted or "cancelled"
+        done = self.executor.cut_off(job, why)
         if done is not None and done.run_id is not None:
-            self._record_run(_journal_body(job, done))
+            # ``cut_off``: the run ended aborted, or (a remote worker) finished before the
+            # cut reached it; either way the evidence of what stopped the grid
+            self._record_run({**_journal_body(job, done), "cut_off": why})
 
     def _record_run(self, body: dict) -> None:
         # Not waited for (the event loop goes on): the next commit, which the next reservation

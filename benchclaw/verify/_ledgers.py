@@ -272,12 +272,17 @@ def _runs_by_attempt(tie: Tie, runs, replays: dict, sec: Section) -> tuple[dict,
 
 def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt, confirmed) -> None:
     prices = tie.costs.prices_of(run)
-    for line, rec in run.of_kind("call") if confirmed is None else ((c.line, c) for c in confirmed):
+    calls = list(run.of_kind("call") if confirmed is None else ((c.line, c) for c in confirmed))
+    # A run cut off (sealed aborted) between its last call's record and that call's
+    # settlement, which follows the next reservation (FORMAT.md "Ledgers"), has it settled
+    # as cut off: at its bound, as unknown.
+    cut = calls[-1][0] if calls and run.end.get("status") == "aborted" else None
+    for line, rec in calls:
         try:
             if confirmed is None:
-                check_call(tie, run, line, rec.body, rep, attempt, prices)
+                check_call(tie, run, line, rec.body, rep, attempt, prices, cut=line == cut)
             else:
-                _tie(tie, run, rec, rep, attempt, prices)
+                _tie(tie, run, rec, rep, attempt, prices, cut=line == cut)
         except (BenchClawError, ArithmeticError, TypeError, ValueError) as e:
             if isinstance(e, VerificationError):
                 raise
@@ -288,7 +293,7 @@ def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt, confirmed) 
 
 
 def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, attempt,
-               prices: Prices) -> None:
+               prices: Prices, *, cut: bool = False) -> None:
     key = f"{body.get('turn')}.{body.get('attempt')}"
     estimate, max_tokens = body.get("prompt_estimate"), (body.get("params") or {}).get("max_tokens")
     res = _reserved(tie, run, line, key, estimate, max_tokens, rep, attempt, prices)
@@ -299,15 +304,16 @@ def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, att
     done = tie.costs.cost_of(run.run_id, line)  # step 4 recomputed it from this usage and these prices
     if done is None and usage is not None:
         done = CostBounds(True, call_cost(usage, prices), call_cost(usage, prices))
-    _settled(run, line, key, rep, settled, done, usage.total if usage is not None else 0)
+    _settled(run, line, key, rep, settled, done, usage.total if usage is not None else 0, cut)
 
 
-def _tie(tie: Tie, run: Run, call: Confirmed, rep: LedgerReplay, attempt, prices: Prices) -> None:
+def _tie(tie: Tie, run: Run, call: Confirmed, rep: LedgerReplay, attempt, prices: Prices, *,
+         cut: bool = False) -> None:
     """``check_call`` of a call step 4 confirmed, from what it confirmed."""
     res = _reserved(tie, run, call.line, call.key, call.estimate, call.max_tokens, rep, attempt, prices)
     settled = rep.settles.get(res["id"])
     if settled is not None:
-        _settled(run, call.line, call.key, rep, settled, call.cost, call.tokens or 0)
+        _settled(run, call.line, call.key, rep, settled, call.cost, call.tokens or 0, cut)
 
 
 def _reserved(tie: Tie, run: Run, line: int, key: str, estimate, max_tokens, rep: LedgerReplay, attempt,
@@ -325,8 +331,12 @@ def _reserved(tie: Tie, run: Run, line: int, key: str, estimate, max_tokens, rep
 
 
 def _settled(run: Run, line: int, key: str, rep: LedgerReplay, s: Kept, done: CostBounds | None,
-             tokens: int) -> None:
-    """The settlement of a call whose cost is ``done`` (None: unknown) and usage ``tokens``."""
+             tokens: int, cut: bool = False) -> None:
+    """The settlement of a call whose cost is ``done`` (None: unknown) and usage ``tokens``;
+    ``cut``: the last call of a run cut off, which may be settled as unknown (at its bound,
+    which ``_reserved`` checked) when the cut came before its settlement."""
+    if cut and s.get("known") is False:
+        return
     if done is None or not done.known:  # no usage, or doubted usage (FORMAT.md §6): at the bound
         if s.get("known") is not False:
             raise VerificationError(run.path, f"call {key}: its cost is a bound but ledger {rep.name} settled "

@@ -10,7 +10,13 @@ unit could be excused. So each must follow from the evidence of its invocation:
   consecutive ``provider_error`` runs;
 - ``budget``: a run of the invocation ended ``budget_stop`` (step 5 ties it to a refusal);
 - ``interrupted``: the invocation's ``grid.end`` says ``interrupted`` and the evidence shows
-  a run cut off (a run of the invocation ended ``aborted``) or the invocation made no run;
+  a run cut off (a run of the invocation ended ``aborted`` or is journaled with ``cut_off``)
+  or the invocation made no run;
+- ``error``: the invocation's ``grid.end`` says ``stopped`` and a run of it was cut off (as
+  above: the run the error cut off);
+- ``incomplete``: the invocation's ``grid.end`` says ``stopped`` and every ``cells_left`` cell
+  has a run of the invocation that never called the model (why its unit is not done);
+- no other rule exists;
 - every ``cells_left`` cell is a cell of the invocation's ``grid.start``.
 
 Ledgers: every record of an experiment's ledger is later than the experiment's
@@ -93,7 +99,7 @@ def check_stop(b: Index, journal: list, name: str, line: int, rec) -> None:
         raise VerificationError(name, f"stop lists cell {odd[0]!r}, not a cell of its grid", line)
     why = _JUSTIFY.get(rule) if isinstance(rule, str) else None
     if why is None:
-        return  # error / incomplete: the runner's own failure, nothing to recompute
+        raise VerificationError(name, f"stop rule {rule!r} is not one FORMAT.md defines", line)
     missing = why(b, journal, grid, inv, rec)
     if missing:
         raise VerificationError(name, f"stop '{rule}' does not follow from the evidence: {missing}", line)
@@ -147,13 +153,50 @@ def _interrupted(b: Index, journal, grid, inv, rec) -> str | None:
     if ends and ends[0] != "interrupted":
         return f"the invocation's grid.end says {ends[0]!r}"
     runs = [r.body for _, _, r in journal if r.kind == "run" and r.body.get("invocation") == inv]
-    if runs and not any(r.get("status") == "aborted" for r in runs):
-        return "no run of the invocation was cut off (none ended aborted)"
+    if runs and not any(_cut(r) for r in runs):
+        return "no run of the invocation was cut off (none ended aborted or is journaled cut_off)"
+    return None
+
+
+def _cut(run: dict) -> bool:
+    """A run the runner cut off: sealed aborted, or journaled with ``cut_off`` (a remote run
+    that finished before the cut reached it)."""
+    return run.get("status") == "aborted" or (isinstance(run.get("cut_off"), str) and bool(run["cut_off"]))
+
+
+def _runs_of(journal, inv, rec) -> list[dict]:
+    """The ``run`` bodies of invocation ``inv`` journaled before its stop ``rec``."""
+    return [r.body for _, _, r in journal
+            if r.kind == "run" and r.body.get("invocation") == inv and r.at <= rec.at]
+
+
+def _ended(journal, inv, status: str) -> str | None:
+    ends = [r.body.get("status") for _, _, r in journal if r.kind == "grid.end" and r.body.get("invocation") == inv]
+    return f"the invocation's grid.end says {ends[0]!r}" if ends and ends[0] != status else None
+
+
+def _error(b: Index, journal, grid, inv, rec) -> str | None:
+    if (odd := _ended(journal, inv, "stopped")) is not None:
+        return odd
+    if not any(_cut(r) for r in _runs_of(journal, inv, rec)):
+        return "no run of the invocation was cut off by the error (none ended aborted or is journaled cut_off)"
+    return None
+
+
+def _incomplete(b: Index, journal, grid, inv, rec) -> str | None:
+    if (odd := _ended(journal, inv, "stopped")) is not None:
+        return odd
+    short = {r.get("cell") for r in _runs_of(journal, inv, rec) if r.get("called_model") is False}
+    left = rec.body.get("cells_left") or []
+    lacking = [c for c in left if c not in short]
+    if not left or lacking:
+        what = f"cell {lacking[0]!r} has" if lacking else "it names no cell left, and"
+        return f"{what} no run of the invocation that stopped short of the model"
     return None
 
 
 _JUSTIFY = {"spend": _spend, "tokens": _tokens, "provider_errors": _errors, "budget": _budget,
-            "interrupted": _interrupted}
+            "interrupted": _interrupted, "error": _error, "incomplete": _incomplete}
 
 
 def check_ledgers_after_registration(b: Index, journal: list, registered_at: str) -> None:
