@@ -237,6 +237,21 @@ def test_a_finished_run_s_known_call_resettled_at_its_bound(genuine, tmp_path):
     refused(f.finish(tmp_path), "ledgers", "settled", "the call's usage gives")
 
 
+def test_a_run_that_called_the_model_journaled_as_if_it_had_not(genuine, tmp_path):
+    # a unit whose run "never reached the model" is not done: the run would stop counting
+    f = of(genuine[0])
+    named = {o["body"]["run_id"]: o["body"] for o in f.journal() if o["kind"] == "run"}
+    rid = next(r for r, b in sorted(named.items()) if b["status"] != "passed" and b["called_model"])
+
+    def edit(objs):
+        for o in objs:
+            if o["kind"] == "run" and o["body"]["run_id"] == rid:
+                o["body"]["called_model"] = False
+        return objs
+    f.edit_journal(edit)
+    refused(f.finish(tmp_path), "complete", f"run {rid[:12]}: the journal says called_model=False")
+
+
 # -- 5. ledgers: after the registration, and closed ------------------------------------------
 
 def test_a_ledger_opened_before_the_registration(genuine, tmp_path):

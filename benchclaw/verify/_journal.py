@@ -426,9 +426,10 @@ def verify_completeness(ix: Index, runs, sec: Section) -> None:
     for exp in ix.manifest.experiments:
         journal = journal_of(ix, exp)
         named: dict[str, dict] = {}
+        reserved = _reserved_attempts(ix, journal)
         for name, line, rec in journal:
             if rec.kind == "run":
-                sec.attempt(_named_run, runs, name, line, rec.body, named)
+                sec.attempt(_named_run, runs, name, line, rec.body, named, reserved)
         for run in _runs_of(runs, exp):
             if run.run_id not in named:
                 sec.fail(VerificationError(run.path, f"a sealed run of {exp} that the journal does not name"))
@@ -446,7 +447,18 @@ def verify_completeness(ix: Index, runs, sec: Section) -> None:
                 sec.count("corrections")
 
 
-def _named_run(runs, name: str, line: int, body: dict, named: dict) -> None:
+def _reserved_attempts(ix: Index, journal: list) -> set:
+    """The attempts any ledger of the experiment's invocations reserved a call for."""
+    out: set = set()
+    for _, _, rec in journal:
+        if rec.kind == "grid.start":
+            for r in ledger_chain(ix, rec.body.get("ledger")) or ():
+                if r.kind == "reserve":
+                    out.add(r.body.get("attempt"))
+    return out
+
+
+def _named_run(runs, name: str, line: int, body: dict, named: dict, reserved: set) -> None:
     run_id = body.get("run_id")
     if not isinstance(run_id, str) or (run_id not in runs and run_id not in runs.rejected):
         raise VerificationError(name, f"names run {run_id}, which the bundle lacks", line)
@@ -461,6 +473,12 @@ def _named_run(runs, name: str, line: int, body: dict, named: dict) -> None:
         if key in body and body.get(key) != get(run):
             raise VerificationError(name, f"run {run_id[:12]}: the journal says {key}={body.get(key)!r}, "
                                     f"the run says {get(run)!r}", line)
+    # called the model: it records a call, or a ledger reserved one for its attempt (a call
+    # cut off in flight leaves no call record)
+    called = bool(run.end.get("calls")) or run.policy.get("attempt") in reserved
+    if "called_model" in body and body["called_model"] is not called:
+        raise VerificationError(name, f"run {run_id[:12]}: the journal says called_model={body['called_model']!r}, "
+                                f"the evidence says {called!r} (calls recorded or reserved for its attempt)", line)
 
 
 def _tiers_of(journal: list, trial: dict) -> list:
