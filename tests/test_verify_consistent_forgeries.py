@@ -192,10 +192,20 @@ def test_a_dropped_run_excused_by_fabricated_provider_errors(genuine, tmp_path):
     refused(f.finish(tmp_path), "complete", "stop 'provider_errors' does not follow")
 
 
-def test_a_dropped_run_excused_by_a_fabricated_error(genuine, tmp_path):
+def test_a_dropped_run_excused_by_a_fabricated_error_is_named_on_a_note(genuine, tmp_path):
+    # an error outside any run (a full disk) leaves no run cut off, so this cannot be refused;
+    # it must not pass silently
     f = of(genuine[0])
-    _drop_and_excuse(f, "error", "stopped")
-    refused(f.finish(tmp_path), "complete", "stop 'error' does not follow", "cut off by the error")
+    inv = _drop_and_excuse(f, "error", "stopped")
+    rep = verify_bundle(f.finish(tmp_path))
+    assert any(f"stop 'error' of {inv} (1 cells left) is not shown by the evidence" in n for n in rep.notes)
+    assert f"stop 'error' of {inv}" in render_text(rep)
+
+
+def test_an_error_stop_with_its_grid_end_changed(genuine, tmp_path):
+    f = of(genuine[0])
+    _drop_and_excuse(f, "error", "complete")
+    refused(f.finish(tmp_path), "complete", "stop 'error' does not follow", "grid.end says 'complete'")
 
 
 def test_a_dropped_run_excused_as_incomplete(genuine, tmp_path):

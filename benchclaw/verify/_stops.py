@@ -12,8 +12,9 @@ unit could be excused. So each must follow from the evidence of its invocation:
 - ``interrupted``: the invocation's ``grid.end`` says ``interrupted`` and the evidence shows
   a run cut off (a run of the invocation ended ``aborted`` or is journaled with ``cut_off``)
   or the invocation made no run;
-- ``error``: the invocation's ``grid.end`` says ``stopped`` and a run of it was cut off (as
-  above: the run the error cut off);
+- ``error``: the invocation's ``grid.end`` says ``stopped``; when it made runs and none was
+  cut off (an error outside any run, such as a full disk, leaves none), a NOTE says the
+  stop is not shown by the evidence;
 - ``incomplete``: the invocation's ``grid.end`` says ``stopped`` and every ``cells_left`` cell
   has a run of the invocation that never called the model (why its unit is not done);
 - no other rule exists;
@@ -37,7 +38,7 @@ from ._errors import VerificationError
 from ._index import Index
 from .manifest import object_path
 
-__all__ = ["check_stop", "check_ledgers_after_registration", "check_ledgers_closed", "ledger_chain"]
+__all__ = ["check_stop", "stop_notes", "check_ledgers_after_registration", "check_ledgers_closed", "ledger_chain"]
 
 
 def ledger_chain(ix: Index, lid) -> tuple | None:
@@ -176,11 +177,26 @@ def _ended(journal, inv, status: str) -> str | None:
 
 
 def _error(b: Index, journal, grid, inv, rec) -> str | None:
-    if (odd := _ended(journal, inv, "stopped")) is not None:
-        return odd
-    if not any(_cut(r) for r in _runs_of(journal, inv, rec)):
-        return "no run of the invocation was cut off by the error (none ended aborted or is journaled cut_off)"
-    return None
+    # A run the error cut off shows it; an error outside any run (a full disk when a run file
+    # is made) leaves nothing to show, so an unshown one is named on a NOTE (stop_notes).
+    return _ended(journal, inv, "stopped")
+
+
+def stop_notes(journal: list) -> list[str]:
+    """What the auditor must read about stops no evidence shows: an ``error`` stop of an
+    invocation that made runs, none of them cut off."""
+    notes = []
+    for name, line, rec in journal:
+        if rec.kind == "stop" and rec.body.get("rule") == "error":
+            inv = rec.body.get("invocation")
+            runs = _runs_of(journal, inv, rec)
+            if runs and not any(_cut(r) for r in runs):
+                left = rec.body.get("cells_left")
+                notes.append(f"{name}:{line}: stop 'error' of {inv} ({len(left) if isinstance(left, list) else 0} "
+                             "cells left) is not shown by the evidence: no run of the invocation was cut off. "
+                             "An error outside any run (a full disk) leaves none, so this cannot be told from a "
+                             "stop made up to excuse runs left out")
+    return notes
 
 
 def _incomplete(b: Index, journal, grid, inv, rec) -> str | None:
