@@ -151,13 +151,15 @@ def test_verify_cli_exit_codes_and_outputs(runs, tmp_path):
     assert "first failures" in res.stderr
 
 
-def test_verify_help_is_fast_and_documents_exit_codes():
-    t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-c", "from benchclaw.verify.cli import main; main()", "--help"],
-                         capture_output=True, text=True, timeout=60)
-    elapsed = time.perf_counter() - t0
+def test_verify_help_is_light_and_documents_exit_codes():
+    # Its speed is bench/startup.py's (target 0.3 s; a wall-clock bound here fails on a busy
+    # machine): here, that --help loads none of the heavy libraries a start-up would pay for.
+    code = ("import sys\nfrom benchclaw.verify.cli import main\ntry:\n    main()\nexcept SystemExit as e:\n"
+            "    print('HEAVY', sorted(m for m in ('openai', 'httpx', 'jinja2', 'ray', 'litellm', 'click', "
+            "'multiprocessing', 'asyncio') if m in sys.modules), file=sys.stderr)\n    raise\n")
+    res = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "exit codes: 0 verified, 1 evidence does not match" in res.stdout
-    assert elapsed < 1.0  # bench/startup.py measures the 0.3 s target precisely
+    assert "HEAVY []" in res.stderr, res.stderr
 
 
 def test_export_refuses_a_damaged_blob_and_leaves_no_bundle(runs, tmp_path):
