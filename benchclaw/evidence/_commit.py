@@ -317,8 +317,10 @@ class Committer:
 
     def _pass(self, files: dict[str, int], dirs: set[str], renames: list) -> None:
         try:
+            # A run being sealed was usually marked too (its last records): fsync is per file,
+            # so one of its two descriptors is enough.
             self._fsync_all([(fd, path, False) for path, fd in files.items()]
-                            + [(fd, src, False) for fd, src, _, _ in renames]
+                            + [(fd, src, False) for fd, src, _, _ in renames if str(src) not in files]
                             + [(None, d, True) for d in dirs])
             self._fsync_all([(None, d, True) for d in self._move(renames)])
         finally:
