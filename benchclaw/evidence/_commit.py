@@ -66,6 +66,7 @@ _INLINE = 4      # a phase this small runs on the committer's own thread (a hop 
 _CHUNK = 3       # a larger one takes a thread (this one included) per this many items, up to _THREADS
 _GATHER = 0.002  # seconds a pass only event loops wait for waits, at least, for more to join it
 _GATHER_MAX = 0.010  # and at most, for every such loop to be idle (``_probe``)
+_PROBE_EVERY = 0.001  # how often a probe looks again at a busy loop (not each iteration: it costs)
 
 
 class _Synced:
@@ -261,8 +262,8 @@ class Committer:
 
     def _probe(self, loop: asyncio.AbstractEventLoop) -> None:
         """On ``loop``: once it has nothing else ready to run, and ``_GATHER`` after its ask,
-        report it idle (the next pass need not wait for it). Until then it looks again at
-        the next iteration (busy) or when ``_GATHER`` is up. ``_ready`` is asyncio's queue of
+        report it idle (the next pass need not wait for it). Until then it looks again
+        ``_PROBE_EVERY`` later (busy) or when ``_GATHER`` is up. ``_ready`` is asyncio's queue of
         callbacks to run; a loop without one is taken as idle at once."""
         since = self._settling.get(loop)
         if since is None:
@@ -270,7 +271,7 @@ class Committer:
         waited = time.monotonic() - since
         if waited < _GATHER_MAX:
             if getattr(loop, "_ready", None):
-                loop.call_soon(self._probe, loop)
+                loop.call_later(_PROBE_EVERY, self._probe, loop)
                 return
             if waited < _GATHER:
                 loop.call_later(_GATHER - waited, self._probe, loop)
@@ -333,10 +334,12 @@ class Committer:
             woken = [(loop, f) for t, loop, f in self._loop_waiters if t <= upto]
             self._loop_waiters = [w for w in self._loop_waiters if w[0] > upto]
             now = time.monotonic()
-            loops = {loop for loop, _ in woken}
-            for loop in loops:  # its woken runs go on to their next asks: the next pass waits for them
-                self._settling.setdefault(loop, now)
-        self._wake_loops(woken, error)
+            fresh = set()  # its woken runs go on to their next asks: the next pass waits for them
+            for loop, _ in woken:
+                if loop not in self._settling:
+                    self._settling[loop] = now
+                    fresh.add(loop)  # (else the probe of an ask made meanwhile is under way)
+        self._wake_loops(woken, error, fresh)
         for fut in ready:
             if not fut.set_running_or_notify_cancel():
                 continue  # its waiter was cancelled (an interrupted run): nobody to tell
@@ -345,15 +348,15 @@ class Committer:
             else:
                 fut.set_exception(error)
 
-    def _wake_loops(self, woken: list, error: BaseException | None) -> None:
+    def _wake_loops(self, woken: list, error: BaseException | None, fresh: set) -> None:
         """Tell each event loop's waiters their pass is done: one wake-up per loop, which then
-        probes until the runs it woke are done with their turns (``_probe``)."""
+        probes (those in ``fresh``) until the runs it woke are done with their turns (``_probe``)."""
         by_loop: dict = {}
         for loop, fut in woken:
             by_loop.setdefault(loop, []).append(fut)
         for loop, futs in by_loop.items():
             try:
-                loop.call_soon_threadsafe(_settle_all, futs, error, self._probe, loop)
+                loop.call_soon_threadsafe(_settle_all, futs, error, self._probe if loop in fresh else None, loop)
             except RuntimeError:  # that loop is closed: nobody waits there any more
                 with self._held:
                     self._settling.pop(loop, None)
@@ -459,7 +462,8 @@ def _settle_all(futs: list, error: BaseException | None, probe, loop) -> None:
                 fut.set_result(None)
             else:
                 fut.set_exception(error)
-    loop.call_soon(probe, loop)  # after the runs just woken have run
+    if probe is not None:
+        loop.call_soon(probe, loop)  # after the runs just woken have run
 
 
 def _fsync_each(todo) -> list:
