@@ -165,15 +165,28 @@ def _break_message(lines, i: int, where: str) -> str:
 
 
 def blob_refs(body, _depth: int = 0) -> Iterator[str]:
-    """Every ``sha256:`` digest string in a record body: each names a blob in objects/."""
+    """Every ``sha256:`` digest string in a record body: each names a blob in objects/.
+    (Collected in one walk, in order, then iterated: this runs for every record an agent
+    writes, so a scalar costs no call of its own.)"""
+    out: list[str] = []
     if _depth > jsonio.MAX_DEPTH:
+        pass
+    elif isinstance(body, str):
+        if body.startswith("sha256:") and DIGEST_RE.match(body):
+            out.append(body)
+    elif isinstance(body, (dict, list)):
+        _collect_refs(body, _depth, out)
+    return iter(out)
+
+
+def _collect_refs(node, depth: int, out: list[str]) -> None:
+    """The digests in the values of ``node`` (a dict or list at ``depth``), in order."""
+    child = depth + 1
+    if child > jsonio.MAX_DEPTH:
         return
-    if isinstance(body, str):
-        if DIGEST_RE.match(body):
-            yield body
-    elif isinstance(body, dict):
-        for v in body.values():
-            yield from blob_refs(v, _depth + 1)
-    elif isinstance(body, list):
-        for v in body:
-            yield from blob_refs(v, _depth + 1)
+    for v in (node.values() if isinstance(node, dict) else node):
+        if isinstance(v, str):
+            if v.startswith("sha256:") and DIGEST_RE.match(v):
+                out.append(v)
+        elif isinstance(v, (dict, list)):
+            _collect_refs(v, child, out)
