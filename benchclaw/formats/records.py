@@ -68,8 +68,12 @@ class Record:
 
 
 def utc_now() -> str:
-    """The current UTC time as FORMAT.md writes it (microseconds, ``Z``)."""
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """The current UTC time as FORMAT.md writes it (microseconds, ``Z``): what
+    ``strftime("%Y-%m-%dT%H:%M:%S.%fZ")`` writes, formatted by hand (a third of the time;
+    every record is stamped)."""
+    d = _dt.datetime.now(_dt.timezone.utc)
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (d.year, d.month, d.day, d.hour, d.minute, d.second,
+                                                    d.microsecond)
 
 
 def encode(record: Record) -> bytes:
