@@ -303,10 +303,13 @@ class _Run:
         raise AssertionError("unreachable: the last attempt always returns")  # pragma: no cover
 
     async def _complete(self, req: ChatRequest, remaining: float) -> ChatResponse:
+        # ``asyncio.timeout``, not ``wait_for``: the call runs in this task (wait_for wraps
+        # it in a task of its own, and its wake-ups, every call; see providers.streaming)
         t0 = time.monotonic()
         try:
-            return await asyncio.wait_for(self.provider.complete(req), timeout=remaining)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(remaining):
+                return await self.provider.complete(req)
+        except TimeoutError:
             ms = int((time.monotonic() - t0) * 1000)
             return error_response("timeout", f"no reply within the run's remaining {remaining:.1f} s",
                                   latency_ms=ms, simulated=self.simulated)

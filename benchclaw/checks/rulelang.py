@@ -28,6 +28,7 @@ Grammar (also in docs/writing-tasks.md)::
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -383,10 +384,17 @@ class PricingRule:
 
 def parse_pricing_rule(source: str, variables: Iterable[str]) -> PricingRule:
     """Parse ``source`` over the integer ``variables``; raises PricingRuleError naming the
-    line and column of the first problem, or the limit that was exceeded."""
+    line and column of the first problem, or the limit that was exceeded. A rule parsed
+    before is returned again (``_parsed``): the result is a function of the text alone and
+    immutable, and a grid's checks and a verifier's re-runs parse the same few rules often."""
+    return _parsed(source, tuple(variables))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(source: str, variables: tuple[str, ...]) -> PricingRule:
+    """``parse_pricing_rule`` itself (a failure raises, so it is not remembered)."""
     size = len(source.encode("utf-8", "surrogatepass"))
     if size > PRICING_LIMITS["source_bytes"]:
         raise PricingRuleError(f"rule is {size:,} bytes, above the limit of {PRICING_LIMITS['source_bytes']:,}")
-    variables = tuple(variables)
     tree = _Parser(_tokenize(source), set(variables)).rule()
     return PricingRule(source, variables, tree)

@@ -15,6 +15,7 @@ denied action followed.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 import tomllib
@@ -266,7 +267,10 @@ def _check_sources_protected(checks: list[CheckSpec], writable: list[str], where
 
 # -- public helpers ---------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1024)
 def _glob_re(glob: str) -> re.Pattern:
+    """The pattern of one workspace glob (remembered: a task's few globs are matched on
+    every action and check of every run)."""
     out, i = [], 0
     while i < len(glob):
         if glob.startswith("**", i):

@@ -26,9 +26,14 @@ Why it is built this way (FORMAT.md §1, "Durability"):
   next (closed once its writer ``release``s the file and no pass needs it), runs a small
   pass's fsyncs itself and a large one's on a few threads (its own one of them) that each
   take the next file, and wakes each event loop once per pass for all of its waiters.
-- **A pass waited for only on an event loop gathers first** (``_GATHER``, 2 ms): the other
-  runs in flight reach their own reservations meanwhile and share it, so a grid makes about
-  half as many passes. A thread that blocks (``wait``) gets its pass at once.
+- **A pass waited for only on event loops starts once those loops are idle**: the other
+  runs in flight reach their own reservations meanwhile and share it. A loop that asks for
+  a commit, or whose waiters a pass wakes, runs a probe (``_probe``) that reports when it has
+  nothing ready to run (every run on it waits: for a commit, a model call, a timer), and not
+  before ``_GATHER`` (2 ms) after the ask; the pass starts when every such loop reported, or
+  ``_GATHER_MAX`` (10 ms) after the oldest ask at the latest. So the runs a pass wakes finish
+  their turns and share the next pass, instead of two groups taking turns on alternate
+  passes. A thread that blocks (``wait``) gets its pass at once.
 
 Ordering is the callers' part, and it is one rule: *write what refers to a file only after
 the commit covering that file* (a settlement after its call record, a journal ``run``
@@ -59,7 +64,9 @@ __all__ = ["Committer", "committer", "storage_error", "append_whole", "held_excl
 _THREADS = 8     # fsyncs in flight at once; more only contend for the GIL on their way back
 _INLINE = 4      # a phase this small runs on the committer's own thread (a hop costs more)
 _CHUNK = 3       # a larger one takes a thread (this one included) per this many items, up to _THREADS
-_GATHER = 0.002  # seconds a pass only event loops wait for waits for more to join it
+_GATHER = 0.002  # seconds a pass only event loops wait for waits, at least, for more to join it
+_GATHER_MAX = 0.010  # and at most, for every such loop to be idle (``_probe``)
+_PROBE_EVERY = 0.001  # how often a probe looks again at a busy loop (not each iteration: it costs)
 
 
 class _Synced:
@@ -114,7 +121,9 @@ class Committer:
         self._waiters: list[tuple[int, cf.Future]] = []
         self._loop_waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
         self._wake = threading.Condition(self._lock)
-        self._gathering = False  # the pass thread waits for more to join: loop waiters need not wake it
+        # loop -> when it asked for a commit (or had waiters woken) while its probe is pending:
+        # the next pass waits for it to be idle (module docstring, ``_probe``)
+        self._settling: dict[asyncio.AbstractEventLoop, float] = {}
         self._thread: threading.Thread | None = None
         self._pool: cf.ThreadPoolExecutor | None = None
 
@@ -246,9 +255,30 @@ class Committer:
             self._loop_waiters.append((t, loop, fut))
             self._asked = max(self._asked, t)
             self._start()
-            if not self._gathering:
-                self._wake.notify()
+            if loop not in self._settling:  # else its probe is under way and reports
+                self._settling[loop] = time.monotonic()
+                loop.call_soon(self._probe, loop)
         await fut
+
+    def _probe(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop``: once it has nothing else ready to run, and ``_GATHER`` after its ask,
+        report it idle (the next pass need not wait for it). Until then it looks again
+        ``_PROBE_EVERY`` later (busy) or when ``_GATHER`` is up. ``_ready`` is asyncio's queue of
+        callbacks to run; a loop without one is taken as idle at once."""
+        since = self._settling.get(loop)
+        if since is None:
+            return
+        waited = time.monotonic() - since
+        if waited < _GATHER_MAX:
+            if getattr(loop, "_ready", None):
+                loop.call_later(_PROBE_EVERY, self._probe, loop)
+                return
+            if waited < _GATHER:
+                loop.call_later(_GATHER - waited, self._probe, loop)
+                return
+        with self._held:
+            if self._settling.pop(loop, None) is not None and self._asked > self._done:
+                self._wake.notify()
 
     # -- the pass (its own thread) ---------------------------------------------------
     def _start(self) -> None:
@@ -266,18 +296,15 @@ class Committer:
             self._one_pass()
 
     def _gather(self) -> None:
-        """While only event loops wait, give them ``_GATHER`` seconds to join the pass (the
-        lock held, except while waiting); a blocked thread (``request``) ends it at once."""
-        deadline = time.monotonic() + _GATHER
-        self._gathering = True
-        try:
-            while not self._waiters:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._wake.wait(left)
-        finally:
-            self._gathering = False
+        """While only event loops wait, wait (the lock held, except while waiting) until every
+        loop that asked or was woken is idle (``_probe``), ``_GATHER_MAX`` after the oldest
+        at the latest; a blocked thread (``request``) ends it at once."""
+        while not self._waiters and self._settling:
+            left = min(self._settling.values()) + _GATHER_MAX - time.monotonic()
+            if left <= 0:
+                self._settling.clear()  # their probes find nothing to report
+                break
+            self._wake.wait(left)
 
     def _one_pass(self) -> None:
         """Take everything marked so far, make it durable, tell the waiters it covers."""
@@ -306,7 +333,13 @@ class Committer:
             self._waiters = [(t, f) for t, f in self._waiters if t > upto]
             woken = [(loop, f) for t, loop, f in self._loop_waiters if t <= upto]
             self._loop_waiters = [w for w in self._loop_waiters if w[0] > upto]
-        _wake_loops(woken, error)
+            now = time.monotonic()
+            fresh = set()  # its woken runs go on to their next asks: the next pass waits for them
+            for loop, _ in woken:
+                if loop not in self._settling:
+                    self._settling[loop] = now
+                    fresh.add(loop)  # (else the probe of an ask made meanwhile is under way)
+        self._wake_loops(woken, error, fresh)
         for fut in ready:
             if not fut.set_running_or_notify_cancel():
                 continue  # its waiter was cancelled (an interrupted run): nobody to tell
@@ -315,10 +348,25 @@ class Committer:
             else:
                 fut.set_exception(error)
 
+    def _wake_loops(self, woken: list, error: BaseException | None, fresh: set) -> None:
+        """Tell each event loop's waiters their pass is done: one wake-up per loop, which then
+        probes (those in ``fresh``) until the runs it woke are done with their turns (``_probe``)."""
+        by_loop: dict = {}
+        for loop, fut in woken:
+            by_loop.setdefault(loop, []).append(fut)
+        for loop, futs in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle_all, futs, error, self._probe if loop in fresh else None, loop)
+            except RuntimeError:  # that loop is closed: nobody waits there any more
+                with self._held:
+                    self._settling.pop(loop, None)
+
     def _pass(self, files: dict[str, int], dirs: set[str], renames: list) -> None:
         try:
+            # A run being sealed was usually marked too (its last records): fsync is per file,
+            # so one of its two descriptors is enough.
             self._fsync_all([(fd, path, False) for path, fd in files.items()]
-                            + [(fd, src, False) for fd, src, _, _ in renames]
+                            + [(fd, src, False) for fd, src, _, _ in renames if str(src) not in files]
                             + [(None, d, True) for d in dirs])
             self._fsync_all([(None, d, True) for d in self._move(renames)])
         finally:
@@ -407,25 +455,15 @@ def storage_error(path: Path, what: str, err: OSError) -> StorageError:
                         "free space, then run `benchclaw runs recover` (a grid run does it on start)")
 
 
-def _wake_loops(woken: list, error: BaseException | None) -> None:
-    """Tell each event loop's waiters their pass is done: one wake-up per loop."""
-    by_loop: dict = {}
-    for loop, fut in woken:
-        by_loop.setdefault(loop, []).append(fut)
-    for loop, futs in by_loop.items():
-        try:
-            loop.call_soon_threadsafe(_settle_all, futs, error)
-        except RuntimeError:  # that loop is closed: nobody waits there any more
-            pass
-
-
-def _settle_all(futs: list, error: BaseException | None) -> None:
+def _settle_all(futs: list, error: BaseException | None, probe, loop) -> None:
     for fut in futs:
         if not fut.done():  # a cancelled waiter (an interrupted run): nobody to tell
             if error is None:
                 fut.set_result(None)
             else:
                 fut.set_exception(error)
+    if probe is not None:
+        loop.call_soon(probe, loop)  # after the runs just woken have run
 
 
 def _fsync_each(todo) -> list:

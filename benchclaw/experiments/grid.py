@@ -219,6 +219,10 @@ class History:
     ledgers: list[str] = field(default_factory=list)         # ledger ids of earlier invocations
     ledger_shards: dict[str, str | None] = field(default_factory=dict)  # ledger id -> grid.start shard
     reserved_attempts: set[str] = field(default_factory=set)  # attempt ids with a reservation
+    # (cell, tier, rerun) -> its grid runs, in journal order, over ``runs[:_indexed]``: every
+    # unit asks for its own (``grid_runs``), so a scan of every run each time grew with the grid
+    _by_unit: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _indexed: int = field(default=0, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, store: Store, experiment: str) -> "History":
@@ -242,8 +246,13 @@ class History:
 
     # -- per unit ----------------------------------------------------------------------
     def grid_runs(self, cell: str, tier: str, rerun: bool) -> list[dict]:
-        return [r for r in self.runs if r.get("policy") == "grid" and r.get("cell") == cell
-                and r.get("tier") == tier and bool(r.get("rerun")) == rerun]
+        """The grid runs of one unit (``rerun`` or primary), in journal order."""
+        runs = self.runs
+        for r in runs[self._indexed:]:  # ``runs`` is only appended to
+            if r.get("policy") == "grid":
+                self._by_unit.setdefault((r.get("cell"), r.get("tier"), bool(r.get("rerun"))), []).append(r)
+        self._indexed = len(runs)
+        return list(self._by_unit.get((cell, tier, bool(rerun)), ()))
 
     def trial_runs(self, trial: str) -> list[dict]:
         return [r for r in self.runs if r.get("trial") == trial]

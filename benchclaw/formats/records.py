@@ -68,8 +68,12 @@ class Record:
 
 
 def utc_now() -> str:
-    """The current UTC time as FORMAT.md writes it (microseconds, ``Z``)."""
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """The current UTC time as FORMAT.md writes it (microseconds, ``Z``): what
+    ``strftime("%Y-%m-%dT%H:%M:%S.%fZ")`` writes, formatted by hand (a third of the time;
+    every record is stamped)."""
+    d = _dt.datetime.now(_dt.timezone.utc)
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (d.year, d.month, d.day, d.hour, d.minute, d.second,
+                                                    d.microsecond)
 
 
 def encode(record: Record) -> bytes:
@@ -165,15 +169,28 @@ def _break_message(lines, i: int, where: str) -> str:
 
 
 def blob_refs(body, _depth: int = 0) -> Iterator[str]:
-    """Every ``sha256:`` digest string in a record body: each names a blob in objects/."""
+    """Every ``sha256:`` digest string in a record body: each names a blob in objects/.
+    (Collected in one walk, in order, then iterated: this runs for every record an agent
+    writes, so a scalar costs no call of its own.)"""
+    out: list[str] = []
     if _depth > jsonio.MAX_DEPTH:
+        pass
+    elif isinstance(body, str):
+        if body.startswith("sha256:") and DIGEST_RE.match(body):
+            out.append(body)
+    elif isinstance(body, (dict, list)):
+        _collect_refs(body, _depth, out)
+    return iter(out)
+
+
+def _collect_refs(node, depth: int, out: list[str]) -> None:
+    """The digests in the values of ``node`` (a dict or list at ``depth``), in order."""
+    child = depth + 1
+    if child > jsonio.MAX_DEPTH:
         return
-    if isinstance(body, str):
-        if DIGEST_RE.match(body):
-            yield body
-    elif isinstance(body, dict):
-        for v in body.values():
-            yield from blob_refs(v, _depth + 1)
-    elif isinstance(body, list):
-        for v in body:
-            yield from blob_refs(v, _depth + 1)
+    for v in (node.values() if isinstance(node, dict) else node):
+        if isinstance(v, str):
+            if v.startswith("sha256:") and DIGEST_RE.match(v):
+                out.append(v)
+        elif isinstance(v, (dict, list)):
+            _collect_refs(v, child, out)
