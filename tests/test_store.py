@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchclaw.evidence.check import check_store, recover_store
+from benchclaw.evidence.check import UNBORN_GRACE_S, check_store, recover_store
 from benchclaw.errors import FormatError, InputError, IntegrityError
 from benchclaw.formats.records import GENESIS, split_lines, verify_chain
 from decimal import Decimal
@@ -514,5 +514,31 @@ def test_a_run_file_whose_writer_died_before_naming_it_is_dropped(tmp_path):
     store.ensure()
     unborn = store.root / "open" / ".new-0123.jsonl"
     unborn.write_bytes(b"")  # created, never locked by a live writer, never renamed
+    old = time.time() - UNBORN_GRACE_S - 1
+    os.utime(unborn, (old, old))
     assert store.open_run_paths() == [] and check_store(store).open_runs == 0
+    assert recover_store(store) == [] and not unborn.exists()
+
+
+@pytest.mark.parametrize("where", ["open/.new-0123.jsonl", "objects/packs/.new-0123.pack"])
+def test_a_file_a_live_writer_has_created_but_not_yet_locked_is_left_alone(tmp_path, where):
+    # A writer opens .new-* (O_EXCL) and locks it a moment later; recovery in another process
+    # between the two must not take it for a dead writer's (a grid died of that: "No such
+    # file or directory" when the writer renamed it).
+    store = Store(tmp_path / "runs", fsync=False)
+    store.ensure()
+    unborn = store.root / where
+    unborn.parent.mkdir(parents=True, exist_ok=True)
+    unborn.write_bytes(b"")
+    assert recover_store(store) == [] and unborn.exists()
+    check_store(store)
+    assert unborn.exists()
+
+
+def test_a_pack_written_by_a_writer_that_died_before_naming_it_is_dropped_at_once(tmp_path):
+    store = Store(tmp_path / "runs", fsync=False)
+    store.ensure()
+    unborn = store.root / "objects" / "packs" / ".new-0123.pack"
+    unborn.parent.mkdir(parents=True, exist_ok=True)
+    unborn.write_bytes(b"BCPK")  # written, so it was locked once; unlocked now: its writer is dead
     assert recover_store(store) == [] and not unborn.exists()

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -254,12 +255,28 @@ def _stat(path: Path):
         return None
 
 
+# A writer creates ``.new-*`` (O_EXCL) and locks it a moment later: in between it is unlocked
+# with nothing written. An empty one is taken for a dead writer's only once it is this old,
+# so recovery in another process never deletes a file a live writer is about to lock (git
+# keeps its temporary objects a while for the same reason).
+UNBORN_GRACE_S = 60.0
+
+
+def _drop_if_unborn_and_dead(path: Path) -> None:
+    """Remove a ``.new-*`` file whose writer died before naming it: unlocked, and either
+    written to (a writer writes only after locking) or empty for ``UNBORN_GRACE_S``."""
+    st = _stat(path)
+    if st is None or (st.st_size == 0 and time.time() - st.st_mtime < UNBORN_GRACE_S):
+        return
+    with _dead_writer(path) as dead:
+        if dead:
+            path.unlink(missing_ok=True)
+
+
 def _drop_unborn(store: Store) -> None:
     """``open/.new-*`` files: run files whose writer died before naming them (no record)."""
     for path in sorted((store.root / "open").glob(".new-*")) if (store.root / "open").is_dir() else []:
-        with _dead_writer(path) as dead:
-            if dead:
-                path.unlink(missing_ok=True)
+        _drop_if_unborn_and_dead(path)
 
 
 def _appended_files(store: Store) -> list[Path]:
@@ -275,9 +292,7 @@ def _packs(store: Store) -> list[str]:
     naming them (nothing refers to a blob in them)."""
     base = store.root / "objects" / "packs"
     for path in sorted(base.glob(".new-*")) if base.is_dir() else []:
-        with _dead_writer(path) as dead:
-            if dead:
-                path.unlink(missing_ok=True)
+        _drop_if_unborn_and_dead(path)
     return list_packs(str(store.root / "objects"))
 
 
