@@ -209,3 +209,33 @@ def test_stores_named_by_one_relative_path_in_two_folders_write_each_to_its_own(
     assert not Store("runs").has_blob(digest(b"blob of b"))
     packs_module.finish_packs("runs/objects")  # a relative name finds the absolute key
     assert not packs_module.own_writers(str(tmp_path / "a" / "runs" / "objects"))
+
+
+def test_the_pack_index_finds_every_blob_as_packs_grow_and_keeps_the_first_copy(tmp_path):
+    """``PackIndex`` is an open-addressing table over arrays: lookups across refreshes of a
+    growing pack (the table regrown many times), a blob in two packs found in the first
+    pack indexed, and a .idx whose digests are not hex ignored (the pack is scanned)."""
+    from benchclaw.evidence.packs import PackIndex
+
+    objects = tmp_path / "runs" / "objects"
+    (objects / "packs").mkdir(parents=True)
+    first, second = objects / "packs" / ("1" * 32 + ".pack"), objects / "packs" / ("2" * 32 + ".pack")
+    first.write_bytes(PACK_MAGIC)
+    second.write_bytes(PACK_MAGIC + entry_bytes(digest(b"both")[7:], b"both"))
+    index = PackIndex(str(objects))
+    for batch in range(5):  # each batch a lookup misses, then finds the pack's new entries
+        with open(first, "ab") as f:
+            for i in range(batch * 40, (batch + 1) * 40):
+                f.write(entry_bytes(digest(b"blob %d" % i)[7:], b"blob %d" % i))
+        assert all(index.find(digest(b"blob %d" % i)[7:]).read() == b"blob %d" % i for i in range((batch + 1) * 40))
+    with open(first, "ab") as f:
+        f.write(entry_bytes(digest(b"both")[7:], b"both"))
+    assert index.find(digest(b"both")[7:]).path == str(second)  # indexed before the first pack grew
+    assert index.find("ab" * 32) is None and len(index) == 201
+    assert sorted(h for h, _ in index) == sorted({digest(b"blob %d" % i)[7:] for i in range(200)} | {digest(b"both")[7:]})
+    fresh = PackIndex(str(objects))  # both scanned in name order: the first pack's copy
+    assert fresh.find(digest(b"both")[7:]).path == str(first)
+    entries = scan_pack(str(first)).entries
+    write_index(str(first), [("zz" * 32, o, n) for _, o, n in entries], first.stat().st_size)
+    assert read_index(str(first)) is not None  # read_index does not check the digests' hex...
+    assert PackIndex(str(objects)).find(entries[7][0]).read() == b"blob 7"  # ...the index falls back to a scan

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import os
+import struct
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,10 +75,10 @@ class Contents:
 
     def analysed(self) -> None:
         """Drop the analysis input once ``ExperimentData`` is made (it is most of what is
-        held), and the store's blob index with the store: a fresh ``Store`` builds it again
-        when the zip is written, after the analysis. (The index is a Store's own, built on
-        first need: about 150 bytes a blob of the whole runs directory, some 10 blobs a run,
-        which would otherwise be held through the analysis.)"""
+        held), and the store's blob index with the store (a fresh ``Store`` keeps the root):
+        the zip's passes read where each blob is from ``objects`` (``BlobSet.located``), so
+        no index is built again. (The index is a Store's own, built on first need: about 56
+        bytes a blob of the whole runs directory, some 11 blobs a run.)"""
         self.fold = ExperimentFold(self.fold.experiment)
         self.journal, self.named = [], set()
         self.store = Store(self.store.root, fsync=self.store.fsync)
@@ -96,16 +97,12 @@ class Contents:
     def entries(self) -> Iterator[tuple[str, Entry]]:
         """Every (bundle path, Entry) in manifest order (by the UTF-8 bytes of the path)."""
         runs_dir = f"{self.store.root}{os.sep}runs{os.sep}"
-        blobs = (self._blob_entry("sha256:" + raw.hex()) for raw in self.objects.sorted())
+        blobs = ((object_path(d), Entry(d, size, path, offset))  # located when collected: no index is built again
+                 for d, path, offset, size in (("sha256:" + raw.hex(), p, o, n) for raw, p, o, n in self.objects.located()))
         runs = ((run_path(r), Entry("sha256:" + r, n, f"{runs_dir}{r[:2]}{os.sep}{r}.jsonl"))
                 for r, n in self.runs)
         files = sorted(self.files.items(), key=lambda kv: path_order(kv[0]))
         return heapq.merge(files, blobs, runs, key=lambda kv: path_order(kv[0]))
-
-    def _blob_entry(self, digest: str) -> tuple[str, Entry]:
-        """A blob's bundle entry (blobs are immutable, and the zip writer re-hashes what it
-        packs)."""
-        return object_path(digest), self.blob_entry(digest)
 
 
 class RunSizes:
@@ -137,32 +134,46 @@ class RunSizes:
 
 
 class BlobSet:
-    """The raw SHA-256 digests of the blobs to pack, each listed once, in bounded memory.
+    """The raw SHA-256 digests of the blobs to pack, each listed once with where its bytes
+    are, in bounded memory.
 
     A set of 32-byte strings costs about 100 bytes a blob (20,000 runs name about 220,000
     blobs); here at most ``BATCH`` are held, and each full batch is written, sorted, to a
-    temporary file. ``sorted()`` merges the batches (a digest seen in two batches comes out
-    once), so every pass over the bundle's blobs reads them back in order."""
+    temporary file, a blob as its digest and its location (pack or loose file, offset,
+    size: 52 bytes). ``sorted()`` and ``located()`` merge the batches (a digest seen in two
+    batches comes out once), so every pass over the bundle's blobs reads them back in order,
+    and the zip's passes need no blob index (a ``Store`` builds one for the whole runs
+    directory, some 12 MB at 20,000 runs, and each lookup stats a loose path first)."""
 
     BATCH = 32768
     _SIZE = 32
+    _REC = _SIZE + 20  # digest, then ``>IQQ``: path number (LOOSE: its loose file), offset, size
+    _LOOSE = 1 << 31
 
     def __init__(self):
-        self._recent: set[bytes] = set()
+        self._recent: dict[bytes, bytes] = {}  # digest -> its location, packed
         self._spill = None  # the temporary file of sorted batches
-        self._batches: list[tuple[int, int]] = []  # (offset, digests) of each batch in it
+        self._batches: list[tuple[int, int]] = []  # (offset, records) of each batch in it
+        self._paths: dict[str, int] = {}  # a pack (or the objects/ folder of loose blobs) -> its number
 
     def __contains__(self, raw: bytes) -> bool:
         return raw in self._recent  # a digest in a written batch may be added again: merged out
 
-    def add(self, raw: bytes) -> None:
-        self._recent.add(raw)
+    def add(self, raw: bytes, path: str = "", offset: int = 0, size: int = 0) -> None:
+        """Add ``raw``, whose bytes are ``size`` bytes of ``path`` from ``offset``."""
+        hexd = raw.hex()
+        tail = f"{os.sep}{hexd[:2]}{os.sep}{hexd}"
+        if offset == 0 and path.endswith(tail):  # a loose blob: its folder is numbered, not its path
+            no = self._LOOSE | self._paths.setdefault(path[:-len(tail)], len(self._paths))
+        else:
+            no = self._paths.setdefault(path, len(self._paths))
+        self._recent[raw] = _LOC.pack(no, offset, size)
         if len(self._recent) >= self.BATCH:
             self._write_batch()
 
     def flush(self) -> None:
         """Write the digests held so far as a batch (before the analysis: up to ``BATCH``
-        of them, about 5 MB, need not be held while it runs)."""
+        of them, about 6 MB, need not be held while it runs)."""
         if self._recent:
             self._write_batch()
 
@@ -171,28 +182,49 @@ class BlobSet:
             self._spill = tempfile.TemporaryFile()
         self._spill.seek(0, os.SEEK_END)
         self._batches.append((self._spill.tell(), len(self._recent)))
-        self._spill.write(b"".join(sorted(self._recent)))
-        self._recent = set()
+        self._spill.write(b"".join(raw + self._recent[raw] for raw in sorted(self._recent)))
+        self._recent = {}
 
     def _read_batch(self, offset: int, n: int) -> Iterator[bytes]:
-        size, left = self._SIZE, n
+        size, left = self._REC, n
         while left:
             self._spill.seek(offset + (n - left) * size)
             chunk = self._spill.read(min(left, 4096) * size)
             left -= len(chunk) // size
             yield from (chunk[i:i + size] for i in range(0, len(chunk), size))
 
-    def sorted(self) -> Iterator[bytes]:
-        """Every digest once, in byte order."""
-        batches = [self._read_batch(o, n) for o, n in self._batches] + [iter(sorted(self._recent))]
+    def _records(self) -> Iterator[bytes]:
+        """Every record once (the first of a digest's), in digest order."""
+        batches = [self._read_batch(o, n) for o, n in self._batches]
+        batches.append(iter([raw + self._recent[raw] for raw in sorted(self._recent)]))
         last = None
-        for raw in heapq.merge(*batches):
+        for rec in heapq.merge(*batches, key=lambda r: r[:32]):
+            raw = rec[:32]
             if raw != last:
-                yield raw
+                yield rec
                 last = raw
 
+    def sorted(self) -> Iterator[bytes]:
+        """Every digest once, in byte order."""
+        return (rec[:32] for rec in self._records())
+
+    def located(self) -> Iterator[tuple[bytes, str, int, int]]:
+        """(digest, path, offset, size) of every blob once, in digest order."""
+        paths = {no: path for path, no in self._paths.items()}
+        for rec in self._records():
+            raw = rec[:32]
+            no, offset, size = _LOC.unpack_from(rec, 32)
+            if no & self._LOOSE:
+                hexd = raw.hex()
+                yield raw, f"{paths[no & ~self._LOOSE]}{os.sep}{hexd[:2]}{os.sep}{hexd}", offset, size
+            else:
+                yield raw, paths[no], offset, size
+
     def count(self) -> int:
-        return sum(1 for _ in self.sorted())
+        return sum(1 for _ in self._records())
+
+
+_LOC = struct.Struct(">IQQ")
 
 
 def collect(store: Store, experiment: str, include_site: Path | None = None) -> Contents:
@@ -299,13 +331,8 @@ def _blob(c: Contents, digest: str) -> None:
     """Add a blob to the bundle, once. Raises InputError when it is missing."""
     raw = bytes.fromhex(digest.removeprefix("sha256:"))
     if raw not in c.objects:
-        _size(c, digest)
-        c.objects.add(raw)
-
-
-def _size(c: Contents, digest: str) -> int:
-    """A blob's size. Raises InputError when it is missing."""
-    return c.blob_entry(digest).size
+        e = c.blob_entry(digest)  # where it is (blobs are immutable; the zip writer re-hashes them)
+        c.objects.add(raw, e.source, e.offset, e.size)
 
 
 def _ledgers(c: Contents, ids: list[str]) -> None:

@@ -28,6 +28,7 @@ import fcntl
 import os
 import threading
 import uuid
+from array import array
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
@@ -92,10 +93,11 @@ def _parse_header(line: bytes) -> tuple[str, int] | None:
     return hexd.decode("ascii"), int(digits)
 
 
-def scan_pack(path: str, start: int = 0) -> PackScan:
+def scan_pack(path: str, start: int = 0, *, add=None) -> PackScan:
     """Read a pack's headers from ``start`` (0, or a ``good_end`` of an earlier scan; an
-    append-only file only grows there). The bytes are skipped, not read or hashed. Raises
-    OSError when the file cannot be read."""
+    append-only file only grows there). The bytes are skipped, not read or hashed. With
+    ``add``, each whole entry is given to ``add(hex, offset, size)`` and not listed in
+    ``entries``. Raises OSError when the file cannot be read."""
     with open(path, "rb", buffering=1 << 16) as f:
         size = os.fstat(f.fileno()).st_size
         if start == 0:
@@ -104,11 +106,15 @@ def scan_pack(path: str, start: int = 0) -> PackScan:
                 torn = PACK_MAGIC.startswith(magic)
                 return PackScan([], 0, size, "no pack header" if not torn else "torn pack header", torn)
             start = len(PACK_MAGIC)
-        return _scan_entries(f, start, size)
+        return _scan_entries(f, start, size, add)
 
 
-def _scan_entries(f, pos: int, size: int) -> PackScan:
+def _scan_entries(f, pos: int, size: int, add=None) -> PackScan:
+    """The entries from ``pos``; with ``add``, each is given to ``add(hex, offset, size)``
+    as it is found instead of listed (the index: no list of a whole pack's entries)."""
     entries = []
+    if add is None:
+        add = lambda *e: entries.append(e)  # noqa: E731
     while pos < size:
         f.seek(pos)
         line = f.readline(_HEADER_MAX)
@@ -124,7 +130,7 @@ def _scan_entries(f, pos: int, size: int) -> PackScan:
         f.seek(end - 1)
         if f.read(1) != b"\n":
             return _stop(f, entries, pos, size, f"entry at byte {pos} is not followed by a newline")
-        entries.append((hexd, body, n))
+        add(hexd, body, n)
         pos = end
     return PackScan(entries, pos, size)
 
@@ -160,6 +166,28 @@ def read_index(pack: str) -> PackScan | None:
     except ValueError:
         return None
     return PackScan(entries, size, size)
+
+
+def _index_into(pack: str, add) -> int | None:
+    """``read_index`` giving each entry to ``add(raw digest, offset, size)`` as its line is
+    read (no list of the pack's entries, no copy of the file); returns the pack's size, or
+    None when the index is not whole (some entries may have been given: the caller drops
+    them)."""
+    try:
+        with open(pack[:-len(".pack")] + ".idx", "rb", buffering=1 << 16) as f:
+            size = os.stat(pack).st_size
+            if f.readline() != IDX_MAGIC + b"%d\n" % size:
+                return None
+            fromhex = bytes.fromhex
+            for line in f:
+                hexd, offset, n = line.split(b" ")
+                raw = fromhex(hexd.decode("ascii"))
+                if len(raw) != 32 or not line.endswith(b"\n"):
+                    return None
+                add(raw, int(offset), int(n))
+    except (OSError, ValueError):
+        return None
+    return size
 
 
 def write_index(pack: str, entries, size: int) -> None:
@@ -332,27 +360,53 @@ atexit.register(_finish_all)
 
 class PackIndex:
     """Digest -> location over every pack of a runs directory, built by scanning headers
-    and extended (only the new bytes of grown packs, and new packs) when a lookup misses.
-    Keys are raw 32-byte digests and values one int, to keep it small (about 150 bytes a
-    blob). Thread-safe."""
+    (or reading a finished pack's index) and extended (only the new bytes of grown packs,
+    and new packs) when a lookup misses. The first copy indexed of a blob is the one found.
+    Thread-safe.
+
+    Compact, because export and the site build hold it for every blob of the directory
+    (some 11 blobs a run): entry ``i`` is the raw 32-byte digest at ``_keys[32*i:]`` and
+    ``_locs[i]`` (pack number << 40 | size) and ``_offs[i]``; ``_slots`` is an open-addressing
+    table (linear probing, at most half full) of entry numbers + 1 (0: empty), placed by
+    the digest's first 8 bytes (a SHA-256 is uniform already). About 56 bytes a blob; a
+    dict of raw digest -> int was about 150."""
+
+    _SIZE_BITS = 40
 
     def __init__(self, objects: str):
         self.objects = objects
         self._paths: list[str] = []
         self._nos: dict[str, int] = {}        # pack -> its number in _paths
         self._scanned: dict[str, int] = {}    # pack -> good_end scanned so far
-        self._where: dict[bytes, int] = {}    # raw digest -> (pack no << 80) | (offset << 40) | size
+        self._keys = bytearray()              # raw digests, 32 bytes each, in the order indexed
+        self._offs = array("Q")               # where each entry's bytes start in its pack
+        self._locs = array("Q")               # (pack no << 40) | size
+        self._slots = array("I", bytes(4 * 16))
         self._mutex = threading.Lock()
 
     def find(self, hexd: str) -> BlobLoc | None:
         raw = bytes.fromhex(hexd)
-        got = self._where.get(raw)
-        if got is None:
+        i = self._lookup(raw)
+        if i < 0:
             self.refresh()
-            got = self._where.get(raw)
-        if got is None:
+            i = self._lookup(raw)
+        if i < 0:
             return None
-        return BlobLoc(self._paths[got >> 80], (got >> 40) & ((1 << 40) - 1), got & ((1 << 40) - 1))
+        return self._loc(i)
+
+    def _loc(self, i: int) -> BlobLoc:
+        loc = self._locs[i]
+        return BlobLoc(self._paths[loc >> self._SIZE_BITS], self._offs[i], loc & ((1 << self._SIZE_BITS) - 1))
+
+    def _lookup(self, raw: bytes) -> int:
+        """The entry number of ``raw``, or -1. (Reads without the mutex: an entry is stored
+        before its slot, and a grown table replaces the old one whole.)"""
+        slots, keys = self._slots, self._keys
+        mask = len(slots) - 1
+        at = int.from_bytes(raw[:8], "big") & mask
+        while (e := slots[at]) and keys[32 * e - 32:32 * e] != raw:
+            at = (at + 1) & mask
+        return e - 1
 
     def refresh(self) -> None:
         """Index what was appended to the packs since the last look."""
@@ -361,23 +415,77 @@ class PackIndex:
                 try:
                     done = self._scanned.get(path, 0)
                     if os.stat(path).st_size > done:
-                        self._index(path, (done == 0 and read_index(path)) or scan_pack(path, done))
+                        self._index(path, done)
                 except OSError:
                     continue  # unreadable now: a lookup misses it, check reports it
 
-    def _index(self, path: str, scan: PackScan) -> None:
+    def _index(self, path: str, done: int) -> None:
+        """Index ``path`` from ``done`` (0: the whole pack, from its index when it has a
+        whole one). Entries are gathered first, compactly, and stored once the pack's index
+        is known to be whole (else the pack is scanned)."""
+        keys, offs, sizes = bytearray(), array("Q"), array("Q")
+
+        def add(raw: bytes, offset: int, size: int) -> None:
+            keys.extend(raw)
+            offs.append(offset)
+            sizes.append(size)
+
+        end = _index_into(path, add) if done == 0 else None
+        if end is None:
+            del keys[:], offs[:], sizes[:]
+            end = scan_pack(path, done, add=lambda hexd, o, n: add(bytes.fromhex(hexd), o, n)).good_end
         no = self._nos.setdefault(path, len(self._paths))
         if no == len(self._paths):
             self._paths.append(path)
-        for hexd, offset, size in scan.entries:
-            self._where.setdefault(bytes.fromhex(hexd), (no << 80) | (offset << 40) | size)
-        self._scanned[path] = scan.good_end
+        if max(sizes, default=0) >> self._SIZE_BITS:
+            raise OSError(f"{path}: an entry of {max(sizes)} bytes is larger than a pack index holds")
+        self._grow(len(self._offs) + len(offs))
+        # each entry is stored unless a copy is indexed already (the first stays the one found)
+        slots, all_keys, all_offs, all_locs = self._slots, self._keys, self._offs, self._locs
+        mask, high, e = len(slots) - 1, no << self._SIZE_BITS, len(all_offs)
+        for i in range(len(offs)):
+            raw = keys[32 * i:32 * i + 32]
+            at = int.from_bytes(raw[:8], "big") & mask
+            while (f := slots[at]) and all_keys[32 * f - 32:32 * f] != raw:
+                at = (at + 1) & mask
+            if not f:
+                all_keys += raw
+                all_offs.append(offs[i])
+                all_locs.append(high | sizes[i])
+                e += 1
+                slots[at] = e
+        self._scanned[path] = end
+
+    @staticmethod
+    def _place(slots: array, e: int, raw: bytes) -> None:
+        mask = len(slots) - 1
+        at = int.from_bytes(raw[:8], "big") & mask
+        while slots[at]:
+            at = (at + 1) & mask
+        slots[at] = e
+
+    def _grow(self, entries: int) -> None:
+        """Make the table at most half full with ``entries`` entries (a new table, filled,
+        then put in place of the old one)."""
+        n = len(self._slots)
+        if entries * 2 <= n:
+            return
+        while entries * 2 > n:
+            n *= 2
+        slots, keys = array("I", bytes(4 * n)), self._keys
+        for e in range(1, len(self._offs) + 1):
+            self._place(slots, e, keys[32 * e - 32:32 * e])
+        self._slots = slots
+
+    def __len__(self) -> int:
+        return len(self._offs)
 
     def __iter__(self) -> Iterator[tuple[str, BlobLoc]]:
-        """Every packed blob once (the first copy found), after a refresh."""
+        """Every packed blob once (the first copy found), in the order indexed, after a
+        refresh."""
         self.refresh()
-        for raw, got in list(self._where.items()):
-            yield raw.hex(), BlobLoc(self._paths[got >> 80], (got >> 40) & ((1 << 40) - 1), got & ((1 << 40) - 1))
+        for i in range(len(self._offs)):
+            yield self._keys[32 * i:32 * i + 32].hex(), self._loc(i)
 
 
 def writer_alive(path: str) -> bool:

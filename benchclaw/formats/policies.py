@@ -147,7 +147,7 @@ def outcome(name: str, tiers: Sequence[str], attempts: Sequence[Attempt]) -> Tri
     if len(attempts) == 1:  # most trials; the same sums, without the generators
         a = attempts[0]
         return TrialOutcome(policy=name, attempts=(a,), taken=chosen, passed=bool(chosen and chosen.passed),
-                            cost_low=Decimal(0) + a.cost_low, cost_high=Decimal(0) + a.cost_high,
+                            cost_low=_plus_zero(a.cost_low), cost_high=_plus_zero(a.cost_high),
                             elapsed_ms=max(0, a.elapsed_ms))
     batches: dict[int, int] = {}
     for a in attempts:
@@ -159,6 +159,18 @@ def outcome(name: str, tiers: Sequence[str], attempts: Sequence[Attempt]) -> Tri
         cost_high=sum((a.cost_high for a in attempts), Decimal(0)),
         elapsed_ms=sum(batches.values()),
     )
+
+
+_ZERO = Decimal(0)
+
+
+def _plus_zero(x: Decimal) -> Decimal:
+    """``Decimal(0) + x`` (the sum of one attempt's cost, as the sum of several is taken),
+    as ``x`` itself when that is the same value written the same way (nearly always): an
+    analysis makes one outcome per policy and cell, and two fresh Decimals each were about
+    650 bytes a run of its peak."""
+    y = _ZERO + x
+    return x if y.compare_total(x) == _ZERO else y
 
 
 def replay(name: str, tiers: Sequence[str], grid: Mapping[str, Attempt],

@@ -86,14 +86,18 @@ def _smaller_passed(b) -> list[tuple[str, str, str]]:
     """(smaller run id, why, bigger run id) for each grid cell where a cheaper tier passed and a
     bigger one failed, in (experiment, cell) order."""
     out = []
-    cells: dict[tuple[str, str], dict[str, tuple[str, bool]]] = {}  # -> tier -> (run id, passed)
-    for s in b.summaries:
+    # (experiment, cell) -> tier -> the run's place in ``b.summaries`` (its id is
+    # ``facts[i].id``), ~i when it did not pass: an int, not an (id, passed) pair holding a
+    # fresh copy of the id, per grid run (about 280 bytes a run less at 20,000 runs)
+    cells: dict[tuple[str, str], dict[str, int]] = {}
+    for i, s in enumerate(b.summaries):
         p = s["policy"]
         if p.get("policy") == "grid" and p.get("experiment") and p.get("cell") and not p.get("rerun"):
-            cells.setdefault((p["experiment"], p["cell"]), {}).setdefault(s["tier"], (s["id"], s["passed"]))
+            cells.setdefault((p["experiment"], p["cell"]), {}).setdefault(s["tier"], i if s["passed"] else ~i)
+    facts = b.summaries.facts
     for (exp, _cell), by_tier in sorted(cells.items()):
         tiers = (b.experiments.get(exp, {}).get("summary") or {}).get("tiers") or sorted(by_tier)
-        ordered = [(t, *by_tier[t]) for t in tiers if t in by_tier]
+        ordered = [(t, facts[max(i, ~i)].id, i >= 0) for t, i in ((t, by_tier[t]) for t in tiers if t in by_tier)]
         for i, (tier, run_id, passed) in enumerate(ordered):
             big = next((r for r in ordered[i + 1:] if passed and not r[2]), None)
             if big is not None:

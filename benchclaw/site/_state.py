@@ -98,7 +98,7 @@ class Build:
 
     def reader(self) -> Store:
         """A ``Store`` of the same runs directory for one stage's blob reads. A Store builds
-        its blob index on first need (about 150 bytes a blob of the whole runs directory) and
+        its blob index on first need (about 56 bytes a blob of the whole runs directory) and
         keeps it: built on ``store`` by the task pages, it was held through every analysis."""
         return Store(self.store.root, fsync=False)
 
