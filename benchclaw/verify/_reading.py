@@ -57,7 +57,6 @@ from ..formats import jsonio
 from ..errors import BenchClawError
 from ..formats.records import (GENESIS, MAX_LINE_BYTES, blob_refs, envelope_problem, split_lines,
                                verify_chain)
-from . import _checks, _costs, _summary
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
@@ -683,7 +682,7 @@ def _facts(ix: Index) -> dict[str, bytes]:
         cut += 1
     pending = start(_facts_in_worker, ix, names[:cut], timeout=ix.limits.worker_seconds)
     try:
-        here = _taken(ix, names[cut:])
+        here = list(_taken(ix, names[cut:]))  # taken now, while the worker takes its half
         there = pending.result()
     finally:
         pending.cancel()
@@ -716,6 +715,8 @@ def _facts_in_worker(ix: Index, names: list[str]) -> Raw:
 def _taken(ix: Index, names: list[str]):
     """Each run's facts, in order: [step 3's, step 4's, step 6's], each None when its
     ``per_run`` raised; None for a run whose records could not be read."""
+    from . import _checks, _costs, _summary  # the steps' modules, imported when a bundle is read
+
     checks, costs, slot = {}, {}, [None, (), {}]  # each step's pure recomputations; the run held
     summary = not ix.manifest.exploratory  # an exploratory bundle's step 6 is another (``_exploratory``)
     for name in names:
