@@ -460,7 +460,24 @@ def conversation_hashes(messages: list, parts: list[bytes] | None = None) -> lis
         h.update(part)
     h.update(b"]")
     tail = hashlib.sha256(b"[" + parts[-2] + b"," + parts[-1] + b"]").hexdigest()[:32] if n > 2 else None
-    return [n, h.hexdigest()[:32], head, tail, short_hash(messages[1].get("content")) if n >= 2 else None]
+    return [n, h.hexdigest()[:32], head, tail, _task_hash(messages[1].get("content")) if n >= 2 else None]
+
+
+_TASK_HASHES: dict[str, str] = {}  # a task message -> its short_hash: every request of a run repeats it
+
+
+def _task_hash(content) -> str:
+    """``short_hash(content)``, once per task message text (a grid sends a few, each in
+    every request: a SHA-256 of a few kilobytes each time); only so many, and only short
+    ones, are kept, so a hostile bundle cannot grow it."""
+    if type(content) is not str or len(content) > 65536:
+        return short_hash(content)
+    got = _TASK_HASHES.get(content)
+    if got is None:
+        got = short_hash(content)
+        if len(_TASK_HASHES) < 256:
+            _TASK_HASHES[content] = got
+    return got
 
 
 def canon_parts(messages: list) -> list[bytes] | None:
