@@ -33,8 +33,9 @@ not been verified. A step that did not run counts as a failure too (fail closed)
 No network, no disk writes: the bundle is read once, bounded by ``Limits``.
 
 ``BENCHCLAW_VERIFY_TIMINGS=1`` in the environment writes one line per stage to stderr
-(``verify-timing <stage> wall=S cpu=S workers_cpu=S``: this process's CPU seconds and its
-reaped workers'), for ``bench/verify.py --timings``; it changes nothing else.
+(``verify-timing <stage> wall=S cpu=S workers_cpu=S rss_mb=R peak_mb=P``: this process's CPU
+seconds and its reaped workers', its resident and peak memory at the stage's end), for
+``bench/verify.py --timings``; it changes nothing else.
 """
 
 from __future__ import annotations
@@ -150,8 +151,19 @@ class _Clock:
         self.last = now
         print(f"verify-timing {stage} wall={now.elapsed - was.elapsed:.2f} "
               f"cpu={now.user + now.system - was.user - was.system:.2f} "
-              f"workers_cpu={now.children_user + now.children_system - was.children_user - was.children_system:.2f}",
-              file=sys.stderr)
+              f"workers_cpu={now.children_user + now.children_system - was.children_user - was.children_system:.2f}"
+              f"{_memory()}", file=sys.stderr)
+
+
+def _memory() -> str:
+    """`` rss_mb=R peak_mb=P`` of this process (Linux's /proc), else nothing."""
+    try:
+        with open("/proc/self/status") as f:
+            got = {k: int(v.split()[0]) / 1024 for k, _, v in (line.partition(":") for line in f)
+                   if k in ("VmRSS", "VmHWM")}
+        return f" rss_mb={got['VmRSS']:.0f} peak_mb={got['VmHWM']:.0f}"
+    except (OSError, KeyError, ValueError):
+        return ""
 
 
 def _after(ix: Index, report: VerifyReport) -> None:
