@@ -682,7 +682,7 @@ def _facts(ix: Index) -> dict[str, bytes]:
         cut += 1
     pending = start(_facts_in_worker, ix, names[:cut], timeout=ix.limits.worker_seconds)
     try:
-        here = list(_taken(ix, names[cut:]))  # taken now, while the worker takes its half
+        here = [_packed_facts(f) for f in _taken(ix, names[cut:])]  # now, while the worker takes its half
         there = pending.result()
     finally:
         pending.cancel()
@@ -690,13 +690,13 @@ def _facts(ix: Index) -> dict[str, bytes]:
     try:
         rows = _lines(there.data, len(there.data))
         for name in names[:cut]:
-            _keep(out, name, jsonio.loads(next(rows)))
+            _keep(out, name, _packed_facts(jsonio.loads(next(rows))))
         if next(rows, None) is not None:
             raise ValueError("extra lines")
     except (ValueError, TypeError, AttributeError, StopIteration):
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
-    for name, facts in zip(names[cut:], here):
-        _keep(out, name, facts)
+    for name, packed in zip(names[cut:], here):
+        _keep(out, name, packed)
     return out
 
 
@@ -737,9 +737,17 @@ def _per_run(fn, *args):
         return None
 
 
-def _keep(out: dict, name: str, facts) -> None:
-    if facts is not None and facts != [None, None, None]:
-        try:
-            out[name] = marshal.dumps(tuple(facts))
-        except ValueError:  # a value marshal does not take: the steps read the run
-            pass
+def _packed_facts(facts) -> bytes | None:
+    """A run's facts as the index keeps them (marshalled: a few hundred bytes, where the
+    lists and strings are kilobytes), None when there are none."""
+    if facts is None or facts == [None, None, None]:
+        return None
+    try:
+        return marshal.dumps(tuple(facts))
+    except ValueError:  # a value marshal does not take: the steps read the run
+        return None
+
+
+def _keep(out: dict, name: str, packed: bytes | None) -> None:
+    if packed is not None:
+        out[name] = packed
