@@ -167,6 +167,7 @@ class LedgerLog:
     count: int
     first: Rec | None
     last: Rec | None
+    earliest: str | None = None  # the least ``at`` of its records (None: not taken, or none)
 
     def __len__(self) -> int:
         return self.count

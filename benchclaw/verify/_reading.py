@@ -49,7 +49,7 @@ import mmap
 import os
 import re
 from array import array
-from operator import methodcaller
+from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Iterator
 
@@ -525,28 +525,29 @@ def _ledger(name: str, data: bytes, packed: tuple[Span, bool]) -> LedgerLog | Ve
     are a step's to parse again, as they fold them); a broken chain is the error
     ``chain_records`` gives, the whole ledger parsed again to name the line at fault."""
     try:
-        count, first, last = _chain_stream(name, data)
+        count, first, last, earliest = _chain_stream(name, data)
     except (BenchClawError, _Broken):
         try:
             records = chain_records({name: data}, name)
         except VerificationError as e:
             return e
         count, first, last = len(records), _compact(records[:1]) or (None,), _compact(records[-1:]) or (None,)
-        first, last = first[0], last[0]
-    return LedgerLog(*packed, count, first, last)
+        first, last, earliest = first[0], last[0], min((r.at for r in records), default=None)
+    return LedgerLog(*packed, count, first, last, earliest)
 
 
 class _Broken(Exception):
     """A ledger line that does not chain: ``chain_records`` says where and why."""
 
 
-def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None]:
-    """(count, first, last) of a chained JSONL entry, the chain checked as ``verify_chain``
-    checks it, a megabyte of lines at a time (each line parsed and hashed alone, at C
-    level). Raises ``_Broken`` at the first defect (``chain_records`` then says which)."""
+def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None, str | None]:
+    """(count, first, last, the earliest ``at``) of a chained JSONL entry, the chain checked
+    as ``verify_chain`` checks it, a megabyte of lines at a time (each line parsed and hashed
+    alone, at C level). Raises ``_Broken`` at the first defect (``chain_records`` then says
+    which)."""
     if data and not data.endswith(b"\n"):
         raise _Broken()  # torn last line
-    prev, first, obj, i = GENESIS, None, None, 0
+    prev, first, obj, i, earliest = GENESIS, None, None, 0, None
     for chunk in line_chunks(data, True):
         lines = chunk[:-1].split(b"\n")
         if max(map(len, lines)) > MAX_LINE_BYTES:
@@ -561,7 +562,12 @@ def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None]:
             prev, i = line_hex, i + 1
         if first is None:
             first = ENVELOPE(objs[0])
-    return i, (None if first is None else Rec(*first)), (None if obj is None else Rec(*ENVELOPE(obj)))
+        least = min(map(_AT, objs))  # each a string: the envelopes were checked
+        earliest = least if earliest is None or least < earliest else earliest
+    return i, (None if first is None else Rec(*first)), (None if obj is None else Rec(*ENVELOPE(obj))), earliest
+
+
+_AT = itemgetter("at")
 
 
 _hexdigest = methodcaller("hexdigest")
