@@ -11,10 +11,13 @@ at least ``--runs`` sealed runs, and times:
   proves the bytes are what some list says, nothing about what they mean.
 
 Best of ``--repeat`` for both, page cache warm. Target: ratio <= 3.
-Last line: ``verify runs=N seconds=S sha256sum_seconds=T ratio=R peak_mb=M worker_peak_mb=W``
+Last line: ``verify runs=N seconds=S sha256sum_seconds=T ratio=R peak_mb=M worker_peak_mb=W
+cpu_seconds=C workers_cpu_seconds=K``
 (``peak_mb`` is the verifier process's own high-water mark, ``worker_peak_mb`` the largest
 of its forked workers; most of a worker's pages are shared copy-on-write with the parent,
-so the sum overstates the total).
+so the sum overstates the total; ``cpu_seconds`` the verifier process's own CPU time,
+``workers_cpu_seconds`` its forked workers': on a busy machine compare these, not the wall).
+``--timings`` prints each stage's wall and CPU seconds first (``verify-timing`` lines).
 Timings need both cores idle: anything else running makes the two processes share one.
 
     python bench/verify.py --runs 10000
@@ -27,6 +30,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -67,11 +71,11 @@ EXP = "BENCHV"
 # subprocess started with vfork also counts this benchmark's own peak (the export) from
 # before the exec.
 _VERIFY = r"""
-import json, resource, sys, time
+import json, os, resource, sys, time
 from benchclaw.verify import verify_bundle
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), os.times()
 rep = verify_bundle(sys.argv[1])
-dt = time.perf_counter() - t0
+dt, c1 = time.perf_counter() - t0, os.times()
 def own_peak_mb():
     try:
         with open("/proc/self/status") as f:
@@ -79,6 +83,8 @@ def own_peak_mb():
     except (OSError, StopIteration, ValueError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"seconds": dt, "exit": rep.exit_code,
+                  "cpu": c1.user + c1.system - c0.user - c0.system,
+                  "workers_cpu": c1.children_user + c1.children_system - c0.children_user - c0.children_system,
                   "peak_mb": own_peak_mb(),
                   "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
                   "runs": rep.section("runs").counts.get("runs", 0),
@@ -120,12 +126,14 @@ def time_sha256sum(bundle: Path, tmp: Path, repeat: int) -> float:
     return best
 
 
-def time_verify(bundle: Path, repeat: int) -> dict:
+def time_verify(bundle: Path, repeat: int, timings: bool = False) -> dict:
     best = None
+    env = {**os.environ, "BENCHCLAW_VERIFY_TIMINGS": "1"} if timings else None
     for _ in range(repeat):
         res = subprocess.run([sys.executable, "-c", _VERIFY, str(bundle)], capture_output=True, text=True,
-                             check=True)
+                             check=True, env=env)
         got = json.loads(res.stdout)
+        got["timings"] = [line for line in res.stderr.splitlines() if line.startswith("verify-timing ")]
         if got["exit"] != 0:
             raise SystemExit(f"the benchmark bundle did not verify: {got['failures']}")
         if best is None or got["seconds"] < best["seconds"]:
@@ -138,6 +146,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10000, help="at least this many sealed runs")
     ap.add_argument("--repeat", type=int, default=3, help="best of N timings")
     ap.add_argument("--workdir", type=Path, default=None, help="keep the runs here and reuse them")
+    ap.add_argument("--timings", action="store_true",
+                    help="also print the best run's per-stage wall and CPU seconds (BENCHCLAW_VERIFY_TIMINGS)")
     args = ap.parse_args()
     from benchclaw.bundle import export_bundle
 
@@ -152,10 +162,13 @@ def main() -> None:
         print(f"export: {rep.files} entries, {rep.bytes / 1e6:.1f} MB zip in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)
         peer = time_sha256sum(bundle, tmp, args.repeat)
-        got = time_verify(bundle, args.repeat)
+        got = time_verify(bundle, args.repeat, args.timings)
+    for line in got["timings"]:
+        print(line)
     ratio = got["seconds"] / peer
     print(f"verify runs={got['runs']} seconds={got['seconds']:.2f} sha256sum_seconds={peer:.2f} "
-          f"ratio={ratio:.2f} peak_mb={got['peak_mb']:.0f} worker_peak_mb={got['worker_peak_mb']:.0f}")
+          f"ratio={ratio:.2f} peak_mb={got['peak_mb']:.0f} worker_peak_mb={got['worker_peak_mb']:.0f} "
+          f"cpu_seconds={got['cpu']:.2f} workers_cpu_seconds={got['workers_cpu']:.2f}")
 
 
 if __name__ == "__main__":

@@ -114,3 +114,33 @@ def test_a_kept_view_carries_what_its_calls_derive():
         assert (kept.cost_low, kept.cost_high, kept.tally) == (fresh.cost_low, fresh.cost_high, fresh.tally)
         seen += bool(view.calls)
     assert seen
+
+
+def test_the_ledgers_are_read_once_when_no_reservation_matters_and_a_bad_settlement_still_fails():
+    """No reservation a view needs (a grid's every call has its record): the settlements are
+    not read a second time, yet a known settlement with a malformed amount fails as the
+    second reading would have failed it, after any malformed reservation before it."""
+    import pytest
+
+    from benchclaw.errors import FormatError
+
+    fold = ExperimentFold("E01")
+    reads = []
+
+    def ledgers(records):
+        def read():
+            reads.append(1)
+            return [records]
+        return read
+    honest = [Record(0, "0" * 64, "t", "reserve", {"id": "r0", "attempt": "a", "key": "0.0", "usd": "0.02"}),
+              Record(1, "0" * 64, "t", "settle", {"id": "r0", "known": True, "usd": "0.01"})]
+    assert fold._reservations(ledgers(honest)) == {} and len(reads) == 1
+    bad = honest + [Record(2, "0" * 64, "t", "settle", {"id": "r9", "known": True, "usd": "1e3"}),
+                    Record(3, "0" * 64, "t", "settle", {"id": "r8", "known": True, "usd": "x"})]
+    with pytest.raises(FormatError, match=r"ledger record 2: expected a decimal USD string, got '1e3'"):
+        fold._reservations(ledgers(bad))
+    worse = bad + [Record(4, "0" * 64, "t", "reserve", {"id": "r1", "attempt": "a", "key": "1.0", "usd": "?"})]
+    with pytest.raises(FormatError, match=r"ledger record 4: "):  # every reservation is read first
+        fold._reservations(ledgers(worse))
+    unknown = honest + [Record(2, "0" * 64, "t", "settle", {"id": "r9", "known": False, "usd": "x"})]
+    assert fold._reservations(ledgers(unknown)) == {}  # an unknown settlement's amount is not read

@@ -51,6 +51,7 @@ def test_a_ledger_kept_deflated_reads_as_its_chained_records(monkeypatch, stored
     assert isinstance(log, LedgerLog)
     assert list(log) == want and list(log) == want  # iterated twice: parsed again each time
     assert len(log) == 300 and bool(log)
+    assert log.earliest == min(r.at for r in want)  # what step 7 compares with the registration
     assert (log[0], log[-1], log[150], log[-2]) == (want[0], want[-1], want[150], want[-2])
     with pytest.raises(IndexError):
         log[300]
@@ -67,7 +68,7 @@ def test_a_broken_ledger_chain_gives_the_error_the_whole_parse_gives():
     assert str(got) == str(want.value) and got.record == want.value.record
     torn = _ledger("ledgers/x.jsonl", data[:-1], (span(data[:-1]), True))
     assert "torn last line" in str(torn)
-    assert _chain_stream("e", b"") == (0, None, None)
+    assert _chain_stream("e", b"") == (0, None, None, None)
 
 
 def test_manifest_rows_read_as_the_parsed_rows():

@@ -147,3 +147,48 @@ def test_the_reading_stage_derives_only_what_step_4_would_accept_itself():
     assert derive(b'{"messages":[{"role":"user"}],"max_tokens":true}') is None
     assert derive(b'{"messages":["x"],"max_tokens":64}') is None
     assert derive(b"\xff not utf-8") is None
+
+
+def test_steps_3_4_and_6_take_each_honest_run_from_the_reading_stage_facts(bundle, monkeypatch):
+    from benchclaw.verify import _index, _reading
+    from benchclaw.verify._reading import reading
+
+    with reading(bundle, Limits()) as ix:
+        facts = [ix.facts_of(n) for n in ix.run_logs]
+        assert facts and all(f.checks is not None and f.costs is not None and f.condensed is not None
+                             for f in facts)
+    with_facts = verify_bundle(bundle).to_dict()
+    parsed = []
+    real = _index.RunLog.records
+    monkeypatch.setattr(_index.RunLog, "records", lambda self: (parsed.append(1), real(self))[1])
+    monkeypatch.setattr(_reading, "_facts", lambda ix: {})  # no facts: every step reads every run
+    without = verify_bundle(bundle).to_dict()
+    assert without == with_facts and with_facts["exit_code"] == 0
+    runs = with_facts["sections"][1]["counts"]["runs"]
+    assert len(parsed) >= 3 * runs  # steps 3, 4 and 6 each parsed every run, which the facts spare
+
+
+def test_a_run_that_does_not_hold_has_no_facts_and_its_step_reports_it_as_without_any(bundle, monkeypatch, tmp_path):
+    """Facts are only "this run holds": a forged run has none for the step it fails, and
+    the report (every message, count and section) is the one the steps give reading every
+    run themselves."""
+    from benchclaw.verify import _reading
+    from benchclaw.verify._reading import reading
+    from tests.forgery_kit import of
+
+    f = of(bundle)
+    run_id = f.run_ids()[0]
+
+    def cheaper(objs):
+        call = next(o for o in objs if o["kind"] == "call")
+        call["body"]["cost"] = {**call["body"]["cost"], "low": "0", "high": "0"}
+        return objs
+    new = f.edit_run(run_id, cheaper)
+    forged = f.pack(tmp_path)
+    with reading(forged, Limits()) as ix:
+        facts = ix.facts_of(f"runs/{new[:2]}/{new}.jsonl")
+        assert facts.costs is None and facts.checks is not None
+    rep = verify_bundle(forged)
+    assert rep.exit_code == 1 and rep.section("costs").failures, rep.to_dict()
+    monkeypatch.setattr(_reading, "_facts", lambda ix: {})
+    assert verify_bundle(forged).to_dict() == rep.to_dict()

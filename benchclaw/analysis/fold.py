@@ -170,6 +170,7 @@ class ExperimentFold:
                     had = seen[c.attempt]
                     seen[c.attempt] = None if keys is None or had is None else set(had) & set(keys)
         reserved: dict[str, tuple[str, str, Decimal]] = {}
+        bad_settle = None  # the first known settlement whose amount 2. would refuse
         for records in ledgers():  # 1. the latest reservation of each id, if it matters
             for rec in records:
                 b = rec.body
@@ -180,6 +181,15 @@ class ExperimentFold:
                         reserved[rid] = (att, key, amount)
                     else:
                         reserved.pop(rid, None)
+                elif bad_settle is None and rec.kind == "settle" and b.get("known") is True:
+                    try:
+                        usd(b.get("usd"), f"ledger record {rec.seq}")
+                    except FormatError as e:
+                        bad_settle = e
+        if not reserved:  # 2. would find nothing to keep (a grid's ledgers, read once, not twice)
+            if bad_settle is not None:
+                raise bad_settle  # what 2. raises first
+            return reservations_of(reserved, {})
         settled: dict[str, Decimal] = {}
         for records in ledgers():  # 2. the latest known settlement of those
             for rec in records:

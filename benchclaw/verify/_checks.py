@@ -29,17 +29,33 @@ from ._runs import Runs
 from .layout import task_entry
 from .manifest import object_path
 
-__all__ = ["verify_checks", "load_task"]
+__all__ = ["verify_checks", "load_task", "per_run"]
 
 _LITERAL = "literal:"
 _FIELDS = ("id", "type", "gate", "heldout", "passed", "detail")
 
 
 def verify_checks(ix: Index, runs: Runs, sec: Section) -> None:
+    """Each run as ``per_run`` finds it: the reading stage's verdict when it took one (the
+    run holds), else the run read here (and its fault reported)."""
     cache: dict = {}  # pure recomputations of this step, by their inputs (tasks, check results)
     for run in runs.values():
-        sec.attempt(_check_run, ix, run, cache, sec)
+        results = ix.facts_of(run.path).checks
+        if results is None:
+            sec.attempt(_check_run, ix, run, cache, lambda n: sec.count("results", n))
+        elif results:
+            sec.count("results", results)
     sec.count("runs", len(runs))
+
+
+def per_run(ix: Index, run: Run, cache: dict) -> int:
+    """Step 3 on one run, pure: how many check results it confirmed (0 for an aborted run
+    that recorded none). Raises VerificationError at the run's first fault. The reading
+    stage takes it of every run (``_reading``, D); ``cache``: pure recomputations by
+    their inputs (tasks, check results), shared across runs."""
+    counted = [0]
+    _check_run(ix, run, cache, lambda n: counted.__setitem__(0, n))
+    return counted[0]
 
 
 def load_task(ix: Index, prefix: str, cache: dict) -> Task:
@@ -96,7 +112,8 @@ def _same_as_replay(run: Run, task: Task, artifacts: dict[str, str], written: di
                                     "write actions left in the workspace (replayed)")
 
 
-def _check_run(ix: Index, run: Run, cache: dict, sec: Section) -> None:
+def _check_run(ix: Index, run: Run, cache: dict, count) -> None:
+    """The run replayed and its checks re-run; ``count(n)``: its n check results matched."""
     prefix = task_entry(run.start.get("task"))
     task = load_task(ix, prefix, cache)
     artifacts = _artifacts(ix, run)
@@ -114,7 +131,7 @@ def _check_run(ix: Index, run: Run, cache: dict, sec: Section) -> None:
                                 f"{len(results)} checks", recorded[0][0])
     for (line, rec), res in zip(recorded, results):
         _same_result(run, line, rec.body, {**res.to_dict(), "detail": _lit(res.detail)})
-    sec.count("results", len(recorded))
+    count(len(recorded))
     if aborted:  # cut off by a crash after (some of) its checks: it claims nothing
         _no_claims(run)
         return

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from decimal import Decimal
 from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
@@ -40,7 +41,7 @@ from ._report import Section
 from ._simusage import check_simulated_usage, sim_facts
 from .manifest import object_path
 
-__all__ = ["verify_costs", "Costs", "upper_bound", "derive"]
+__all__ = ["verify_costs", "Costs", "upper_bound", "derive", "per_run"]
 
 
 class Confirmed(NamedTuple):
@@ -90,6 +91,30 @@ class RunCalls:
         except ValueError:
             return None
 
+    def row(self) -> tuple:
+        """The calls as plain values (``RunFacts.costs``): the counts, the keys, and each
+        cost as (known, low, high), the decimals as their exact strings."""
+        return (tuple(self._nums), tuple(self._keys),
+                tuple((c.known, str(c.low), str(c.high)) for c in self._costs))
+
+    @classmethod
+    def from_row(cls, row: tuple, keys: dict, costs: dict) -> "RunCalls":
+        """The inverse of ``row``; ``keys`` and ``costs``: the values already made, each
+        held once (a grid's calls repeat a few keys and costs)."""
+        nums, call_keys, call_costs = row
+        got = cls()
+        try:
+            got._nums = array("q", nums)
+        except OverflowError:
+            got._nums = list(nums)
+        got._keys = [keys.setdefault(k, k) for k in call_keys]
+        for c in map(tuple, call_costs):  # a JSON list or a tuple
+            cost = costs.get(c)
+            if cost is None:
+                cost = costs[c] = CostBounds(c[0], Decimal(c[1]), Decimal(c[2]))
+            got._costs.append(cost)
+        return got
+
 
 @dataclass(frozen=True)
 class Costs:
@@ -136,6 +161,7 @@ class _Step:
         self.keys: dict[str, str] = {}  # a call key, held once (a grid repeats "0.0", "1.0", ...)
         self.keys_by_id: dict[tuple, tuple] = {}  # key()
         self.call_readings: dict = {}  # digest -> its reading, for the call being checked
+        self.costs: dict = {}  # RunCalls.from_row's costs, each held once
 
     def key(self, values: list) -> bytes:
         """``jsonio.dumps(values)``, once per the very objects: the reading stage holds the
@@ -162,11 +188,38 @@ class _Step:
 
 
 def verify_costs(ix: Index, runs, sec: Section) -> Costs:
+    """Each run as ``per_run`` finds it: its calls as the reading stage confirmed them when
+    it did (the run holds), else the run read here (and its fault reported)."""
     b = _Step(ix)
     for run in runs.values():
-        sec.attempt(_run_costs, b, run, sec)
+        taken = ix.facts_of(run.path).costs
+        if taken is None:
+            sec.attempt(_run_costs, b, run, lambda n: sec.count("calls", n))
+        else:
+            sec.attempt(_taken, b, run, taken, sec)
     sec.count("runs", len(runs))
     return Costs(MappingProxyType(b.prices), MappingProxyType(b.calls), frozenset(b.whole))
+
+
+def _taken(b: _Step, run: Run, taken: tuple, sec: Section) -> None:
+    """A run whose calls the reading stage confirmed: its prices (what step 5 reads, once
+    per distinct catalog, tier and prices) and calls, kept as ``_run_costs`` keeps them."""
+    catalog_prices(b, run)
+    calls = b.calls[run.run_id] = RunCalls.from_row(taken, b.keys, b.costs)
+    b.whole.add(run.run_id)
+    sec.count("calls", len(calls))
+
+
+def per_run(ix: Index, run: Run, cache: dict) -> tuple:
+    """Step 4 on one run, pure: its calls as confirmed (``RunCalls.row``). Raises
+    VerificationError at the run's first fault. The reading stage takes it of every run
+    (``_reading``, D); ``cache``: this step's pure recomputations, shared across runs."""
+    b = cache.get(_Step)
+    if b is None:
+        b = cache[_Step] = _Step(ix)
+    b.prices.clear(), b.calls.clear(), b.whole.clear()  # what the step keeps, it keeps itself
+    _run_costs(b, run, lambda n: None)
+    return b.calls[run.run_id].row()
 
 
 def _blob(b: _Step, run: Run, digest, line: int, what: str) -> bytes:
@@ -263,7 +316,8 @@ def _check_prices(b: _Step, run: Run) -> Prices:
     return prices
 
 
-def _run_costs(b: _Step, run: Run, sec: Section) -> None:
+def _run_costs(b: _Step, run: Run, count) -> None:
+    """The run's prices and calls checked, kept for step 5; ``count(n)``: it has n calls."""
     prices = catalog_prices(b, run)
     usages, total = [], CostBounds.zero()
     calls = run.of_kind("call")
@@ -273,7 +327,7 @@ def _run_costs(b: _Step, run: Run, sec: Section) -> None:
         usages.append(usage)
         total = total + cost
     b.whole.add(run.run_id)
-    sec.count("calls", len(calls))
+    count(len(calls))
     _totals(run, len(calls), [u for u in usages if u is not None], total)
 
 
@@ -406,7 +460,24 @@ def conversation_hashes(messages: list, parts: list[bytes] | None = None) -> lis
         h.update(part)
     h.update(b"]")
     tail = hashlib.sha256(b"[" + parts[-2] + b"," + parts[-1] + b"]").hexdigest()[:32] if n > 2 else None
-    return [n, h.hexdigest()[:32], head, tail, short_hash(messages[1].get("content")) if n >= 2 else None]
+    return [n, h.hexdigest()[:32], head, tail, _task_hash(messages[1].get("content")) if n >= 2 else None]
+
+
+_TASK_HASHES: dict[str, str] = {}  # a task message -> its short_hash: every request of a run repeats it
+
+
+def _task_hash(content) -> str:
+    """``short_hash(content)``, once per task message text (a grid sends a few, each in
+    every request: a SHA-256 of a few kilobytes each time); only so many, and only short
+    ones, are kept, so a hostile bundle cannot grow it."""
+    if type(content) is not str or len(content) > 65536:
+        return short_hash(content)
+    got = _TASK_HASHES.get(content)
+    if got is None:
+        got = short_hash(content)
+        if len(_TASK_HASHES) < 256:
+            _TASK_HASHES[content] = got
+    return got
 
 
 def canon_parts(messages: list) -> list[bytes] | None:

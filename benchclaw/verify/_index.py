@@ -19,7 +19,12 @@ zip. What the index keeps of an entry is what some step reads of it, and no more
   error (``LedgerLog``): it reads as its records, parsed again as they are iterated;
 - each experiment's journal, its records as ``Rec``;
 - every other entry (tasks, summary, spec) but the site pages (read by no step) and the
-  journals parsed into the index: its bytes.
+  journals parsed into the index: its bytes;
+- each run log's per-run facts (``RunFacts``): what steps 3, 4 and 6 conclude about that
+  run alone, taken by the reading stage with the records parsed once (on two cores), so
+  that those steps parse no record of an honest run. A fact is only ever "this run holds,
+  and here is what the step counts and hands on"; a run without one (it failed, or could
+  not be taken) is read by the step itself, which reports it as it always did.
 
 Nothing here changes once ``_reading.reading`` yields it: the mappings are read-only.
 """
@@ -42,7 +47,7 @@ from ._zip import Limits
 from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
-           "ENVELOPE", "line_chunks"]
+           "ENVELOPE", "line_chunks", "RunFacts"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -162,6 +167,7 @@ class LedgerLog:
     count: int
     first: Rec | None
     last: Rec | None
+    earliest: str | None = None  # the least ``at`` of its records (None: not taken, or none)
 
     def __len__(self) -> int:
         return self.count
@@ -323,6 +329,20 @@ class Run:
         return kinds.get(kind, [])
 
 
+class RunFacts(NamedTuple):
+    """What steps 3, 4 and 6 concluded about one run on their own (each None when not
+    taken: the step reads the run itself). ``checks``: step 3 holds, with this many check
+    results; ``costs``: step 4 holds, its confirmed calls as ``_costs.RunCalls.row``;
+    ``condensed``: step 6's ``analysis.fold.condensed_to_json`` of the run."""
+
+    checks: int | None = None
+    costs: tuple | None = None
+    condensed: list | None = None
+
+
+_NO_FACTS = RunFacts()
+
+
 @dataclass(frozen=True)
 class Index:
     limits: Limits
@@ -338,6 +358,7 @@ class Index:
     content: Mapping[str, bytes]                 # every other entry's bytes (not a parsed journal's)
     task_files: Mapping[str, Mapping[str, bytes]]  # tasks/<id>/v<N> -> {relative path: bytes}
     registered: frozenset | None                 # registration digests the auditor holds
+    facts: Mapping[str, bytes] = field(default_factory=lambda: MappingProxyType({}))  # runs/... entry -> its RunFacts, marshalled
     recent: list = field(default_factory=lambda: [None, (), {}], repr=False, compare=False)
     # ^ the one run whose records are held (``Run.records``): a memo, not evidence
 
@@ -373,6 +394,11 @@ class Index:
         """What is kept of the object ``digest`` (an empty reading when nothing is)."""
         got = self.objects.get(object_path(digest))
         return _NOTHING if got is None else ObjectReading(*marshal.loads(got))
+
+    def facts_of(self, name: str) -> RunFacts:
+        """The per-run facts the reading stage took of run log ``name`` (all None if none)."""
+        got = self.facts.get(name)
+        return _NO_FACTS if got is None else RunFacts(*marshal.loads(got))
 
     def names_under(self, prefix: str) -> list[str]:
         return [n for n in self.names if n.startswith(prefix)]

@@ -13,7 +13,14 @@ B. the objects (most of a bundle's bytes) are inflated, hashed and read in two h
    once: a forked worker (``_workers``) takes the first half and returns compact results
    as JSON (digests as one string, readings as lists), this process the second;
 C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, its
-   files' bytes then dropped: step 6 reads the records).
+   files' bytes then dropped: step 6 reads the records);
+D. each run's records are parsed once more and the per-run functions of steps 3, 4 and 6
+   (``per_run`` in ``_checks``, ``_costs``, ``_summary``: pure, on that run alone) are
+   taken on them, a forked worker taking the first runs (half their compressed bytes) and
+   returning each run's facts as a JSON line, this process the rest. What a run holds
+   is kept (``RunFacts``, marshalled); where a function raised, nothing is kept and the
+   step reads the run itself and reports it (so its messages, and which step fails
+   first, are the step's own). Without this, each of those steps parsed every run again.
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
 walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
@@ -34,13 +41,15 @@ error for the step that reads it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import hashlib
+import marshal
 import mmap
 import os
 import re
 from array import array
-from operator import methodcaller
+from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Iterator
 
@@ -51,7 +60,7 @@ from ..formats.records import (GENESIS, MAX_LINE_BYTES, blob_refs, envelope_prob
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
-from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, RunLog, Span,
+from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, Span,
                      line_chunks, frozen, kept)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, start
@@ -189,11 +198,12 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
     for journal in journals.values():  # its bytes were for this parse (step 6 reads the records)
         for name in {name for name, _, _ in journal} if isinstance(journal, list) else ():
             content.pop(name, None)
-    return Index(limits=limits, names=tuple(view.names), sizes=frozen({n: e.usize for n, e in view.entries.items()}),
-                 manifest=manifest, digests=Digests(digests), unread=frozen(unread),
-                 run_logs=frozen({n: run_logs[n] for n in view.names if n in run_logs}),
-                 objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
-                 content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
+    ix = Index(limits=limits, names=tuple(view.names), sizes=frozen({n: e.usize for n, e in view.entries.items()}),
+               manifest=manifest, digests=Digests(digests), unread=frozen(unread),
+               run_logs=frozen({n: run_logs[n] for n in view.names if n in run_logs}),
+               objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
+               content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
+    return dataclasses.replace(ix, facts=frozen(_facts(ix)))  # D: on two cores
 
 
 def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
@@ -515,28 +525,29 @@ def _ledger(name: str, data: bytes, packed: tuple[Span, bool]) -> LedgerLog | Ve
     are a step's to parse again, as they fold them); a broken chain is the error
     ``chain_records`` gives, the whole ledger parsed again to name the line at fault."""
     try:
-        count, first, last = _chain_stream(name, data)
+        count, first, last, earliest = _chain_stream(name, data)
     except (BenchClawError, _Broken):
         try:
             records = chain_records({name: data}, name)
         except VerificationError as e:
             return e
         count, first, last = len(records), _compact(records[:1]) or (None,), _compact(records[-1:]) or (None,)
-        first, last = first[0], last[0]
-    return LedgerLog(*packed, count, first, last)
+        first, last, earliest = first[0], last[0], min((r.at for r in records), default=None)
+    return LedgerLog(*packed, count, first, last, earliest)
 
 
 class _Broken(Exception):
     """A ledger line that does not chain: ``chain_records`` says where and why."""
 
 
-def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None]:
-    """(count, first, last) of a chained JSONL entry, the chain checked as ``verify_chain``
-    checks it, a megabyte of lines at a time (each line parsed and hashed alone, at C
-    level). Raises ``_Broken`` at the first defect (``chain_records`` then says which)."""
+def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None, str | None]:
+    """(count, first, last, the earliest ``at``) of a chained JSONL entry, the chain checked
+    as ``verify_chain`` checks it, a megabyte of lines at a time (each line parsed and hashed
+    alone, at C level). Raises ``_Broken`` at the first defect (``chain_records`` then says
+    which)."""
     if data and not data.endswith(b"\n"):
         raise _Broken()  # torn last line
-    prev, first, obj, i = GENESIS, None, None, 0
+    prev, first, obj, i, earliest = GENESIS, None, None, 0, None
     for chunk in line_chunks(data, True):
         lines = chunk[:-1].split(b"\n")
         if max(map(len, lines)) > MAX_LINE_BYTES:
@@ -551,7 +562,12 @@ def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None]:
             prev, i = line_hex, i + 1
         if first is None:
             first = ENVELOPE(objs[0])
-    return i, (None if first is None else Rec(*first)), (None if obj is None else Rec(*ENVELOPE(obj)))
+        least = min(map(_AT, objs))  # each a string: the envelopes were checked
+        earliest = least if earliest is None or least < earliest else earliest
+    return i, (None if first is None else Rec(*first)), (None if obj is None else Rec(*ENVELOPE(obj))), earliest
+
+
+_AT = itemgetter("at")
 
 
 _hexdigest = methodcaller("hexdigest")
@@ -658,3 +674,86 @@ def _adopt(names: list[str], got: dict, digests: dict, unread: dict, readings: d
         got = kept.get(name)
         if got is not None:
             readings[name] = got.encode("latin-1") if isinstance(got, str) else got
+
+
+# ------------------------------------------------------------------------------ D: per-run facts
+
+def _facts(ix: Index) -> dict[str, bytes]:
+    """Each run log's ``RunFacts`` (marshalled), the first runs (half their compressed
+    bytes) taken in a forked worker while this process takes the rest."""
+    names = [n for n, log in ix.run_logs.items() if isinstance(log, RunLog) and RUN_PATH.match(n)]
+    total, half, cut = sum(ix.run_logs[n].packed.length for n in names), 0, 0
+    while cut < len(names) and half * 2 < total:
+        half += ix.run_logs[names[cut]].packed.length
+        cut += 1
+    pending = start(_facts_in_worker, ix, names[:cut], timeout=ix.limits.worker_seconds)
+    try:
+        here = [_packed_facts(f) for f in _taken(ix, names[cut:])]  # now, while the worker takes its half
+        there = pending.result()
+    finally:
+        pending.cancel()
+    out: dict[str, bytes] = {}
+    try:
+        rows = _lines(there.data, len(there.data))
+        for name in names[:cut]:
+            _keep(out, name, _packed_facts(jsonio.loads(next(rows))))
+        if next(rows, None) is not None:
+            raise ValueError("extra lines")
+    except (ValueError, TypeError, AttributeError, StopIteration):
+        raise UnreadableBundle("", "a verification worker returned a malformed result") from None
+    for name, packed in zip(names[cut:], here):
+        _keep(out, name, packed)
+    return out
+
+
+def _facts_in_worker(ix: Index, names: list[str]) -> Raw:
+    """``_taken`` of ``names`` as JSON lines, one a run (null: facts with no JSON form)."""
+    out = bytearray()
+    for facts in _taken(ix, names):
+        try:
+            out += jsonio.dumps(facts)
+        except (TypeError, ValueError):
+            out += b"null"
+        out += b"\n"
+    return Raw(out)
+
+
+def _taken(ix: Index, names: list[str]):
+    """Each run's facts, in order: [step 3's, step 4's, step 6's], each None when its
+    ``per_run`` raised; None for a run whose records could not be read."""
+    from . import _checks, _costs, _summary  # the steps' modules, imported when a bundle is read
+
+    checks, costs, slot = {}, {}, [None, (), {}]  # each step's pure recomputations; the run held
+    summary = not ix.manifest.exploratory  # an exploratory bundle's step 6 is another (``_exploratory``)
+    for name in names:
+        run = Run(RUN_PATH.match(name).group(2), name, ix.run_logs[name], slot)
+        try:
+            records = run.records  # parsed once, read by the three
+        except Exception:  # noqa: BLE001 - the steps read it again and say why
+            yield None
+            continue
+        yield [_per_run(_checks.per_run, ix, run, checks), _per_run(_costs.per_run, ix, run, costs),
+               _per_run(_summary.per_run, run.run_id, records) if summary else None]
+
+
+def _per_run(fn, *args):
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - not held: the step reads the run itself and reports it
+        return None
+
+
+def _packed_facts(facts) -> bytes | None:
+    """A run's facts as the index keeps them (marshalled: a few hundred bytes, where the
+    lists and strings are kilobytes), None when there are none."""
+    if facts is None or facts == [None, None, None]:
+        return None
+    try:
+        return marshal.dumps(tuple(facts))
+    except ValueError:  # a value marshal does not take: the steps read the run
+        return None
+
+
+def _keep(out: dict, name: str, packed: bytes | None) -> None:
+    if packed is not None:
+        out[name] = packed

@@ -16,6 +16,7 @@ a profiles file holds every in-process simulated run of it to that file.
 from __future__ import annotations
 
 import hashlib
+from itertools import chain
 from typing import NamedTuple
 
 from ..formats import jsonio
@@ -203,10 +204,21 @@ def _noise(seed: int, model: str, messages: list, parts: list[bytes] | None):
     messages])``, which is the messages' ``parts`` framed by the seed's and model's bytes
     when no message holds a float (then both backends write the same bytes); a float, or
     no parts, goes the canonical way."""
-    if parts is None or not all(_plain(m) for m in messages):
+    if parts is None or not _all_plain(messages):
         return turn_noise(seed, model, messages)
     head = b"[" + jsonio.dumps(seed) + b"," + jsonio.dumps(model) + b",["
     return Streams(hashlib.sha256(head + b",".join(parts) + b"]]").digest()).rng("noise")
+
+
+def _all_plain(messages: list) -> bool:
+    """No float in any message: every value a string (the types of all of them taken at
+    once, at C speed), else each message looked at (``_plain``)."""
+    if set(map(type, chain.from_iterable(map(dict.values, messages)))) <= _STR:
+        return True
+    return all(_plain(m) for m in messages)
+
+
+_STR = frozenset({str})
 
 
 def _plain(message: dict) -> bool:

@@ -14,11 +14,12 @@ from typing import Mapping
 
 from ..errors import BenchClawError
 from ._errors import VerificationError
+from ..analysis.fold import condense_run, condensed_from_json, condensed_to_json
 from ._index import Index, LedgerLog, RunLog
 from ._report import Section
 from .experiment import chain_records, experiment_data_from_files, summarise
 
-__all__ = ["verify_summary", "differences", "SUMMARY"]
+__all__ = ["verify_summary", "differences", "SUMMARY", "per_run"]
 
 SUMMARY = "summary.json"
 _MAX_DIFFS = 20
@@ -67,6 +68,19 @@ def verify_summary(ix: Index, runs, sec: Section) -> None:
         sec.attempt(_compare, ix, exp, mine, sec)
 
 
+def per_run(run_id: str, records) -> list | None:
+    """Step 6's reading of one run, pure: ``condense_run`` of its records as JSON values
+    (None when the analysis cannot read the run: the step reads it itself and says why).
+    The reading stage takes it of every run log (``_reading``, D)."""
+    return condensed_to_json(condense_run(run_id, records))
+
+
+def _condensed(ix: Index, name: str):
+    """(first record, condensed run) the reading stage took of run log ``name``, or None."""
+    row = ix.facts_of(name).condensed
+    return None if row is None else (ix.run_logs[name].first, condensed_from_json(row))
+
+
 def _chain(ix: Index, files: "_Files", name: str):
     """The records of a run log or ledger the reading stage verified (a run log's parsed
     again, one at a time: the analysis condenses each at once), or the error reading gave."""
@@ -110,7 +124,8 @@ def _compare(ix: Index, exp: str, claimed, sec: Section) -> None:
     journal = ix.journals.get(exp)  # as the reading stage read it (its error: read again, to raise it)
     try:
         data = experiment_data_from_files(files, exp, chains=lambda name: _chain(ix, files, name),
-                                          journal=journal if isinstance(journal, list) else None)
+                                          journal=journal if isinstance(journal, list) else None,
+                                          condensed=lambda name: _condensed(ix, name))
         recomputed = jsonio.loads(jsonio.dumps(summarise(data)))  # the JSON value, as written
     except BenchClawError as e:
         raise VerificationError(SUMMARY, f"cannot recompute the summary of {exp}: {e}") from None

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Callable, Mapping, Sequence
 
 from ..analysis import ExperimentData, summarise
-from ..analysis.fold import ExperimentFold
+from ..analysis.fold import CondensedRun, ExperimentFold, in_experiment
 from ..errors import BenchClawError
 from ..formats.records import Record, split_lines, verify_chain
 from ._errors import VerificationError, from_error
@@ -73,14 +73,18 @@ def registrations(journal: list[tuple[str, int, Record]]) -> list[tuple[str, str
 
 def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
                                chains: Callable[[str], Sequence[Record]] | None = None,
-                               journal: Sequence[tuple[str, int, Record]] | None = None) -> ExperimentData:
+                               journal: Sequence[tuple[str, int, Record]] | None = None,
+                               condensed: Callable[[str], tuple[Record, CondensedRun] | None] | None = None
+                               ) -> ExperimentData:
     """The analysis input of ``experiment`` from bundle files (path -> bytes), built as
     export builds the claim (``analysis.fold``: each run condensed as soon as it is read,
     so one run's records are held at a time). Raises VerificationError naming the entry
     when a journal, run, ledger or the spec cannot be read. ``chains``: entry name ->
     records already verified from exactly these bytes (the verifier's reading stage), so
     they are not verified twice; by default each is parsed from ``files``. ``journal``: what
-    ``journal_records`` gives, already read from these files (else it is read here)."""
+    ``journal_records`` gives, already read from these files (else it is read here).
+    ``condensed``: entry name -> (its first record, ``fold.condense_run`` of its records)
+    already taken from exactly these bytes (None: not taken; the run is read here)."""
     chain = chains or (lambda name: chain_records(files, name))
     prefix = f"journals/{experiment}/"
     journal = journal_records(files, experiment) if journal is None else journal
@@ -88,7 +92,11 @@ def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
     fold = ExperimentFold(experiment)
     for name in sorted(files):  # run id order: runs/<aa>/<id>.jsonl
         m = RUN_PATH.match(name)
-        if m:
+        got = condensed(name) if m and condensed is not None else None
+        if got is not None:
+            if in_experiment(got[:1], experiment):
+                fold.add_condensed(m.group(2), got[1])
+        elif m:
             fold.add(m.group(2), chain(name))
     names = [f"ledgers/{lid}.jsonl" for lid in fold.ledger_ids(rec for _, rec in entries)]
     ledgers = [chain(n) for n in names if n in files]

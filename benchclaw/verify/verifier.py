@@ -31,11 +31,17 @@ step, never a traceback: a crafted bundle that trips a recomputation has, by def
 not been verified. A step that did not run counts as a failure too (fail closed).
 
 No network, no disk writes: the bundle is read once, bounded by ``Limits``.
+
+``BENCHCLAW_VERIFY_TIMINGS=1`` in the environment writes one line per stage to stderr
+(``verify-timing <stage> wall=S cpu=S workers_cpu=S rss_mb=R peak_mb=P``: this process's CPU
+seconds and its reaped workers', its resident and peak memory at the stage's end), for
+``bench/verify.py --timings``; it changes nothing else.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 from ._errors import UnreadableBundle, VerificationError
 from ._index import Index
@@ -55,11 +61,13 @@ def verify_bundle(source: str | os.PathLike | bytes, *, limits: Limits = Limits(
     label = "<bytes>" if isinstance(source, (bytes, bytearray)) else str(source)
     report = VerifyReport.empty(label)
     held = None if registered is None else frozenset([registered] if isinstance(registered, str) else registered)
+    clock = _Clock()
     try:
         with reading(source, limits, held) as ix:
+            clock.lap("reading")
             report.manifest_digest = ix.manifest.digest
             report.experiments = ix.manifest.experiments
-            _run_steps(ix, report)
+            _run_steps(ix, report, clock)
             _after(ix, report)
     except UnreadableBundle as e:
         report.fatal = e
@@ -68,14 +76,14 @@ def verify_bundle(source: str | os.PathLike | bytes, *, limits: Limits = Limits(
     return report
 
 
-def _run_steps(ix: Index, report: VerifyReport) -> None:
+def _run_steps(ix: Index, report: VerifyReport, clock: "_Clock") -> None:
     """Steps 1 to 8, in order; what one step hands on is passed to the next by name."""
     from ._checks import verify_checks
     from ._container import verify_container
     from ._costs import Costs, verify_costs
     from ._runs import Runs, verify_runs
 
-    step = _Stepper(ix, report)
+    step = _Stepper(ix, report, clock)
     step("container", verify_container)                               # 1
     runs = step("runs", verify_runs) or Runs.none()                    # 2
     step("checks", verify_checks, runs)                                # 3
@@ -109,8 +117,8 @@ class _Stepper:
     """Runs one step into its own section: ``step(ix, *handed, sec)``; returns what the
     step returns (None when it broke off)."""
 
-    def __init__(self, ix: Index, report: VerifyReport):
-        self.ix, self.report = ix, report
+    def __init__(self, ix: Index, report: VerifyReport, clock: "_Clock"):
+        self.ix, self.report, self.clock = ix, report, clock
 
     def __call__(self, name: str, fn, *handed):
         sec = self.report.section(name)
@@ -124,7 +132,38 @@ class _Stepper:
         except Exception as e:  # noqa: BLE001 - a crafted bundle must never produce a traceback
             sec.fail(VerificationError("", f"recomputation failed: {type(e).__name__}: {e}"[:500]))
         sec.ran = True
+        self.clock.lap(f"{sec.number}.{name}")
         return got
+
+
+class _Clock:
+    """``BENCHCLAW_VERIFY_TIMINGS``: each stage's wall and CPU seconds, to stderr (a no-op
+    without it)."""
+
+    def __init__(self):
+        self.on = bool(os.environ.get("BENCHCLAW_VERIFY_TIMINGS"))
+        self.last = os.times() if self.on else None
+
+    def lap(self, stage: str) -> None:
+        if not self.on:
+            return
+        now, was = os.times(), self.last
+        self.last = now
+        print(f"verify-timing {stage} wall={now.elapsed - was.elapsed:.2f} "
+              f"cpu={now.user + now.system - was.user - was.system:.2f} "
+              f"workers_cpu={now.children_user + now.children_system - was.children_user - was.children_system:.2f}"
+              f"{_memory()}", file=sys.stderr)
+
+
+def _memory() -> str:
+    """`` rss_mb=R peak_mb=P`` of this process (Linux's /proc), else nothing."""
+    try:
+        with open("/proc/self/status") as f:
+            got = {k: int(v.split()[0]) / 1024 for k, _, v in (line.partition(":") for line in f)
+                   if k in ("VmRSS", "VmHWM")}
+        return f" rss_mb={got['VmRSS']:.0f} peak_mb={got['VmHWM']:.0f}"
+    except (OSError, KeyError, ValueError):
+        return ""
 
 
 def _after(ix: Index, report: VerifyReport) -> None:
