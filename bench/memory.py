@@ -59,7 +59,8 @@ print(json.dumps({"exit": code, "peak_mb": own_peak_mb(),
 def measure(entry: str, *args: str) -> dict:
     """Run ``entry`` (``module:function``) with ``args`` in a fresh interpreter."""
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-c", _WRAP, entry, *args], capture_output=True, text=True)
+    # -P: the benchclaw on sys.path, not one in the current folder
+    res = subprocess.run([sys.executable, "-P", "-c", _WRAP, entry, *args], capture_output=True, text=True)
     lines = res.stderr.strip().splitlines()
     try:
         got = json.loads(lines[-1])

@@ -130,7 +130,8 @@ def time_verify(bundle: Path, repeat: int, timings: bool = False) -> dict:
     best = None
     env = {**os.environ, "BENCHCLAW_VERIFY_TIMINGS": "1"} if timings else None
     for _ in range(repeat):
-        res = subprocess.run([sys.executable, "-c", _VERIFY, str(bundle)], capture_output=True, text=True,
+        # -P: the benchclaw on sys.path, not one in the current folder
+        res = subprocess.run([sys.executable, "-P", "-c", _VERIFY, str(bundle)], capture_output=True, text=True,
                              check=True, env=env)
         got = json.loads(res.stdout)
         got["timings"] = [line for line in res.stderr.splitlines() if line.startswith("verify-timing ")]
