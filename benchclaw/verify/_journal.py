@@ -30,7 +30,7 @@ from ._errors import VerificationError
 from ._index import Index, Run
 from ._report import Section
 from ._simusage import pinned_profiles
-from ._stops import check_ledgers_after_registration, check_ledgers_closed, check_stop, ledger_chain
+from ._stops import check_ledgers_after_registration, check_ledgers_closed, check_stop, ledger_chain, stop_notes
 from .experiment import registration_digest
 from .layout import spec_entry
 from .manifest import object_path
@@ -199,6 +199,14 @@ def registration_of(ix: Index, exp: str) -> str | None:
     except VerificationError:
         return None
     return registration_digest(first.body) if first is not None else None
+
+
+def unshown_stops(ix: Index, exp: str) -> list[str]:
+    """``stop_notes`` of ``exp``'s journal ([] when unreadable: a step reported that)."""
+    try:
+        return stop_notes(journal_of(ix, exp))
+    except VerificationError:
+        return []
 
 
 def repinned(ix: Index, exp: str) -> list[str]:

@@ -170,8 +170,7 @@ def _after(ix: Index, report: VerifyReport) -> None:
     """What the report states beside the steps: each experiment's registration digest (for
     the auditor to compare), and the entries no step proves (``site/``: pages rendered
     from the evidence by a builder the verifier does not run)."""
-    from ._journal import journal_of, registration_of, repinned
-    from ._stops import stop_notes
+    from ._journal import registration_of, repinned, unshown_stops
 
     if ix.manifest.exploratory:  # no registration to show: a note says what it is instead
         from ._exploratory import after
@@ -181,7 +180,7 @@ def _after(ix: Index, report: VerifyReport) -> None:
         for exp in ix.manifest.experiments:
             report.registrations[exp] = registration_of(ix, exp)
             report.notes.extend(repinned(ix, exp))
-            report.notes.extend(stop_notes(journal_of(ix, exp)))
+            report.notes.extend(unshown_stops(ix, exp))
     site = [n for n in ix.names if n.startswith("site/")]
     if site:
         report.unproven.append(("site/", len(site), "the pages are not recomputed: their tables and "
