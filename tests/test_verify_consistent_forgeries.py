@@ -182,22 +182,18 @@ def _drop_and_excuse(f, rule: str, status: str):
     return inv
 
 
-def test_a_dropped_run_excused_by_a_fabricated_spend_stop(genuine, tmp_path):
+@pytest.mark.parametrize("rule,status,words", [
+    ("spend", "stopped", ("stop 'spend' does not follow", "threshold is $4")),
+    ("interrupted", "interrupted", ("stop 'interrupted' does not follow", "cut off")),
+    ("provider_errors", "stopped", ("stop 'provider_errors' does not follow",)),
+    ("incomplete", "stopped", ("stop 'incomplete' does not follow", "stopped short of the model")),
+    ("error", "complete", ("stop 'error' does not follow", "grid.end says 'complete'")),
+    ("maintenance", "stopped", ("stop rule 'maintenance' is not one FORMAT.md defines",)),
+], ids=["spend", "interrupted", "provider_errors", "incomplete", "error-grid-end-changed", "unknown-rule"])
+def test_a_dropped_run_excused_by_a_fabricated_stop(genuine, tmp_path, rule, status, words):
     f = of(genuine[0])
-    _drop_and_excuse(f, "spend", "stopped")
-    refused(f.finish(tmp_path), "complete", "stop 'spend' does not follow", "threshold is $4")
-
-
-def test_a_dropped_run_excused_by_a_fabricated_interruption(genuine, tmp_path):
-    f = of(genuine[0])
-    _drop_and_excuse(f, "interrupted", "interrupted")
-    refused(f.finish(tmp_path), "complete", "stop 'interrupted' does not follow", "cut off")
-
-
-def test_a_dropped_run_excused_by_fabricated_provider_errors(genuine, tmp_path):
-    f = of(genuine[0])
-    _drop_and_excuse(f, "provider_errors", "stopped")
-    refused(f.finish(tmp_path), "complete", "stop 'provider_errors' does not follow")
+    _drop_and_excuse(f, rule, status)
+    refused(f.finish(tmp_path), "complete", *words)
 
 
 def test_a_dropped_run_excused_by_a_fabricated_error_is_named_on_a_note(genuine, tmp_path):
@@ -208,24 +204,6 @@ def test_a_dropped_run_excused_by_a_fabricated_error_is_named_on_a_note(genuine,
     rep = verify_bundle(f.finish(tmp_path))
     assert any(f"stop 'error' of {inv} (1 cells left) is not shown by the evidence" in n for n in rep.notes)
     assert f"stop 'error' of {inv}" in render_text(rep)
-
-
-def test_an_error_stop_with_its_grid_end_changed(genuine, tmp_path):
-    f = of(genuine[0])
-    _drop_and_excuse(f, "error", "complete")
-    refused(f.finish(tmp_path), "complete", "stop 'error' does not follow", "grid.end says 'complete'")
-
-
-def test_a_dropped_run_excused_as_incomplete(genuine, tmp_path):
-    f = of(genuine[0])
-    _drop_and_excuse(f, "incomplete", "stopped")
-    refused(f.finish(tmp_path), "complete", "stop 'incomplete' does not follow", "stopped short of the model")
-
-
-def test_a_dropped_run_excused_by_a_stop_rule_nobody_defined(genuine, tmp_path):
-    f = of(genuine[0])
-    _drop_and_excuse(f, "maintenance", "stopped")
-    refused(f.finish(tmp_path), "complete", "stop rule 'maintenance' is not one FORMAT.md defines")
 
 
 def _resettle_at_bound(f, status_wanted):
