@@ -150,9 +150,8 @@ def _budget(b: Index, journal, grid, inv, rec) -> str | None:
 
 
 def _interrupted(b: Index, journal, grid, inv, rec) -> str | None:
-    ends = [r.body.get("status") for _, _, r in journal if r.kind == "grid.end" and r.body.get("invocation") == inv]
-    if ends and ends[0] != "interrupted":
-        return f"the invocation's grid.end says {ends[0]!r}"
+    if (odd := _ended(journal, inv, "interrupted")) is not None:
+        return odd
     runs = [r.body for _, _, r in journal if r.kind == "run" and r.body.get("invocation") == inv]
     if runs and not any(_cut(r) for r in runs):
         return "no run of the invocation was cut off (none ended aborted or is journaled cut_off)"
@@ -204,10 +203,11 @@ def _incomplete(b: Index, journal, grid, inv, rec) -> str | None:
         return odd
     short = {r.get("cell") for r in _runs_of(journal, inv, rec) if r.get("called_model") is False}
     left = rec.body.get("cells_left") or []
+    if not left:
+        return "it names no cell left"
     lacking = [c for c in left if c not in short]
-    if not left or lacking:
-        what = f"cell {lacking[0]!r} has" if lacking else "it names no cell left, and"
-        return f"{what} no run of the invocation that stopped short of the model"
+    if lacking:
+        return f"cell {lacking[0]!r} has no run of the invocation that stopped short of the model"
     return None
 
 
