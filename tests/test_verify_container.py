@@ -190,3 +190,23 @@ def test_struct_sizes_match_the_zip_spec():
     assert (_zip._CENTRAL.size, _zip._LOCAL.size, _zip._EOCD.size) == (46, 30, 22)
     assert (_zip._Z64_LOC.size, _zip._Z64_EOCD.size) == (20, 56)
     assert struct.calcsize("<4s4H2LH") == 22
+
+
+@pytest.mark.parametrize("name", ["objects/ab/" + "c" * 64, "a", "A/B", ".a", "..a", "a/...", "a.b/c..d", ".", "..",
+                                  "a/./b", "a/../b", "a//b", "/a", "a/", "a/..", "a/.", "a\\b", "a:b", "a\nb",
+                                  "a\x00", "\ufb01", "K", "\u212a", "a b"])
+def test_the_plain_name_shortcut_accepts_only_what_the_full_rules_accept_and_folds_alike(name):
+    from benchclaw.formats.names import entry_name_fold, entry_name_problem
+    from benchclaw.verify._zip import _PLAIN_NAME
+
+    if _PLAIN_NAME.match(name):
+        assert entry_name_problem(name) is None and entry_name_fold(name) == name.lower()
+    else:
+        assert entry_name_problem(name) is not None or not name.isascii() or " " in name
+
+
+def test_names_equal_but_for_case_collide_on_the_plain_name_shortcut_too():
+    from benchclaw.verify._errors import UnreadableBundle
+
+    with pytest.raises(UnreadableBundle, match="differs only by case"):
+        ZipView(raw_zip([RawEntry(b"tasks/a/x", b"1"), RawEntry(b"tasks/A/x", b"2")]))

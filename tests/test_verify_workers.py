@@ -192,3 +192,58 @@ def test_a_run_that_does_not_hold_has_no_facts_and_its_step_reports_it_as_withou
     assert rep.exit_code == 1 and rep.section("costs").failures, rep.to_dict()
     monkeypatch.setattr(_reading, "_facts", lambda ix: {})
     assert verify_bundle(forged).to_dict() == rep.to_dict()
+
+
+def test_the_facts_a_worker_returns_must_tile_its_frames_exactly():
+    from benchclaw.verify._reading import _frames, _facts_in_worker  # noqa: F401 - the writer of these frames
+
+    good = b"\x02\x00\x00\x00ab" + b"\xff\xff\xff\xff"
+    assert _frames(good, 2) == [b"ab", None]
+    for bad, count in ((good, 3), (good + b"x", 2), (good[:5], 2), (b"\x05\x00\x00\x00ab", 1)):
+        with pytest.raises(ValueError):
+            _frames(bad, count)
+
+
+def test_a_worker_whose_facts_are_cut_short_is_a_clean_exit_2(bundle, monkeypatch):
+    from benchclaw.verify import _reading
+    from benchclaw.verify._workers import Raw
+
+    real = _reading._facts_in_worker
+    monkeypatch.setattr(_reading, "_facts_in_worker", lambda *a: Raw(real(*a).data[:-1]))
+    rep = verify_bundle(bundle)
+    assert rep.exit_code == 2 and "malformed result" in rep.fatal.message
+
+
+@pytest.mark.parametrize("line", [
+    b'{"v":1,"seq":0,"prev":"' + b"0" * 64 + b'","at":"x","kind":"k","bodx":{}}',   # six keys, one not body
+    b'{"v":1,"seq":0,"prev":"' + b"0" * 64 + b'","at":"x","kind":"k","body":{},"x":1}',
+    b'{"v":2,"seq":0,"prev":"' + b"0" * 64 + b'","at":"x","kind":"k","body":{}}',
+    b'{"v":1,"seq":1,"prev":"' + b"0" * 64 + b'","at":"x","kind":"k","body":{}}',
+    b'{"v":1,"seq":0,"prev":"' + b"1" * 64 + b'","at":"x","kind":"k","body":{}}',
+    b'{"v":1,"seq":0,"prev":"' + b"0" * 64 + b'","at":"x","kind":"k","body":[]}',
+    b'{"v":1,"seq":true,"prev":"' + b"0" * 64 + b'","at":"x","kind":"k","body":{}}',
+    b'[1]', b'{', b'',
+])
+def test_the_fast_chain_check_leaves_every_defect_to_verify_chain(line):
+    from benchclaw.errors import BenchClawError
+    from benchclaw.formats.records import verify_chain
+    from benchclaw.verify._reading import _linked
+
+    assert _linked([line]) is None
+    with pytest.raises(BenchClawError):
+        verify_chain([line], "x")
+
+
+def test_the_fast_chain_check_reads_an_honest_chain_as_verify_chain_does(bundle):
+    import io
+    import zipfile
+
+    from benchclaw.formats.records import split_lines, verify_chain
+    from benchclaw.verify._reading import _linked
+
+    with zipfile.ZipFile(io.BytesIO(bundle)) as zf:
+        name = next(n for n in zf.namelist() if n.startswith("runs/"))
+        lines, _ = split_lines(zf.read(name))
+    want = verify_chain(lines, name)
+    got = _linked(lines)
+    assert [(r.seq, r.at, r.kind, r.body, r.line) for r in got] == [(r.seq, r.at, r.kind, r.body, r.line) for r in want]

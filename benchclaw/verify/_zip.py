@@ -26,12 +26,13 @@ bounded by the limits: the archive bytes plus the inflated members.
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from dataclasses import dataclass
 from typing import Callable
 
-from ..formats.names import entry_name_fold, entry_name_problem
+from ..formats.names import ENTRY_NAME_BYTES, entry_name_fold, entry_name_problem
 from ._errors import UnreadableBundle, VerificationError
 
 __all__ = ["Limits", "Entry", "ZipView"]
@@ -49,6 +50,10 @@ _FLAG_ENCRYPTED, _FLAG_DESCRIPTOR, _FLAG_STRONG = 0x1, 0x8, 0x40
 _UNIX = 3
 _S_IFMT, _S_IFREG, _S_IFLNK = 0o170000, 0o100000, 0o120000
 _DOS_DIR = 0x10
+# A plain name (every part letters, digits, '-', '_' and '.', none of them '.' or '..'): one
+# ``entry_name_problem`` accepts and ``entry_name_fold`` folds to its lower case (ASCII: NFKC
+# leaves it as it is), checked by one regex match (every name of an honest bundle is one).
+_PLAIN_NAME = re.compile(r"(?!\.\.?(?:/|\Z))[A-Za-z0-9_.\-]+(?:/(?!\.\.?(?:/|\Z))[A-Za-z0-9_.\-]+)*\Z")
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ class ZipView:
     # -- central directory ------------------------------------------------------------
     def _parse_central(self, pos: int, cd_end: int, count: int) -> None:
         seen: dict[str, str] = {}
-        total = 0
+        total, walked = 0, self._walked
         for _ in range(count):
             if pos + _CENTRAL.size > cd_end:
                 raise _bad("the central directory is truncated")
@@ -186,10 +191,10 @@ class ZipView:
             total += usize
             if total > self.limits.total_bytes:
                 raise _bad(f"entries inflate to more than the limit of {self.limits.total_bytes} bytes")
-            entry = Entry(name, method, crc, csize, usize, offset)
-            self.entries[name] = entry = self._check_local(entry, raw_name, (flags, method, mtime, mdate))
-            if self._walked is not None:
-                self._walked(entry.end - entry.header_offset)
+            data_offset = self._check_local(name, offset, crc, csize, usize, raw_name, (flags, method, mtime, mdate))
+            self.entries[name] = Entry(name, method, crc, csize, usize, offset, data_offset)
+            if walked is not None:
+                walked(data_offset + csize - offset)
             pos = end
         if pos != cd_end:
             raise _bad("the central directory holds more than its end record counts")
@@ -201,6 +206,13 @@ class ZipView:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise _bad(f"entry name {raw[:80]!r} is not UTF-8") from None
+        if _PLAIN_NAME.match(name) and len(raw) <= ENTRY_NAME_BYTES:  # the checks below pass: only the fold
+            folded = name.lower()
+            if folded in seen:
+                same = "duplicate" if seen[folded] == name else "differs only by case or Unicode normalisation from"
+                raise _bad(f"entry {name!r}: {same} entry {seen[folded]!r}")
+            seen[folded] = name
+            return name
         if not name.isascii() and not flags & 0x800:
             raise _bad(f"entry {name!r}: non-ASCII name without the UTF-8 flag (ambiguous)")
         if name.endswith("/"):
@@ -242,21 +254,20 @@ class ZipView:
         if usize > lim.ratio_floor and usize > csize * lim.ratio:
             raise _bad(f"entry {name!r}: compression ratio above {lim.ratio}:1 (zip bomb?)")
 
-    def _check_local(self, entry: Entry, raw_name: bytes, central: tuple) -> Entry:
-        pos = entry.header_offset
+    def _check_local(self, name: str, pos: int, crc: int, csize: int, usize: int, raw_name: bytes,
+                     central: tuple) -> int:
+        """Where the entry's data begins, once its local header is checked against the central one."""
         if pos + _LOCAL.size > len(self.data):
-            raise _bad(f"entry {entry.name!r}: local header beyond the end of the archive")
-        (sig, _xver, flags, method, mtime, mdate, crc, csize, usize,
+            raise _bad(f"entry {name!r}: local header beyond the end of the archive")
+        (sig, _xver, flags, method, mtime, mdate, lcrc, lcsize, lusize,
          name_len, extra_len) = _LOCAL.unpack_from(self.data, pos)
         start = pos + _LOCAL.size
         if sig != _SIG_LOCAL:
-            raise _bad(f"entry {entry.name!r}: no local header at byte {pos}")
-        local = (flags, method, mtime, mdate, crc, csize, usize)
-        if local != (*central, entry.crc, entry.csize, entry.usize) or \
+            raise _bad(f"entry {name!r}: no local header at byte {pos}")
+        if (flags, method, mtime, mdate) != central or (lcrc, lcsize, lusize) != (crc, csize, usize) or \
                 self.data[start:start + name_len] != raw_name:
-            raise _bad(f"entry {entry.name!r}: local and central headers disagree")
-        data_offset = start + name_len + extra_len
-        return Entry(entry.name, entry.method, entry.crc, entry.csize, entry.usize, pos, data_offset)
+            raise _bad(f"entry {name!r}: local and central headers disagree")
+        return start + name_len + extra_len
 
     def _check_tiling(self, cd_offset: int) -> None:
         pos = 0
