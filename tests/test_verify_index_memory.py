@@ -12,7 +12,7 @@ import pytest
 from benchclaw.formats.records import GENESIS, Record, encode, line_hash
 from benchclaw.verify import _index, verify_bundle
 from benchclaw.verify._errors import UnreadableBundle
-from benchclaw.verify._index import Archive, LedgerLog, Span, ManifestRows, ObjectReading, Rec, kept
+from benchclaw.verify._index import Archive, LedgerLog, Span, ManifestRows, ObjectReading, Rec, holds_bytes, kept, unkept
 from benchclaw.verify._reading import _chain_stream, _kept, _ledger
 from benchclaw.verify.experiment import chain_records
 from benchclaw.verify.manifest import FileEntry, Manifest, build_manifest
@@ -116,7 +116,15 @@ def test_shared_run_record_values_are_equal_and_never_conflate_json_types():
 
 def test_an_object_reading_kept_marshalled_reads_back_as_its_fields():
     fields = (("r", 4096, 10, 11, [6, "ab"], 12, None), "a reply \udcff", b"\x00bytes")
-    assert ObjectReading(*__import__("marshal").loads(kept(*fields))) == ObjectReading(*fields)
+    assert unkept(kept(*fields)) == ObjectReading(*fields)
+
+
+@pytest.mark.parametrize("data", [None, b"", b"N", b"\x00N", b"x" * 300])
+def test_a_kept_reading_says_whether_it_holds_the_object_bytes(data):
+    for derived, text in ((None, None), (("u", 1, 2), None), (None, "N")):
+        got = kept(derived, text, data)
+        assert holds_bytes(got) is (data is not None)
+        assert unkept(got) == ObjectReading(derived, text, data)
 
 
 def test_bytes_read_again_that_differ_from_those_hashed_stop_the_verifier():

@@ -47,7 +47,7 @@ from ._zip import Limits
 from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
-           "ENVELOPE", "line_chunks", "RunFacts"]
+           "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -371,7 +371,7 @@ class Index:
         if name in self.content:
             return self.content[name]
         got = self.objects.get(name)
-        data = marshal.loads(got)[2] if got is not None else None
+        data = marshal.loads(got)[0] if got is not None else None
         if data is not None:
             return data
         if name not in self.sizes:
@@ -393,7 +393,7 @@ class Index:
     def reading(self, digest: str) -> ObjectReading:
         """What is kept of the object ``digest`` (an empty reading when nothing is)."""
         got = self.objects.get(object_path(digest))
-        return _NOTHING if got is None else ObjectReading(*marshal.loads(got))
+        return _NOTHING if got is None else unkept(got)
 
     def facts_of(self, name: str) -> RunFacts:
         """The per-run facts the reading stage took of run log ``name`` (all None if none)."""
@@ -412,5 +412,17 @@ def kept(derived: tuple | None, text: str | None, data: bytes | None) -> bytes:
     memory of the tuple (and of its strings and numbers) they are, for each of the hundreds
     of thousands of requests and usages of a large bundle. The values are this stage's own
     (``_costs.derive``'s plain tuples, lists, dicts, strings and numbers), never the
-    bundle's bytes unmarshalled."""
-    return marshal.dumps((derived, text, data))
+    bundle's bytes unmarshalled. The bytes come first, so that ``holds_bytes`` reads one byte."""
+    return marshal.dumps((data, derived, text))
+
+
+def unkept(got: bytes) -> ObjectReading:
+    """The ``ObjectReading`` ``kept`` made ``got`` of."""
+    data, derived, text = marshal.loads(got)
+    return ObjectReading(derived, text, data)
+
+
+def holds_bytes(got: bytes) -> bool:
+    """Whether ``kept`` kept the object's bytes: the first value of its tuple (a type byte,
+    the count, then that value's type byte) is not None, which marshal writes as ``N``."""
+    return got[2:3] != b"N"

@@ -61,18 +61,18 @@ from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
 from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, Span,
-                     line_chunks, frozen, kept)
+                     holds_bytes, line_chunks, frozen, kept)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, start
 from ._zip import Limits, ZipView
 from .experiment import chain_records, journal_records
-from .manifest import MANIFEST, RUN_PATH, Manifest, parse_manifest
+from .manifest import MANIFEST, RUN_PATH, Manifest, object_path, parse_manifest
 
 __all__ = ["reading"]
 
 _MANIFEST_LIMIT = 512 << 20
 _KEPT_PARAMS = 16           # distinct call params a run log keeps for step 7 (more: it reads the records)
-_RELEASE_BYTES = 64 << 20   # inflated archive bytes between two hand-backs of mapped pages
+_RELEASE_BYTES = 8 << 20    # archive bytes between two hand-backs of mapped pages (they count as resident)
 _STORED = 0                 # a zip entry's method: stored as it is (else deflated)
 _UNREAD = "-" * 64          # the worker's digest of an entry it could not inflate
 
@@ -194,6 +194,7 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
     del got  # its bytes, before the objects are read
     readings = _read_objects(pages, view, objects, roles, digests, unread)  # B: on two cores
     pages.release()
+    del roles, shared  # what B needed of the run logs
     journals = {exp: _journal(content, unread, exp) for exp in manifest.experiments}  # C
     for journal in journals.values():  # its bytes were for this parse (step 6 reads the records)
         for name in {name for name, _, _ in journal} if isinstance(journal, list) else ():
@@ -203,7 +204,10 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
                run_logs=frozen({n: run_logs[n] for n in view.names if n in run_logs}),
                objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
                content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
-    return dataclasses.replace(ix, facts=frozen(_facts(ix)))  # D: on two cores
+    del view, run_logs  # the directory's entries (a few hundred bytes each), before D's facts join the index
+    facts = _facts(ix)  # D: on two cores
+    _drop_taken(readings, ix.run_logs, facts)
+    return dataclasses.replace(ix, facts=frozen(facts))
 
 
 def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
@@ -602,24 +606,71 @@ def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, d
         cut += 1
     pending = start(_objects_in_worker, pages, view, names[:cut], roles, timeout=view.limits.worker_seconds)
     try:
-        here = _objects(pages, view, names[cut:], roles, as_json=False)
+        here = _objects(pages, view, names[cut:], roles)
         there = pending.result()
     finally:
         pending.cancel()
     readings: dict[str, bytes] = {}  # ObjectReading's fields, kept()
-    _adopt(names[:cut], there, digests, unread, readings)
+    try:
+        _adopt(names[:cut], _from_worker(there, len(names[:cut])), digests, unread, readings)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise UnreadableBundle("", "a verification worker returned a malformed result") from None
+    del there  # its bytes, before this half's readings join them
     _adopt(names[cut:], here, digests, unread, readings)
     return readings
 
 
-def _objects_in_worker(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> dict:
-    return _objects(pages, view, names, roles, as_json=True)
+_NONE = (1 << 64) - 1  # in the worker's lengths: nothing kept of that object
 
 
-def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, *, as_json: bool) -> dict:
-    """The SHA-256 hexes as one string (a fraction of the memory of a list), read errors
-    by entry, and each object's reading as the index keeps it (``_index.kept``); ``as_json``:
-    every value a JSON value (those bytes as a latin-1 string), for the worker's pipe."""
+def _objects_in_worker(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> Raw:
+    """``_objects`` of ``names`` as bytes, not JSON (the parent never holds them parsed
+    whole): {"errors": ...} on one line, the SHA-256 hexes, each kept reading's length
+    (``array("Q")``, ``_NONE``: nothing kept), then the kept readings one after another."""
+    hexes, errors, kept = _objects(pages, view, names, roles)
+    got = [kept.get(n) for n in names]
+    out = bytearray(jsonio.dumps({"errors": errors}))
+    out += b"\n"
+    out += hexes.encode("ascii")
+    out += array("Q", (_NONE if k is None else len(k) for k in got)).tobytes()
+    for k in got:
+        if k is not None:
+            out += k
+    return Raw(out)
+
+
+def _from_worker(got: Raw, n: int) -> tuple[str, dict, "_Sliced"]:
+    """``_objects_in_worker``'s bytes as ``_objects`` gives them, the readings sliced out
+    one at a time as ``_adopt`` asks (the worker's bytes are held once). Raises ValueError."""
+    data = got.data
+    head = data.find(b"\n")
+    errors = jsonio.loads(data[:head])["errors"]
+    at = head + 1 + 64 * n
+    hexes = data[head + 1:at].decode("ascii")
+    lengths = array("Q")
+    lengths.frombytes(data[at:at + 8 * n])
+    if len(lengths) != n or at + 8 * n + sum(k for k in lengths if k != _NONE) != len(data):
+        raise ValueError("truncated")
+    return hexes, errors, _Sliced(data, at + 8 * n, lengths)
+
+
+class _Sliced:
+    """The worker's kept readings, by position: ``get(i)`` their bytes (None: none kept)."""
+
+    def __init__(self, data, pos: int, lengths: array):
+        self.data, self.starts, self.lengths = memoryview(data), array("Q"), lengths
+        for k in lengths:
+            self.starts.append(pos)
+            pos += 0 if k == _NONE else k
+
+    def get(self, i: int) -> bytes | None:
+        k = self.lengths[i]
+        return None if k == _NONE else bytes(self.data[self.starts[i]:self.starts[i] + k])
+
+
+def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> tuple[str, dict, dict]:
+    """(the SHA-256 hexes as one string (a fraction of the memory of a list), read errors
+    by entry as dicts, each object's reading as the index keeps it (``_index.kept``))."""
     hexes, errors, kept = [], {}, {}
     for name in names:
         try:
@@ -630,13 +681,13 @@ def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, *, as_
             continue
         hexd = hashlib.sha256(data).hexdigest()
         hexes.append(hexd)
-        got = _reading_of(roles.get("sha256:" + hexd, _WHOLE) if name.endswith(hexd) else _WHOLE, data, as_json)
+        got = _reading_of(roles.get("sha256:" + hexd, _WHOLE) if name.endswith(hexd) else _WHOLE, data)
         if got is not None:
             kept[name] = got
-    return {"digests": "".join(hexes), "errors": errors, "kept": kept}
+    return "".join(hexes), errors, kept
 
 
-def _reading_of(needs: int, data: bytes, as_json: bool) -> bytes | str | None:
+def _reading_of(needs: int, data: bytes) -> bytes | None:
     """What is kept of an object the run records need as ``needs`` (``_ROLES``): its
     ``ObjectReading``'s fields, ``kept`` at once (no list of them is held for every object)."""
     if needs == _DIGEST:
@@ -655,25 +706,24 @@ def _reading_of(needs: int, data: bytes, as_json: bool) -> bytes | str | None:
             needs |= _WHOLE
     if needs & _WHOLE:
         whole = data
-    got = kept(tuple(derived) if derived is not None else None, text, whole)
-    return got.decode("latin-1") if as_json else got  # a JSON string: a character a byte
+    return kept(tuple(derived) if derived is not None else None, text, whole)
 
 
-def _adopt(names: list[str], got: dict, digests: dict, unread: dict, readings: dict) -> None:
-    hexes = got["digests"]
+def _adopt(names: list[str], got: tuple, digests: dict, unread: dict, readings: dict) -> None:
+    hexes, errors, kept = got
     if not isinstance(hexes, str) or len(hexes) != 64 * len(names):
         raise UnreadableBundle("", "a verification worker returned a malformed result")
     for i, name in enumerate(names):
         hexd = hexes[64 * i:64 * i + 64]
         if hexd != _UNREAD:
             digests[name] = NAMED if name[11:] == hexd else "sha256:" + hexd  # _index.Digests
-    for name, e in got["errors"].items():
+    for name, e in errors.items():
         unread[name] = VerificationError(e["path"], e["message"], e["record"])
-    kept = got["kept"]
-    for name in names:  # keyed by the zip's own name string, not the pipe's copy of it
-        got = kept.get(name)
+    by_place = isinstance(kept, _Sliced)
+    for i, name in enumerate(names):  # keyed by the zip's own name string, not the pipe's copy of it
+        got = kept.get(i if by_place else name)
         if got is not None:
-            readings[name] = got.encode("latin-1") if isinstance(got, str) else got
+            readings[name] = got
 
 
 # ------------------------------------------------------------------------------ D: per-run facts
@@ -752,6 +802,20 @@ def _packed_facts(facts) -> bytes | None:
         return marshal.dumps(tuple(facts))
     except ValueError:  # a value marshal does not take: the steps read the run
         return None
+
+
+def _drop_taken(readings: dict, run_logs, facts: dict) -> None:
+    """The readings no step will read, dropped once D took its facts: a request's, usage's
+    or reply's that only runs whose step 3 and step 4 facts were taken name (those steps
+    read them only of a run without). An object kept whole stays (catalogs, specs)."""
+    needed = set()
+    for name, log in run_logs.items():
+        got = facts.get(name)
+        if isinstance(log, RunLog) and (got is None or None in marshal.loads(got)[:2]):
+            refs = log.refs
+            needed.update(object_path("sha256:" + refs[i:i + 32].hex()) for i in range(0, len(refs), 32))
+    for name in [n for n, got in readings.items() if n not in needed and not holds_bytes(got)]:
+        del readings[name]
 
 
 def _keep(out: dict, name: str, packed: bytes | None) -> None:
