@@ -127,12 +127,16 @@ def test_a_kept_reading_says_whether_it_holds_the_object_bytes(data):
         assert unkept(got) == ObjectReading(derived, text, data)
 
 
-def test_bytes_read_again_that_differ_from_those_hashed_stop_the_verifier():
+@pytest.mark.parametrize("piece", [1 << 20, 64])  # one seal, or a seal every 64 bytes read a piece at a time
+@pytest.mark.parametrize("at", [40, -40])
+def test_bytes_read_again_that_differ_from_those_hashed_stop_the_verifier(monkeypatch, piece, at):
+    monkeypatch.setattr(_index, "_PIECE", piece)
     data = ledger_bytes(5)
     held = bytearray(data)
     log = _ledger("ledgers/x.jsonl", data, (span(data, held), True))
-    assert len(list(log)) == 5
-    held[40:41] = b"X" if held[40:41] != b"X" else b"Y"  # the file changed under the verifier
+    assert len(list(log)) == 5 and log[2].seq == 2
+    assert len(log.packed.seal) == 16 * -(-len(data) // piece)
+    held[at] = ord("X") if held[at] != ord("X") else ord("Y")  # the file changed under the verifier
     with pytest.raises(UnreadableBundle, match="changed while it was being verified"):
         list(log)
     del held[-3:]  # and truncated

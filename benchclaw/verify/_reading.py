@@ -61,7 +61,7 @@ from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
 from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, Span,
-                     holds_bytes, line_chunks, frozen, kept)
+                     holds_bytes, line_chunks, frozen, kept, packed_rec)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, start
 from ._zip import Limits, ZipView
@@ -379,7 +379,7 @@ def _adopt_log(name: str, log, hexd: str, pages: _Pages, view: ZipView, archive:
 def _log_from_json(row: list, archive: Archive, shared: dict) -> RunLog:
     (_, offset, length, seal, stored, count, first, last, bad_line, bad, refs, ends, fault, known, times_ok,
      params) = row
-    first, last = (None if r is None else _kept(Rec(*r), shared) for r in (first, last))
+    first, last = None if first is None else _kept(Rec(*first), shared), packed_rec(None if last is None else Rec(*last))
     if params is not None:
         params = tuple((line, tuple(_shared(v, shared) for v in values), None) for line, values in params)
     return RunLog(Span(archive, offset, length, bytes.fromhex(seal)), stored, count, first, last, bad_line,
@@ -407,7 +407,7 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         records = _chain(name, data, limits)
     except VerificationError as e:
         return e
-    first, last = (_kept(r, shared) for r in (records[0], records[-1])) if records else (None, None)
+    first, last = (_kept(records[0], shared), packed_rec(_compact(records[-1:])[0])) if records else (None, None)
 
     def log(bad_line=0, bad=None, refs=b"", ends=(), fault=None, known=False) -> RunLog:
         return RunLog(*packed, len(records), first, last, bad_line, bad, refs, array("I", ends), fault,
