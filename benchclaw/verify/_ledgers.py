@@ -367,8 +367,9 @@ def _settled(run: Run, line: int, key: str, rep: LedgerReplay, s: Kept, done: Co
 def _no_orphans(rep: LedgerReplay, runs: dict, calls: dict) -> None:
     """``calls``: attempt -> the keys of its run's calls (``_runs_by_attempt``)."""
     name = f"{_PREFIX}{rep.name}.jsonl"
-    for (attempt, key), res in sorted(rep.reserves.items(), key=lambda kv: kv[1].line):
-        res = res.fields()
+    reserves = rep.reserves
+    for attempt, key in sorted(reserves, key=lambda k: reserves[k].line):  # the keys: no pair built for each
+        res = reserves[(attempt, key)].fields()
         line = res["line"]
         run = runs.get(attempt)
         if run is None:

@@ -10,8 +10,9 @@ A. the zip's directory is validated (``_zip``), the manifest parsed; every run l
    which object is a request, a raw usage, a reply, or merely a digest to compare (an
    observation, a written content, an artifact), which decides what of each object is kept;
 B. the objects (most of a bundle's bytes) are inflated, hashed and read in two halves at
-   once: a forked worker (``_workers``) takes the first half and returns compact results
-   as JSON (digests as one string, readings as lists), this process the second;
+   once: a forked worker (``_workers``) takes the first half and returns its results as
+   bytes (the digests, then the kept readings back to back, sliced out here one at a
+   time), this process the second;
 C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, its
    files' bytes then dropped: step 6 reads the records);
 D. each run's records are parsed once more and the per-run functions of steps 3, 4 and 6
@@ -21,14 +22,16 @@ D. each run's records are parsed once more and the per-run functions of steps 3,
    is kept (``RunFacts``, marshalled); where a function raised, nothing is kept and the
    step reads the run itself and reports it (so its messages, and which step fails
    first, are the step's own). Without this, each of those steps parsed every run again.
+   Then the readings only those steps would read of a run without facts are dropped.
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
 walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
 page cache, out of this process's resident set); a run log's and a ledger's records are
 dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
 again with ``pread`` when a step parses them); the values the runs' first and last records
-repeat are held once; the manifest's rows and the objects' readings are kept in compact
-forms; an object's bytes are dropped once hashed unless a step reads them (``_index``). GC
+repeat are held once, the last record marshalled; the manifest's rows and the objects'
+readings are kept in compact forms; an object's bytes are dropped once hashed unless a step
+reads them (``_index``); the zip's directory is dropped before D (its memory is reused). GC
 tactics: the collector is off for the whole ``with`` (the index holds millions of acyclic
 records, built here and read by every step).
 
@@ -206,8 +209,7 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
                content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
     del view, run_logs  # the directory's entries (a few hundred bytes each), before D's facts join the index
     facts = _facts(ix)  # D: on two cores
-    _drop_taken(readings, ix.run_logs, facts)
-    return dataclasses.replace(ix, facts=frozen(facts))
+    return dataclasses.replace(ix, objects=frozen(_untaken(readings, ix.run_logs, facts)), facts=frozen(facts))
 
 
 def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
@@ -804,18 +806,18 @@ def _packed_facts(facts) -> bytes | None:
         return None
 
 
-def _drop_taken(readings: dict, run_logs, facts: dict) -> None:
-    """The readings no step will read, dropped once D took its facts: a request's, usage's
-    or reply's that only runs whose step 3 and step 4 facts were taken name (those steps
-    read them only of a run without). An object kept whole stays (catalogs, specs)."""
+def _untaken(readings: dict, run_logs, facts: dict) -> dict:
+    """The readings a step may still read once D took its facts (a new dict: the old one's
+    table is as large as it ever was): not a request's, usage's or reply's that only runs
+    whose step 3 and step 4 facts were taken name (those steps read them only of a run
+    without). An object kept whole stays (catalogs, specs)."""
     needed = set()
     for name, log in run_logs.items():
         got = facts.get(name)
         if isinstance(log, RunLog) and (got is None or None in marshal.loads(got)[:2]):
             refs = log.refs
             needed.update(object_path("sha256:" + refs[i:i + 32].hex()) for i in range(0, len(refs), 32))
-    for name in [n for n, got in readings.items() if n not in needed and not holds_bytes(got)]:
-        del readings[name]
+    return {name: got for name, got in readings.items() if name in needed or holds_bytes(got)}
 
 
 def _keep(out: dict, name: str, packed: bytes | None) -> None:
