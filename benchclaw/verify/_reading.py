@@ -593,7 +593,14 @@ def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
             check_body(rec.kind, rec.body, JOURNAL, name, line)
     except VerificationError as e:
         return e
-    return [(name, line, rec) for (name, line, _), rec in zip(journal, _compact([r for _, _, r in journal]))]
+    shared: dict = {}  # the strings its records repeat (cell, tier, invocation, status...), held once
+    return [(name, line, Rec(r.seq, r.at, _shared(r.kind, shared), {k: _once(v, shared) for k, v in r.body.items()}))
+            for name, line, r in journal]
+
+
+def _once(value, shared: dict):
+    """A string ``value`` held once per journal (other values as they are)."""
+    return shared.setdefault(value, value) if type(value) is str and len(value) <= 128 else value
 
 
 # ------------------------------------------------------------------------------ the objects
