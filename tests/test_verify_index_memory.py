@@ -12,7 +12,7 @@ import pytest
 from benchclaw.formats.records import GENESIS, Record, encode, line_hash
 from benchclaw.verify import _index, verify_bundle
 from benchclaw.verify._errors import UnreadableBundle
-from benchclaw.verify._index import Archive, LedgerLog, Span, ManifestRows, ObjectReading, Rec, kept
+from benchclaw.verify._index import Archive, LedgerLog, Span, ManifestRows, ObjectReading, Rec, holds_bytes, kept, unkept
 from benchclaw.verify._reading import _chain_stream, _kept, _ledger
 from benchclaw.verify.experiment import chain_records
 from benchclaw.verify.manifest import FileEntry, Manifest, build_manifest
@@ -116,15 +116,27 @@ def test_shared_run_record_values_are_equal_and_never_conflate_json_types():
 
 def test_an_object_reading_kept_marshalled_reads_back_as_its_fields():
     fields = (("r", 4096, 10, 11, [6, "ab"], 12, None), "a reply \udcff", b"\x00bytes")
-    assert ObjectReading(*__import__("marshal").loads(kept(*fields))) == ObjectReading(*fields)
+    assert unkept(kept(*fields)) == ObjectReading(*fields)
 
 
-def test_bytes_read_again_that_differ_from_those_hashed_stop_the_verifier():
+@pytest.mark.parametrize("data", [None, b"", b"N", b"\x00N", b"x" * 300])
+def test_a_kept_reading_says_whether_it_holds_the_object_bytes(data):
+    for derived, text in ((None, None), (("u", 1, 2), None), (None, "N")):
+        got = kept(derived, text, data)
+        assert holds_bytes(got) is (data is not None)
+        assert unkept(got) == ObjectReading(derived, text, data)
+
+
+@pytest.mark.parametrize("piece", [1 << 20, 64])  # one seal, or a seal every 64 bytes read a piece at a time
+@pytest.mark.parametrize("at", [40, -40])
+def test_bytes_read_again_that_differ_from_those_hashed_stop_the_verifier(monkeypatch, piece, at):
+    monkeypatch.setattr(_index, "_PIECE", piece)
     data = ledger_bytes(5)
     held = bytearray(data)
     log = _ledger("ledgers/x.jsonl", data, (span(data, held), True))
-    assert len(list(log)) == 5
-    held[40:41] = b"X" if held[40:41] != b"X" else b"Y"  # the file changed under the verifier
+    assert len(list(log)) == 5 and log[2].seq == 2
+    assert len(log.packed.seal) == 16 * -(-len(data) // piece)
+    held[at] = ord("X") if held[at] != ord("X") else ord("Y")  # the file changed under the verifier
     with pytest.raises(UnreadableBundle, match="changed while it was being verified"):
         list(log)
     del held[-3:]  # and truncated

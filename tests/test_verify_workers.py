@@ -64,6 +64,21 @@ def test_a_reading_worker_that_hangs_is_stopped_at_the_limit(bundle, monkeypatch
         os.waitpid(-1, os.WNOHANG)  # the child was reaped, no zombie left
 
 
+@pytest.mark.parametrize("cut", [1, 9, 200])
+def test_an_object_worker_result_cut_short_is_a_clean_exit_2(bundle, monkeypatch, cut):
+    from benchclaw.verify import _reading
+
+    real = _reading._objects_in_worker
+
+    def short(*a):
+        got = real(*a)
+        del got.data[-cut:]  # lengths that no longer add up to what follows them
+        return got
+    monkeypatch.setattr(_reading, "_objects_in_worker", short)
+    rep = verify_bundle(bundle)
+    assert rep.exit_code == 2 and "malformed result" in rep.fatal.message
+
+
 def test_a_reading_worker_that_raises_is_a_clean_exit_2(bundle, monkeypatch):
     from benchclaw.verify import _reading
 

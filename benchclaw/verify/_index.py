@@ -47,7 +47,7 @@ from ._zip import Limits
 from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
-           "ENVELOPE", "line_chunks", "RunFacts"]
+           "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -85,17 +85,39 @@ class Archive:
         the file changed under the verifier, and what it hashed is no longer what it reads)."""
         data = self._read_at(span.offset, span.length)
         if len(data) != span.length or _seal(data) != span.seal:
-            raise UnreadableBundle("", "the bundle file changed while it was being verified")
+            raise _changed()
         return data
+
+    def pieces(self, span: "Span"):
+        """The span's bytes a ``_PIECE`` at a time, each checked against its own seal
+        before it is handed on (as ``read``, without holding them all: a grid's ledger
+        is tens of megabytes deflated)."""
+        for k, at in enumerate(range(0, span.length, _PIECE)):
+            n = min(_PIECE, span.length - at)
+            data = self._read_at(span.offset + at, n)
+            if len(data) != n or _seal(data) != span.seal[16 * k:16 * k + 16]:
+                raise _changed()
+            yield data
+
+
+_PIECE = 1 << 20  # bytes of a span sealed apart (a step reads a long one again a piece at a time)
 
 
 def _seal(raw: bytes) -> bytes:
-    return hashlib.blake2b(raw, digest_size=16).digest()
+    """A 16-byte BLAKE2b of each ``_PIECE`` of ``raw``, one after another."""
+    view = memoryview(raw)
+    return b"".join(hashlib.blake2b(view[at:at + _PIECE], digest_size=16).digest()
+                    for at in range(0, len(view), _PIECE))
+
+
+def _changed() -> UnreadableBundle:
+    return UnreadableBundle("", "the bundle file changed while it was being verified")
 
 
 class Span(NamedTuple):
     """An entry's bytes as the zip holds them (deflated, unless stored): where they lie and
-    their BLAKE2b, 16 bytes, so a step parses exactly what the reading stage hashed."""
+    their BLAKE2b, 16 bytes a megabyte (``_seal``), so a step parses exactly what the
+    reading stage hashed."""
 
     archive: Archive
     offset: int
@@ -110,7 +132,7 @@ class Span(NamedTuple):
 class RunLog:
     """A run log as read, in a few hundred bytes: ``packed``, where its bytes lie in the zip
     (deflated; ``stored``: as they are); ``count`` records, the ``first`` and ``last`` (every step
-    reads them); the first record whose body is ill-typed (its line and error, or 0 and
+    reads them; the last kept ``ended``, marshalled); the first record whose body is ill-typed (its line and error, or 0 and
     None); the digests each record before it references, as raw 32-byte SHA-256 values
     one after another in ``refs``, record i's ending at ``ref_ends[i]``; ``fault``: a first
     record that is not ``run.start`` or a last that is not ``run.end``. A log whose chain
@@ -122,7 +144,7 @@ class RunLog:
     stored: bool
     count: int
     first: Rec | None
-    last: Rec | None
+    ended: bytes | None  # the last record, ``packed_rec``: its values are the run's own, unshared
     bad_line: int
     bad: VerificationError | None
     refs: bytes
@@ -131,6 +153,10 @@ class RunLog:
     known_kinds: bool = False            # every record before ``bad_line`` of a kind ``_shape.RUN`` knows
     times_ok: bool = False               # ``_journal.times_in_order`` of the records
     call_params: tuple | None = None     # ``_journal.call_params`` of its calls (None: not taken)
+
+    @property
+    def last(self) -> Rec | None:
+        return None if self.ended is None else Rec(*marshal.loads(self.ended))
 
     def records(self) -> tuple[Rec, ...]:
         """The records, parsed afresh from ``packed`` (nothing is kept: the caller holds
@@ -151,7 +177,13 @@ class RunLog:
 ENVELOPE = itemgetter("seq", "at", "kind", "body")  # a parsed record's ``Rec`` fields, in order
 
 
-_CHUNK = 1 << 20  # inflated bytes parsed at a time when a ledger is streamed
+def packed_rec(rec: Rec | None) -> bytes | None:
+    """A record as ``RunLog.ended`` keeps it: ``marshal``led, a third of the memory of its
+    dicts (its values are this stage's parse of JSON: marshal keeps 1, 1.0 and true apart)."""
+    return None if rec is None else marshal.dumps(tuple(rec))
+
+
+_CHUNK = 1 << 18  # inflated bytes parsed at a time when a ledger is streamed (parsed, a dozen times that)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +205,7 @@ class LedgerLog:
         return self.count
 
     def __iter__(self):
-        for chunk in line_chunks(self.packed.read(), self.stored):
+        for chunk in line_chunks(self.packed.archive.pieces(self.packed), self.stored):
             yield from starmap(Rec, map(ENVELOPE, jsonio.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]")))
 
     def __getitem__(self, i: int) -> Rec:
@@ -186,24 +218,22 @@ class LedgerLog:
         return next(r for k, r in enumerate(self) if k == j)
 
 
-def line_chunks(packed: bytes, stored: bool):
+def line_chunks(packed, stored: bool):
     """The inflated bytes in runs of whole lines, about ``_CHUNK`` each (the bytes end
-    with a newline: the reading stage refused a torn last line)."""
-    if stored:
-        pos = 0
-        while pos < len(packed):
-            end = packed.find(b"\n", min(pos + _CHUNK, len(packed)) - 1) + 1 or len(packed)
-            yield packed[pos:end]
-            pos = end
-        return
-    d, tail, view = zlib.decompressobj(-15), b"", memoryview(packed)
-    for at in range(0, len(packed), _CHUNK // 4):
-        buf = tail + d.decompress(view[at:at + _CHUNK // 4])
-        cut = buf.rfind(b"\n") + 1
-        if cut:
-            yield buf[:cut]
-        tail = buf[cut:]
-    rest = tail + d.flush()
+    with a newline: the reading stage refused a torn last line). ``packed``: the bytes
+    as the zip holds them, or an iterable of pieces of them."""
+    pieces = (packed,) if isinstance(packed, (bytes, bytearray, memoryview)) else packed
+    d, tail = (None if stored else zlib.decompressobj(-15)), b""
+    step = _CHUNK if stored else _CHUNK // 4
+    for piece in pieces:
+        view = memoryview(piece)
+        for at in range(0, len(view), step):
+            buf = tail + (view[at:at + step] if d is None else d.decompress(view[at:at + step]))
+            cut = buf.rfind(b"\n") + 1
+            if cut:
+                yield buf[:cut]
+            tail = buf[cut:]
+    rest = tail if d is None else tail + d.flush()
     if rest:
         yield rest
 
@@ -371,7 +401,7 @@ class Index:
         if name in self.content:
             return self.content[name]
         got = self.objects.get(name)
-        data = marshal.loads(got)[2] if got is not None else None
+        data = marshal.loads(got)[0] if got is not None else None
         if data is not None:
             return data
         if name not in self.sizes:
@@ -393,7 +423,7 @@ class Index:
     def reading(self, digest: str) -> ObjectReading:
         """What is kept of the object ``digest`` (an empty reading when nothing is)."""
         got = self.objects.get(object_path(digest))
-        return _NOTHING if got is None else ObjectReading(*marshal.loads(got))
+        return _NOTHING if got is None else unkept(got)
 
     def facts_of(self, name: str) -> RunFacts:
         """The per-run facts the reading stage took of run log ``name`` (all None if none)."""
@@ -412,5 +442,17 @@ def kept(derived: tuple | None, text: str | None, data: bytes | None) -> bytes:
     memory of the tuple (and of its strings and numbers) they are, for each of the hundreds
     of thousands of requests and usages of a large bundle. The values are this stage's own
     (``_costs.derive``'s plain tuples, lists, dicts, strings and numbers), never the
-    bundle's bytes unmarshalled."""
-    return marshal.dumps((derived, text, data))
+    bundle's bytes unmarshalled. The bytes come first, so that ``holds_bytes`` reads one byte."""
+    return marshal.dumps((data, derived, text))
+
+
+def unkept(got: bytes) -> ObjectReading:
+    """The ``ObjectReading`` ``kept`` made ``got`` of."""
+    data, derived, text = marshal.loads(got)
+    return ObjectReading(derived, text, data)
+
+
+def holds_bytes(got: bytes) -> bool:
+    """Whether ``kept`` kept the object's bytes: the first value of its tuple (a type byte,
+    the count, then that value's type byte) is not None, which marshal writes as ``N``."""
+    return got[2:3] != b"N"

@@ -19,6 +19,7 @@ are the ones step 4 confirmed (``Costs``); its bound is recomputed from those pr
 
 from __future__ import annotations
 
+import marshal
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -172,39 +173,53 @@ _RESERVE_KEPT = ("id", "tokens", "usd")
 _SETTLE_KEPT = ("known", "tokens", "usd", "reason")
 
 
-class Kept:
-    """The fields of a reserve or settle body the tie to the runs reads, read as the body is
-    (``res["usd"]``, ``s.get("reason")``) in a third of a dict's memory: a grid's ledger
-    holds 230,000 of them at 20,000 runs."""
+class Kept(bytes):
+    """The fields of a reserve or settle body the tie to the runs reads (and its ``line``),
+    read as the body is (``res["usd"]``, ``s.get("reason")``), kept ``marshal``led: a
+    grid's ledger holds 230,000 of them at 20,000 runs, and as objects (a slot each, an int
+    and a string per field) they were three times the bytes."""
 
-    __slots__ = ("id", "tokens", "usd", "known", "reason", "line")
+    __slots__ = ()
 
-    def __init__(self, body: dict, keys: tuple, line: int | None = None):
-        for k in keys:
-            if k in body:
-                setattr(self, k, body[k])
+    def __new__(cls, body: dict, keys: tuple, line: int | None = None):
+        if keys not in _LAYOUTS:
+            _LAYOUTS.append(keys)
+        present = [k in body for k in keys]
+        mask = sum(1 << i for i, there in enumerate(present) if there)
+        return super().__new__(cls, marshal.dumps((_LAYOUTS.index(keys), mask, line,
+                                                   *(body[k] for k, there in zip(keys, present) if there))))
+
+    def fields(self) -> dict:
+        layout, mask, line, *values = marshal.loads(self)
+        got = dict(zip((k for i, k in enumerate(_LAYOUTS[layout]) if mask >> i & 1), values))
         if line is not None:
-            self.line = line
+            got["line"] = line
+        return got
 
-    def __getitem__(self, key: str):
-        if key in Kept.__slots__ and hasattr(self, key):
-            return getattr(self, key)
-        raise KeyError(key)
+    def __getitem__(self, key: str):  # never bytes' own indexing
+        return self.fields()[key]
 
     def get(self, key: str, default=None):
-        return getattr(self, key, default) if key in Kept.__slots__ else default
+        return self.fields().get(key, default)
+
+    @property
+    def line(self) -> int:
+        return self.fields()["line"]
+
+
+_LAYOUTS: list[tuple] = [_RESERVE_KEPT, _SETTLE_KEPT]  # Kept's field names, by the index it keeps
 
 
 def _index_reserve(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
     res = Kept(body, _RESERVE_KEPT, line)  # tokens and usd as written
-    res.usd = _once(rep, res.usd)  # a call's bound recurs: held once
     rep.open[body["id"]] = res
     rep.reserves[(_once(rep, body.get("attempt")), _once(rep, body.get("key")))] = res
 
 
 def _index_settle(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
-    res = rep.open.pop(body.get("id"))
-    rep.settles[res["id"]] = Kept(body, _SETTLE_KEPT, line)  # the id string the reservation holds
+    rid = body.get("id")
+    rep.open.pop(rid)
+    rep.settles[rid] = Kept(body, _SETTLE_KEPT, line)
 
 
 def _once(rep: LedgerReplay, value):
@@ -322,12 +337,12 @@ def _reserved(tie: Tie, run: Run, line: int, key: str, estimate, max_tokens, rep
     found = rep.reserves.get((attempt, key))
     if found is None:
         raise VerificationError(run.path, f"call {key} has no reservation in ledger {rep.name}", line)
-    res = found
+    res = found.fields()
     bound = upper_bound(tie.cache, prices, estimate, max_tokens)
     if res["tokens"] != estimate + max_tokens or res["usd"] != bound:
         raise VerificationError(run.path, f"call {key}: its reservation ({res['tokens']} tokens, ${res['usd']}) "
                                 f"is not its bound ({estimate + max_tokens} tokens, ${bound})", line)
-    return res
+    return found
 
 
 def _settled(run: Run, line: int, key: str, rep: LedgerReplay, s: Kept, done: CostBounds | None,
@@ -335,6 +350,7 @@ def _settled(run: Run, line: int, key: str, rep: LedgerReplay, s: Kept, done: Co
     """The settlement of a call whose cost is ``done`` (None: unknown) and usage ``tokens``;
     ``cut``: the last call of a run cut off, which may be settled as unknown (at its bound,
     which ``_reserved`` checked) when the cut came before its settlement."""
+    s = s.fields()
     if cut and s.get("known") is False:
         return
     if done is None or not done.known:  # no usage, or doubted usage (FORMAT.md §6): at the bound
@@ -351,8 +367,10 @@ def _settled(run: Run, line: int, key: str, rep: LedgerReplay, s: Kept, done: Co
 def _no_orphans(rep: LedgerReplay, runs: dict, calls: dict) -> None:
     """``calls``: attempt -> the keys of its run's calls (``_runs_by_attempt``)."""
     name = f"{_PREFIX}{rep.name}.jsonl"
-    for (attempt, key), res in sorted(rep.reserves.items(), key=lambda kv: kv[1].line):
-        line = res.line
+    reserves = rep.reserves
+    for attempt, key in sorted(reserves, key=lambda k: reserves[k].line):  # the keys: no pair built for each
+        res = reserves[(attempt, key)].fields()
+        line = res["line"]
         run = runs.get(attempt)
         if run is None:
             raise VerificationError(name, f"reservation for attempt {attempt} (call {key}) but no run in the "

@@ -10,8 +10,9 @@ A. the zip's directory is validated (``_zip``), the manifest parsed; every run l
    which object is a request, a raw usage, a reply, or merely a digest to compare (an
    observation, a written content, an artifact), which decides what of each object is kept;
 B. the objects (most of a bundle's bytes) are inflated, hashed and read in two halves at
-   once: a forked worker (``_workers``) takes the first half and returns compact results
-   as JSON (digests as one string, readings as lists), this process the second;
+   once: a forked worker (``_workers``) takes the first half and returns its results as
+   bytes (the digests, then the kept readings back to back, sliced out here one at a
+   time), this process the second;
 C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, its
    files' bytes then dropped: step 6 reads the records);
 D. each run's records are parsed once more and the per-run functions of steps 3, 4 and 6
@@ -22,14 +23,16 @@ D. each run's records are parsed once more and the per-run functions of steps 3,
    is kept (``RunFacts``, marshalled); where a function raised, nothing is kept and the
    step reads the run itself and reports it (so its messages, and which step fails
    first, are the step's own). Without this, each of those steps parsed every run again.
+   Then the readings only those steps would read of a run without facts are dropped.
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
 walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
 page cache, out of this process's resident set); a run log's and a ledger's records are
 dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
 again with ``pread`` when a step parses them); the values the runs' first and last records
-repeat are held once; the manifest's rows and the objects' readings are kept in compact
-forms; an object's bytes are dropped once hashed unless a step reads them (``_index``). GC
+repeat are held once, the last record marshalled; the manifest's rows and the objects'
+readings are kept in compact forms; an object's bytes are dropped once hashed unless a step
+reads them (``_index``); the zip's directory is dropped before D (its memory is reused). GC
 tactics: the collector is off for the whole ``with`` (the index holds millions of acyclic
 records, built here and read by every step).
 
@@ -63,18 +66,18 @@ from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
 from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, Span,
-                     line_chunks, frozen, kept)
+                     holds_bytes, line_chunks, frozen, kept, packed_rec)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, start
 from ._zip import Limits, ZipView
 from .experiment import chain_records, journal_records
-from .manifest import MANIFEST, RUN_PATH, Manifest, parse_manifest
+from .manifest import MANIFEST, RUN_PATH, Manifest, object_path, parse_manifest
 
 __all__ = ["reading"]
 
 _MANIFEST_LIMIT = 512 << 20
 _KEPT_PARAMS = 16           # distinct call params a run log keeps for step 7 (more: it reads the records)
-_RELEASE_BYTES = 64 << 20   # inflated archive bytes between two hand-backs of mapped pages
+_RELEASE_BYTES = 8 << 20    # archive bytes between two hand-backs of mapped pages (they count as resident)
 _STORED = 0                 # a zip entry's method: stored as it is (else deflated)
 _UNREAD = "-" * 64          # the worker's digest of an entry it could not inflate
 
@@ -196,6 +199,7 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
     del got  # its bytes, before the objects are read
     readings = _read_objects(pages, view, objects, roles, digests, unread)  # B: on two cores
     pages.release()
+    del roles, shared  # what B needed of the run logs
     journals = {exp: _journal(content, unread, exp) for exp in manifest.experiments}  # C
     for journal in journals.values():  # its bytes were for this parse (step 6 reads the records)
         for name in {name for name, _, _ in journal} if isinstance(journal, list) else ():
@@ -205,7 +209,9 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
                run_logs=frozen({n: run_logs[n] for n in view.names if n in run_logs}),
                objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
                content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
-    return dataclasses.replace(ix, facts=frozen(_facts(ix)))  # D: on two cores
+    del view, run_logs  # the directory's entries (a few hundred bytes each), before D's facts join the index
+    facts = _facts(ix)  # D: on two cores
+    return dataclasses.replace(ix, objects=frozen(_untaken(readings, ix.run_logs, facts)), facts=frozen(facts))
 
 
 def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
@@ -377,7 +383,7 @@ def _adopt_log(name: str, log, hexd: str, pages: _Pages, view: ZipView, archive:
 def _log_from_json(row: list, archive: Archive, shared: dict) -> RunLog:
     (_, offset, length, seal, stored, count, first, last, bad_line, bad, refs, ends, fault, known, times_ok,
      params) = row
-    first, last = (None if r is None else _kept(Rec(*r), shared) for r in (first, last))
+    first, last = None if first is None else _kept(Rec(*first), shared), packed_rec(None if last is None else Rec(*last))
     if params is not None:
         params = tuple((line, tuple(_shared(v, shared) for v in values), None) for line, values in params)
     return RunLog(Span(archive, offset, length, bytes.fromhex(seal)), stored, count, first, last, bad_line,
@@ -405,7 +411,7 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         records = _chain(name, data, limits)
     except VerificationError as e:
         return e
-    first, last = (_kept(r, shared) for r in (records[0], records[-1])) if records else (None, None)
+    first, last = (_kept(records[0], shared), packed_rec(_compact(records[-1:])[0])) if records else (None, None)
 
     def log(bad_line=0, bad=None, refs=b"", ends=(), fault=None, known=False) -> RunLog:
         return RunLog(*packed, len(records), first, last, bad_line, bad, refs, array("I", ends), fault,
@@ -628,7 +634,14 @@ def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
             check_body(rec.kind, rec.body, JOURNAL, name, line)
     except VerificationError as e:
         return e
-    return [(name, line, rec) for (name, line, _), rec in zip(journal, _compact([r for _, _, r in journal]))]
+    shared: dict = {}  # the strings its records repeat (cell, tier, invocation, status...), held once
+    return [(name, line, Rec(r.seq, r.at, _shared(r.kind, shared), {k: _once(v, shared) for k, v in r.body.items()}))
+            for name, line, r in journal]
+
+
+def _once(value, shared: dict):
+    """A string ``value`` held once per journal (other values as they are)."""
+    return shared.setdefault(value, value) if type(value) is str and len(value) <= 128 else value
 
 
 # ------------------------------------------------------------------------------ the objects
@@ -643,24 +656,71 @@ def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, d
         cut += 1
     pending = start(_objects_in_worker, pages, view, names[:cut], roles, timeout=view.limits.worker_seconds)
     try:
-        here = _objects(pages, view, names[cut:], roles, as_json=False)
+        here = _objects(pages, view, names[cut:], roles)
         there = pending.result()
     finally:
         pending.cancel()
     readings: dict[str, bytes] = {}  # ObjectReading's fields, kept()
-    _adopt(names[:cut], there, digests, unread, readings)
+    try:
+        _adopt(names[:cut], _from_worker(there, len(names[:cut])), digests, unread, readings)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise UnreadableBundle("", "a verification worker returned a malformed result") from None
+    del there  # its bytes, before this half's readings join them
     _adopt(names[cut:], here, digests, unread, readings)
     return readings
 
 
-def _objects_in_worker(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> dict:
-    return _objects(pages, view, names, roles, as_json=True)
+_NONE = (1 << 64) - 1  # in the worker's lengths: nothing kept of that object
 
 
-def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, *, as_json: bool) -> dict:
-    """The SHA-256 hexes as one string (a fraction of the memory of a list), read errors
-    by entry, and each object's reading as the index keeps it (``_index.kept``); ``as_json``:
-    every value a JSON value (those bytes as a latin-1 string), for the worker's pipe."""
+def _objects_in_worker(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> Raw:
+    """``_objects`` of ``names`` as bytes, not JSON (the parent never holds them parsed
+    whole): {"errors": ...} on one line, the SHA-256 hexes, each kept reading's length
+    (``array("Q")``, ``_NONE``: nothing kept), then the kept readings one after another."""
+    hexes, errors, kept = _objects(pages, view, names, roles)
+    got = [kept.get(n) for n in names]
+    out = bytearray(jsonio.dumps({"errors": errors}))
+    out += b"\n"
+    out += hexes.encode("ascii")
+    out += array("Q", (_NONE if k is None else len(k) for k in got)).tobytes()
+    for k in got:
+        if k is not None:
+            out += k
+    return Raw(out)
+
+
+def _from_worker(got: Raw, n: int) -> tuple[str, dict, "_Sliced"]:
+    """``_objects_in_worker``'s bytes as ``_objects`` gives them, the readings sliced out
+    one at a time as ``_adopt`` asks (the worker's bytes are held once). Raises ValueError."""
+    data = got.data
+    head = data.find(b"\n")
+    errors = jsonio.loads(data[:head])["errors"]
+    at = head + 1 + 64 * n
+    hexes = data[head + 1:at].decode("ascii")
+    lengths = array("Q")
+    lengths.frombytes(data[at:at + 8 * n])
+    if len(lengths) != n or at + 8 * n + sum(k for k in lengths if k != _NONE) != len(data):
+        raise ValueError("truncated")
+    return hexes, errors, _Sliced(data, at + 8 * n, lengths)
+
+
+class _Sliced:
+    """The worker's kept readings, by position: ``get(i)`` their bytes (None: none kept)."""
+
+    def __init__(self, data, pos: int, lengths: array):
+        self.data, self.starts, self.lengths = memoryview(data), array("Q"), lengths
+        for k in lengths:
+            self.starts.append(pos)
+            pos += 0 if k == _NONE else k
+
+    def get(self, i: int) -> bytes | None:
+        k = self.lengths[i]
+        return None if k == _NONE else bytes(self.data[self.starts[i]:self.starts[i] + k])
+
+
+def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> tuple[str, dict, dict]:
+    """(the SHA-256 hexes as one string (a fraction of the memory of a list), read errors
+    by entry as dicts, each object's reading as the index keeps it (``_index.kept``))."""
     hexes, errors, kept = [], {}, {}
     for name in names:
         try:
@@ -671,13 +731,13 @@ def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, *, as_
             continue
         hexd = hashlib.sha256(data).hexdigest()
         hexes.append(hexd)
-        got = _reading_of(roles.get("sha256:" + hexd, _WHOLE) if name.endswith(hexd) else _WHOLE, data, as_json)
+        got = _reading_of(roles.get("sha256:" + hexd, _WHOLE) if name.endswith(hexd) else _WHOLE, data)
         if got is not None:
             kept[name] = got
-    return {"digests": "".join(hexes), "errors": errors, "kept": kept}
+    return "".join(hexes), errors, kept
 
 
-def _reading_of(needs: int, data: bytes, as_json: bool) -> bytes | str | None:
+def _reading_of(needs: int, data: bytes) -> bytes | None:
     """What is kept of an object the run records need as ``needs`` (``_ROLES``): its
     ``ObjectReading``'s fields, ``kept`` at once (no list of them is held for every object)."""
     if needs == _DIGEST:
@@ -696,25 +756,24 @@ def _reading_of(needs: int, data: bytes, as_json: bool) -> bytes | str | None:
             needs |= _WHOLE
     if needs & _WHOLE:
         whole = data
-    got = kept(tuple(derived) if derived is not None else None, text, whole)
-    return got.decode("latin-1") if as_json else got  # a JSON string: a character a byte
+    return kept(tuple(derived) if derived is not None else None, text, whole)
 
 
-def _adopt(names: list[str], got: dict, digests: dict, unread: dict, readings: dict) -> None:
-    hexes = got["digests"]
+def _adopt(names: list[str], got: tuple, digests: dict, unread: dict, readings: dict) -> None:
+    hexes, errors, kept = got
     if not isinstance(hexes, str) or len(hexes) != 64 * len(names):
         raise UnreadableBundle("", "a verification worker returned a malformed result")
     for i, name in enumerate(names):
         hexd = hexes[64 * i:64 * i + 64]
         if hexd != _UNREAD:
             digests[name] = NAMED if name[11:] == hexd else "sha256:" + hexd  # _index.Digests
-    for name, e in got["errors"].items():
+    for name, e in errors.items():
         unread[name] = VerificationError(e["path"], e["message"], e["record"])
-    kept = got["kept"]
-    for name in names:  # keyed by the zip's own name string, not the pipe's copy of it
-        got = kept.get(name)
+    by_place = isinstance(kept, _Sliced)
+    for i, name in enumerate(names):  # keyed by the zip's own name string, not the pipe's copy of it
+        got = kept.get(i if by_place else name)
         if got is not None:
-            readings[name] = got.encode("latin-1") if isinstance(got, str) else got
+            readings[name] = got
 
 
 # ------------------------------------------------------------------------------ D: per-run facts
@@ -818,6 +877,20 @@ def _packed_facts(facts) -> bytes | None:
         return marshal.dumps(tuple(facts))
     except ValueError:  # a value marshal does not take: the steps read the run
         return None
+
+
+def _untaken(readings: dict, run_logs, facts: dict) -> dict:
+    """The readings a step may still read once D took its facts (a new dict: the old one's
+    table is as large as it ever was): not a request's, usage's or reply's that only runs
+    whose step 3 and step 4 facts were taken name (those steps read them only of a run
+    without). An object kept whole stays (catalogs, specs)."""
+    needed = set()
+    for name, log in run_logs.items():
+        got = facts.get(name)
+        if isinstance(log, RunLog) and (got is None or None in marshal.loads(got)[:2]):
+            refs = log.refs
+            needed.update(object_path("sha256:" + refs[i:i + 32].hex()) for i in range(0, len(refs), 32))
+    return {name: got for name, got in readings.items() if name in needed or holds_bytes(got)}
 
 
 def _keep(out: dict, name: str, packed: bytes | None) -> None:

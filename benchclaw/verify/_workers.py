@@ -59,7 +59,8 @@ class Pending:
                 kind, n = jsonio.loads(data[:head])
                 if len(data) - head - 1 != n:
                     raise ValueError("truncated")
-                return Raw(data[head + 1:])
+                del data[:head + 1]  # the header dropped in place, not the bytes copied
+                return Raw(data)
             kind, value = jsonio.loads(data)
         except (ValueError, TypeError):
             raise UnreadableBundle("", f"a verification worker crashed ({_describe(status)}) "
@@ -76,8 +77,10 @@ class Pending:
                 pass
             self._reap()
 
-    def _read(self) -> bytes:
-        chunks, deadline = [], self._started + self._timeout
+    def _read(self) -> bytearray:
+        """Everything the child wrote, grown in place (a list of chunks joined at the end
+        held the result twice)."""
+        data, deadline = bytearray(), self._started + self._timeout
         while True:
             left = deadline - time.monotonic()
             ready = select.select([self._fd], [], [], max(left, 0))[0] if left > 0 else []
@@ -87,8 +90,8 @@ class Pending:
                                        f"{self._timeout:g} s (Limits.worker_seconds); stopped")
             chunk = os.read(self._fd, 1 << 20)
             if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
+                return data
+            data += chunk
 
     def _reap(self) -> int:
         pid, self._pid = self._pid, None
