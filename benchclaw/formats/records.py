@@ -22,6 +22,7 @@ __all__ = [
     "GENESIS",
     "Record",
     "encode",
+    "encode_fields",
     "line_hash",
     "parse_line",
     "envelope_problem",
@@ -91,6 +92,12 @@ _SECOND: tuple[int, str] = (-1, "")  # (a second since the epoch, its stamp up t
 def encode(record: Record) -> bytes:
     """The canonical line bytes of a record, without the trailing newline."""
     return jsonio.dumps(record.to_dict())
+
+
+def encode_fields(seq: int, prev: str, at: str, kind: str, body: dict) -> bytes:
+    """``encode`` of the record these fields make, without making it first (a writer
+    makes the ``Record`` once, with its line)."""
+    return jsonio.dumps({"v": ENVELOPE_VERSION, "seq": seq, "prev": prev, "at": at, "kind": kind, "body": body})
 
 
 def line_hash(line: bytes) -> str:
@@ -201,8 +208,9 @@ def _collect_refs(node, depth: int, out: list[str]) -> None:
     if child > jsonio.MAX_DEPTH:
         return
     for v in (node.values() if isinstance(node, dict) else node):
-        if isinstance(v, str):
+        t = type(v)
+        if t is str or isinstance(v, str):
             if v.startswith("sha256:") and DIGEST_RE.match(v):
                 out.append(v)
-        elif isinstance(v, (dict, list)):
+        elif t is dict or t is list or isinstance(v, (dict, list)):
             _collect_refs(v, child, out)
