@@ -292,6 +292,32 @@ def test_a_remembered_verdict_equals_a_fresh_one_and_follows_every_input(monkeyp
     assert len(calls) == 2
 
 
+def test_a_check_that_reads_no_held_out_file_is_remembered_whatever_the_held_out_files(monkeypatch):
+    """A gate check judged at the agent's ``check`` action (no held-out files passed) is not
+    judged again at the end (held-out files passed): it never reads them. A held-out check
+    still follows its held-out files."""
+    from benchclaw import checks as C
+
+    memo = C.CheckMemo(64)
+    task = get_task("quotes-vendor")
+    good = {**task.inputs, **task.reference}
+    plain = [s for s in task.checks if not s.heldout]
+    held = [s for s in task.checks if s.heldout]
+    assert plain and held
+    first = run_checks(plain, good, {}, include_heldout=False, memo=memo)
+    fresh = run_checks(task.checks, good, task.heldout, include_heldout=True)
+    calls = []
+    real = C._judge
+    monkeypatch.setattr(C, "_judge", lambda *a: calls.append(a) or real(*a))
+    again = run_checks(task.checks, good, task.heldout, include_heldout=True, memo=memo)
+    assert [r for r in again if not r.heldout] == first
+    assert [a[0] for a in calls] == held  # only the held-out checks were judged
+    assert again == fresh
+    other = {k: v + b" " for k, v in task.heldout.items()}
+    run_checks(task.checks, good, other, include_heldout=True, memo=memo)
+    assert [a[0] for a in calls] == held + held
+
+
 def test_the_memo_is_bounded_and_forgets_a_verdict_that_may_not_recur():
     from benchclaw import checks as C
 
