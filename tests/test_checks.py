@@ -292,6 +292,32 @@ def test_a_remembered_verdict_equals_a_fresh_one_and_follows_every_input(monkeyp
     assert len(calls) == 2
 
 
+def test_a_check_that_reads_no_held_out_file_is_remembered_whatever_the_held_out_files(monkeypatch):
+    """A gate check judged at the agent's ``check`` action (no held-out files passed) is not
+    judged again at the end (held-out files passed): it never reads them. A held-out check
+    still follows its held-out files."""
+    from benchclaw import checks as C
+
+    memo = C.CheckMemo(64)
+    task = get_task("quotes-vendor")
+    good = {**task.inputs, **task.reference}
+    plain = [s for s in task.checks if not s.heldout]
+    held = [s for s in task.checks if s.heldout]
+    assert plain and held
+    first = run_checks(plain, good, {}, include_heldout=False, memo=memo)
+    fresh = run_checks(task.checks, good, task.heldout, include_heldout=True)
+    calls = []
+    real = C._judge
+    monkeypatch.setattr(C, "_judge", lambda *a: calls.append(a) or real(*a))
+    again = run_checks(task.checks, good, task.heldout, include_heldout=True, memo=memo)
+    assert [r for r in again if not r.heldout] == first
+    assert [a[0] for a in calls] == held  # only the held-out checks were judged
+    assert again == fresh
+    other = {k: v + b" " for k, v in task.heldout.items()}
+    run_checks(task.checks, good, other, include_heldout=True, memo=memo)
+    assert [a[0] for a in calls] == held + held
+
+
 def test_the_memo_is_bounded_and_forgets_a_verdict_that_may_not_recur():
     from benchclaw import checks as C
 
@@ -311,3 +337,52 @@ def test_the_memo_is_bounded_and_forgets_a_verdict_that_may_not_recur():
         del C.CHECK_TYPES["boom"]
     assert not r.passed and "ZeroDivisionError" in r.detail
     assert all(v.id != "b" for v in memo._seen.values())
+
+
+def _reference_depth_ok(text: str) -> bool:
+    """The nesting walk ``_precheck_depth`` must agree with: one character at a time,
+    brackets inside strings skipped, a backslash escaping the next character in a string."""
+    from benchclaw.checks._base import JSON_MAX_DEPTH
+    depth, in_str, esc = 0, False, False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > JSON_MAX_DEPTH:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+@pytest.mark.parametrize("alphabet", ['[]{}"\\ab\n,:é', '[]{}"ab,'])
+def test_precheck_depth_agrees_with_the_character_walk(alphabet):
+    import random
+
+    from benchclaw.checks._base import Fail, _precheck_depth
+    rng = random.Random(17)
+    weights = [0.3, 0.03, 0.3, 0.03] + [0.34 / (len(alphabet) - 4)] * (len(alphabet) - 4)
+    for _ in range(6000):
+        text = "".join(rng.choices(alphabet, weights=weights, k=rng.choice([10, 60, 150])))
+        try:
+            _precheck_depth(text, "a.json")
+            ok = True
+        except Fail as e:
+            assert "nested deeper than" in str(e)
+            ok = False
+        assert ok == _reference_depth_ok(text), repr(text)
+
+
+def test_precheck_depth_is_linear_on_an_unterminated_string():
+    from benchclaw.checks._base import _precheck_depth
+    t0 = time.perf_counter()
+    _precheck_depth("[" * 20 + '"' + '[\\"' * 200_000, "a.json")  # deep only inside the string
+    assert time.perf_counter() - t0 < 5  # a quadratic cut of the strings takes minutes

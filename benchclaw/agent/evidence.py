@@ -86,7 +86,7 @@ def call_body(*, store, turn: int, attempt: int, req: ChatRequest, prompt_estima
     }
     return {**{k: v for k, v in optional.items() if v is not None},
         "turn": turn, "attempt": attempt,
-        "request": store.put_json_blob(req.body()),
+        "request": store.put_blob(req.body_bytes),
         "params": {"model": req.model, "max_tokens": req.max_tokens, "temperature": fmt_usd(req.temperature),
                    "seed": req.seed, "json_mode": req.json_mode, "timeout_ms": timeout_ms,
                    **({} if req.stall_s is None else {"stall_ms": int(req.stall_s * 1000)})},

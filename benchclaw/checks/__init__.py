@@ -13,8 +13,9 @@ merged over its params, so the answer key stays out of everything the agent can 
 
 Because a check is a pure function of its spec, the workspace files and the held-out files,
 its verdict can be remembered: ``CheckMemo`` keys each result by the digest of exactly those
-inputs, so a grid where many runs leave the same artifacts (every run of a cell starts from
-the same inputs) judges each distinct workspace once. It is bounded and opt-in (the agent
+inputs (the held-out files only for a held-out check, the only kind that reads them), so a
+grid where many runs leave the same artifacts (every run of a cell starts from the same
+inputs) judges each distinct workspace once. It is bounded and opt-in (the agent
 passes one; the verifier re-runs every check), and the result is still recorded per run.
 """
 
@@ -115,8 +116,12 @@ def run_checks(specs: list[CheckSpec], files: Mapping[str, bytes], heldout: Mapp
     chosen = [s for s in specs if include_heldout or not s.heldout]
     if memo is None or not chosen:
         return [run_check(s, files, heldout) for s in chosen]
-    inputs = _digest_files(files) + _digest_files(heldout)
-    return [memo.run(s, files, heldout, inputs) for s in chosen]
+    # A check reads the held-out files only when it is a held-out check (``resolve_params``):
+    # the others' verdicts are keyed by the workspace alone, so a gate check judged at the
+    # agent's ``check`` action is not judged again at the end on the same workspace.
+    seen = _digest_files(files)
+    with_heldout = seen + _digest_files(heldout) if any(s.heldout for s in chosen) else b""
+    return [memo.run(s, files, heldout, with_heldout if s.heldout else seen) for s in chosen]
 
 
 def _digest_files(files: Mapping[str, bytes]) -> bytes:
@@ -140,8 +145,9 @@ class CheckMemo:
 
     def run(self, spec: CheckSpec, files: Mapping[str, bytes], heldout: Mapping[str, bytes],
             inputs: bytes) -> CheckResult:
-        """``run_check(spec, files, heldout)``; ``inputs`` is the digest of the files and
-        held-out files (``run_checks`` computes it once for all its specs)."""
+        """``run_check(spec, files, heldout)``; ``inputs`` is the digest of what the check
+        reads: the files, and the held-out files too for a held-out check (``run_checks``
+        computes them once for all its specs)."""
         try:
             key = hashlib.sha256(jsonio.dumps(spec.to_dict()) + inputs).digest()
         except (TypeError, ValueError):  # a param JSON cannot hold (a TOML date): not remembered

@@ -41,7 +41,7 @@ from ._commit import append_whole, committer, held_exclusively, storage_error
 from .packs import BlobLoc, PackIndex, PackWriter, own_writers, pack_writer
 from ..errors import FormatError, InputError, IntegrityError, StorageError, UsageError
 from ..formats.names import safe_name
-from ..formats.records import (GENESIS, Record, encode, line_hash, parse_line, split_lines, utc_now,
+from ..formats.records import (GENESIS, Record, encode_fields, line_hash, parse_line, split_lines, utc_now,
                                verify_chain)
 
 __all__ = ["Store", "RunWriter", "SealedRun", "ChainFile", "Journal", "JournalEntry", "VERSION_TEXT",
@@ -130,6 +130,7 @@ class ChainFile:
         self._seq = 0
         self._prev = GENESIS
         self._last_len = 0      # length of the last folded line, newline included
+        self._last_line = b""   # that line's bytes (without the newline)
         self._fd: int | None = None
         self._lock_fd: int | None = None
         self._mutex = threading.Lock()
@@ -206,21 +207,22 @@ class ChainFile:
             raise storage_error(self.path, "open for appending", e) from None
 
     def _write(self, kind: str, body: dict, wait: bool) -> Record:
-        rec = Record(self._seq, self._prev, self._clock(), kind, body)
-        line = encode(rec)
+        seq, prev, at = self._seq, self._prev, self._clock()
+        line = encode_fields(seq, prev, at, kind, body)
         append_whole(self._fd, self.path, self._size, line + b"\n",  # type: ignore[arg-type]
-                     f"append record {rec.seq}")
+                     f"append record {seq}")
         if self._fsync:
             self.ticket = committer().mark_file(self._fd, self.path)  # type: ignore[arg-type]
             if wait:
-                self._wait_durable(self._size, rec.seq)
-        rec = Record(rec.seq, rec.prev, rec.at, kind, body, line)
+                self._wait_durable(self._size, seq)
+        rec = Record(seq, prev, at, kind, body, line)
         self._advance(rec, line)
         return rec
 
     def _advance(self, rec: Record, line: bytes) -> None:
         self._size += len(line) + 1
         self._seq, self._prev, self._last_len = rec.seq + 1, line_hash(line), len(line) + 1
+        self._last_line = line
         self._fold(rec)
 
     def _refresh(self) -> None:
@@ -260,9 +262,10 @@ class ChainFile:
                                  "chain files are append-only")
 
     def _check_last_line(self, last: bytes) -> None:
-        """Raise IntegrityError unless ``last`` is the last line we folded in, unchanged."""
+        """Raise IntegrityError unless ``last`` is the last line we folded in, unchanged (its
+        bytes compared with those we kept: what comparing their hashes with ``prev`` says)."""
         if self._last_len and (len(last) != self._last_len or not last.endswith(b"\n")
-                               or line_hash(last[:-1]) != self._prev):
+                               or last[:-1] != self._last_line):
             raise IntegrityError(f"{self.path}:{self._seq}: rewritten since it was appended; "
                                  "chain files are append-only")
 

@@ -22,7 +22,7 @@ Why it is built this way:
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Awaitable, Callable
 
@@ -48,6 +48,28 @@ class Backends:
     profile: Callable[[str], Any]
     provider: Callable[[Any], Any]
     run_agent: Callable[..., Awaitable[Any]]
+
+    def reading_tasks_once(self) -> "Backends":
+        """These parts with ``tasks`` read on first use and then kept: what one invocation
+        of a grid uses, so its registration check (``prereg.pins``) and its grid hold the
+        very same task versions, and the task folders are parsed once, not twice."""
+        return replace(self, tasks=_ReadOnce(self.tasks))
+
+
+class _ReadOnce:
+    """``read()`` on the first call, the same list after; pickled without what it read (a
+    remote worker that asked would read again)."""
+
+    def __init__(self, read: Callable[[], list]):
+        self.read, self.got = read, None
+
+    def __call__(self) -> list:
+        if self.got is None:
+            self.got = self.read()
+        return self.got
+
+    def __getstate__(self) -> dict:
+        return {"read": self.read, "got": None}
 
 
 def default_backends(sim_options: Any = None) -> Backends:

@@ -137,7 +137,7 @@ async def run_experiment(store: Store, experiment: str, *, spec: Spec | None = N
     ``executor`` makes the runs (default ``LocalExecutor``: in this event loop; see
     ``benchclaw.experiments.executor.Executor`` and ``benchclaw.experiments.ray_executor.RayExecutor``).
     """
-    backends = backends or default_backends(sim_options)
+    backends = (backends or default_backends(sim_options)).reading_tasks_once()
     if spec is None:
         spec = require_registered(store, experiment, spec_path, backends=backends)
     grid = _Grid(store, spec, backends, concurrency=concurrency,

@@ -29,7 +29,7 @@ def _std_dumps(obj) -> bytes:
 def dumps(obj) -> bytes:
     """Canonical compact JSON bytes (sorted keys). Raises TypeError/ValueError on bad values."""
     if _orjson is not None:
-        if isinstance(obj, float) or _has_float(obj):
+        if _has_float(obj):
             return _std_dumps(obj)  # orjson and json format floats differently; stay canonical
         try:
             return _orjson.dumps(obj, option=_orjson.OPT_SORT_KEYS)
@@ -39,8 +39,6 @@ def dumps(obj) -> bytes:
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})  # exact types that are never a float
-_NESTED = frozenset({dict, list, tuple})            # exact container types, walked in turn
-_PLAIN_OR_NESTED = _PLAIN | _NESTED
 
 
 def dumps_floatless(obj) -> bytes:
@@ -55,40 +53,28 @@ def dumps_floatless(obj) -> bytes:
     return dumps(obj)
 
 
-def _has_float(obj) -> bool:
-    """Whether a float sits anywhere in ``obj`` within ``MAX_DEPTH`` (iterative: this runs
-    before every record and blob is serialised, so it is kept cheap). Each container's
-    value types are collected at C speed (``set(map(type, ...))``); only a container
-    holding a type other than the plain JSON ones is walked value by value (a float
-    subclass must be found as ``isinstance`` finds it)."""
-    if isinstance(obj, float):
-        return True
-    stack = [(obj, 0)]
-    while stack:
-        cur, depth = stack.pop()
-        if depth >= MAX_DEPTH:
-            continue
-        if isinstance(cur, dict):
-            cur = cur.values()
-        elif not isinstance(cur, (list, tuple)):
-            continue
-        types = set(map(type, cur))
-        if types <= _PLAIN:
-            continue
-        if float in types:
+def _has_float(obj, depth: int = 0) -> bool:
+    """Whether a float sits anywhere in ``obj`` within ``MAX_DEPTH`` (this runs before every
+    record and blob is serialised, so it is kept cheap: one exact-type test per plain value,
+    a call per container; the recursion is bounded by ``MAX_DEPTH``). A float subclass, or
+    a container subclass, is found as ``isinstance`` finds it."""
+    t = type(obj)
+    if t is dict:
+        values = obj.values()
+    elif t is list or t is tuple:
+        values = obj
+    elif isinstance(obj, dict):
+        values = obj.values()
+    elif isinstance(obj, (list, tuple)):
+        values = obj
+    else:
+        return isinstance(obj, float)
+    if depth >= MAX_DEPTH:
+        return False
+    depth += 1
+    for v in values:
+        if type(v) not in _PLAIN and _has_float(v, depth):
             return True
-        if types <= _PLAIN_OR_NESTED:  # the usual case: only the containers need a look
-            for v in cur:
-                if type(v) in _NESTED:
-                    stack.append((v, depth + 1))
-            continue
-        for v in cur:
-            if type(v) in _PLAIN:
-                continue
-            if isinstance(v, float):
-                return True
-            if isinstance(v, (dict, list, tuple)):
-                stack.append((v, depth + 1))
     return False
 
 

@@ -270,20 +270,26 @@ def normalise_usage(raw: Mapping) -> Usage:
 _LEAVES = (list, str, int, float, Decimal, type(None))
 
 
-def _numbers(obj, path: tuple[str, ...], depth: int = 0):
-    """(path, value) of every non-zero number inside ``obj`` (bools are not numbers)."""
+def _numbers(obj, path: tuple[str, ...], out: list, depth: int = 0) -> list:
+    """Append to ``out`` (and return it) (path, value) of every non-zero number inside
+    ``obj`` (bools are not numbers), in order."""
     if depth > 8:
-        return
+        return out
     # dict first and the Mapping ABC last: the ABC check is slow enough to show when the
     # verifier reads every usage blob of a bundle, and a leaf (a number, a string) is never one
     if type(obj) is dict or (not isinstance(obj, _LEAVES) and isinstance(obj, Mapping)):
         for k, v in obj.items():
-            yield from _numbers(v, path + (str(k),), depth + 1)
+            _numbers(v, path + (str(k),), out, depth + 1)
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
-            yield from _numbers(v, path + (str(i),), depth + 1)
+            _numbers(v, path + (str(i),), out, depth + 1)
     elif isinstance(obj, (int, float, Decimal)) and not isinstance(obj, bool) and obj != 0:
-        yield path, obj
+        out.append((path, obj))
+    return out
+
+
+# Fields read from more than one path: only they can disagree (``usage_unread``).
+_MULTI_PATH = tuple(name for name, paths in _FIELD_PATHS.items() if len(paths) > 1)
 
 
 def usage_unread(raw) -> tuple[str, ...]:
@@ -293,8 +299,8 @@ def usage_unread(raw) -> tuple[str, ...]:
     Sorted; empty for a fully understood object (or one that is not an object)."""
     if type(raw) is not dict and not isinstance(raw, Mapping):
         return ()
-    out = {"unread:" + ".".join(p) for p, _ in _numbers(raw, ()) if p not in _READ}
-    for name in _FIELD_PATHS:
+    out = {"unread:" + ".".join(p) for p, _ in _numbers(raw, (), []) if p not in _READ}
+    for name in _MULTI_PATH:
         try:
             values = {v for _, v in _counts(raw, name) if v}
         except FormatError:

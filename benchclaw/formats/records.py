@@ -8,9 +8,9 @@ them.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -22,6 +22,7 @@ __all__ = [
     "GENESIS",
     "Record",
     "encode",
+    "encode_fields",
     "line_hash",
     "parse_line",
     "envelope_problem",
@@ -69,16 +70,34 @@ class Record:
 
 def utc_now() -> str:
     """The current UTC time as FORMAT.md writes it (microseconds, ``Z``): what
-    ``strftime("%Y-%m-%dT%H:%M:%S.%fZ")`` writes, formatted by hand (a third of the time;
-    every record is stamped)."""
-    d = _dt.datetime.now(_dt.timezone.utc)
-    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (d.year, d.month, d.day, d.hour, d.minute, d.second,
-                                                    d.microsecond)
+    ``strftime("%Y-%m-%dT%H:%M:%S.%fZ")`` writes for ``datetime.now(timezone.utc)``, with the
+    part up to the second formatted once a second (every record is stamped)."""
+    us = time.time_ns() // 1000
+    sec, frac = divmod(us, 1_000_000)
+    cached = _SECOND
+    if cached[0] != sec:
+        cached = _stamp_second(sec)
+    return "%s%06dZ" % (cached[1], frac)
+
+
+def _stamp_second(sec: int) -> tuple[int, str]:
+    global _SECOND
+    _SECOND = (sec, "%04d-%02d-%02dT%02d:%02d:%02d." % time.gmtime(sec)[:6])
+    return _SECOND
+
+
+_SECOND: tuple[int, str] = (-1, "")  # (a second since the epoch, its stamp up to the ".")
 
 
 def encode(record: Record) -> bytes:
     """The canonical line bytes of a record, without the trailing newline."""
     return jsonio.dumps(record.to_dict())
+
+
+def encode_fields(seq: int, prev: str, at: str, kind: str, body: dict) -> bytes:
+    """``encode`` of the record these fields make, without making it first (a writer
+    makes the ``Record`` once, with its line)."""
+    return jsonio.dumps({"v": ENVELOPE_VERSION, "seq": seq, "prev": prev, "at": at, "kind": kind, "body": body})
 
 
 def line_hash(line: bytes) -> str:
@@ -189,8 +208,9 @@ def _collect_refs(node, depth: int, out: list[str]) -> None:
     if child > jsonio.MAX_DEPTH:
         return
     for v in (node.values() if isinstance(node, dict) else node):
-        if isinstance(v, str):
+        t = type(v)
+        if t is str or isinstance(v, str):
             if v.startswith("sha256:") and DIGEST_RE.match(v):
                 out.append(v)
-        elif isinstance(v, (dict, list)):
+        elif t is dict or t is list or isinstance(v, (dict, list)):
             _collect_refs(v, child, out)

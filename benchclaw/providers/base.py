@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import email.utils
+import functools
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -133,6 +134,13 @@ class ChatRequest:
             b["stream"] = True
             b["stream_options"] = {"include_usage": True}
         return b
+
+    @functools.cached_property
+    def body_bytes(self) -> bytes:
+        """``jsonio.dumps(self.body())``, made once per request: the simulator sends these
+        bytes and the ``request`` blob stores them (the messages are this request's own
+        copies, so the bytes cannot go stale). Raises as ``jsonio.dumps`` does."""
+        return jsonio.dumps(self.body())
 
     def with_timeout(self, timeout_s: float | None) -> "ChatRequest":
         return replace(self, timeout_s=timeout_s)

@@ -118,7 +118,7 @@ class SimProvider(Provider):
         """One simulated attempt; faults come back as error responses, like HTTP ones."""
         if req.timeout_s is not None and req.timeout_s <= 0:
             return error_response("timeout", "no time left for the call", simulated=True)
-        reply = self.backend.handle(jsonio.dumps(req.body()), profile_name=self.profile_name,
+        reply = self.backend.handle(req.body_bytes, profile_name=self.profile_name,
                                     always_follow=self.always_follow)
         request_id = reply.headers.get("x-request-id")
         sim_s = self.backend.faults.hang_s if reply.hang else reply.sim_latency_s
