@@ -42,11 +42,15 @@ VERIFY = "import sys; from benchclaw.verify.cli import main; sys.argv[0] = 'benc
 ROUNDS = 4
 SEED = 20261201
 LATENCY = "0.08"   # a grid of 12 runs takes a few seconds: every command lands mid-grid
+# The first grid is slower still, and the second `run` of its experiment starts only once
+# that grid holds an open run: on a loaded machine an interpreter can take seconds to reach
+# the lock, and a grid already finished by then would (rightly) let it through.
+GRID_LATENCY = "0.2"
 OPS = ("recover", "try", "try", "export", "build", "check", "run-same", "run-other", "recover")
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "BENCHCLAW_SIM_LATENCY_SCALE": LATENCY}
+def _cli(*args: str, cwd: Path, latency: str = LATENCY) -> subprocess.Popen:
+    env = {**os.environ, "BENCHCLAW_SIM_LATENCY_SCALE": latency}
     return subprocess.Popen([sys.executable, "-c", CLI, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -84,10 +88,13 @@ def rounds(tmp_path_factory):
         ops = rng.sample(OPS, k=len(OPS))
         at = sorted(round(rng.uniform(0.4, 3.0), 2) for _ in ops)
         t0 = time.monotonic()
-        grid = _cli("run", f"C{rnd}E", "--runs", "runs", cwd=work)
+        grid = _cli("run", f"C{rnd}E", "--runs", "runs", cwd=work, latency=GRID_LATENCY)
         started = []
         for i, (op, when) in enumerate(zip(ops, at)):
             time.sleep(max(0.0, when - (time.monotonic() - t0)))
+            while op == "run-same" and grid.poll() is None and not list((work / "runs" / "open").glob("*")):
+                time.sleep(0.02)
+            assert op != "run-same" or grid.poll() is None, "the grid ended before its second run started"
             started.append((op, i, _cli(*_command(op, rnd, i), cwd=work)))
         results = [("grid", -1, *grid.communicate(timeout=240), grid.returncode)]
         for op, i, proc in started:
