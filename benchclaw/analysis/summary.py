@@ -16,10 +16,11 @@ rates as exact fractions plus fixed-digit strings. The verifier recomputes it fr
 bundle and compares canonical JSON bytes, so nothing here may depend on a clock, the
 order of a dict built from a set, or a float.
 
-Speed (10,000 runs in about a second; ``bench/analysis.py``): the cyclic collector is
-paused while it runs (``gc_paused``), per-run and per-row totals are computed once and
-cached on the frozen views and rows, and the secondary analysis reuses the primary's
-replays of cells whose grid runs are the same. ``tests/test_analysis_golden.py`` pins the
+Memory and speed: the analysis runs cell by cell (``analysis.stream``): a cell's runs are
+selected, replayed and added to the rows (``RowStats``: counts, exact sums, the values a
+median needs), then dropped, so what is held per run is at most its place in a spill
+file. The cyclic collector is paused while it runs (``gc_paused``), and per-run totals are
+computed once and cached on the frozen views. ``tests/test_analysis_golden.py`` pins the
 bytes, so none of this may change a result.
 """
 
@@ -43,7 +44,7 @@ from ..formats.rules import RuleError, parse_rule
 from .trials import ORACLE, Trial, live_trials, replayed_trials
 from .wilson import fixed, rate_obj
 
-__all__ = ["summarise", "summarise_with_trials", "SUMMARY_VERSION", "Analysis",
+__all__ = ["summarise", "summarise_cells", "summarise_with_trials", "SUMMARY_VERSION", "Analysis",
            "spec_tiers", "policy_trials", "gc_paused"]
 
 SUMMARY_VERSION = 4  # 2: per-family breakdown; 3: bounds rounded outward (were to nearest); 4: tier health
@@ -438,6 +439,15 @@ def summarise(data: ExperimentData) -> dict:
     run a line in ``unreadable_runs``. Raises FormatError for a spec of the wrong shape."""
     with gc_paused():
         return _summarise(data)[0]
+
+
+def summarise_cells(data: ExperimentData, on_cell) -> dict:
+    """``summarise(data)``, handing each cell of the primary analysis, in order, to
+    ``on_cell(cell, grid slot {tier: RunView}, {(policy, mode): Trial})`` as it is analysed
+    (the trials behind its policy rows), for a consumer that shows them cell by cell and
+    need not hold them all (the site). Raises as ``summarise`` does."""
+    with gc_paused():
+        return _summarise(data, on_cell)[0]
 
 
 def summarise_with_trials(data: ExperimentData):
