@@ -18,7 +18,7 @@ from fractions import Fraction
 from typing import Iterable
 
 from .inputs import USAGE_KEYS, RunView, parse_cell, sum_exact
-from .metrics import WINDOWS, Health, Sample, _micros, _middle, _sorted_exact, _windows
+from .metrics import Health, Sample, _micros, _middle, _sorted_exact, _windows
 from ..formats.interval import POS_INF, UNKNOWN, Interval
 
 __all__ = ["RowStats"]
@@ -260,8 +260,8 @@ class _HealthAcc:
             except OverflowError:
                 self.odd.append(v)
             t = None if r.simulated else _micros(c.at)
-            if t is not None:
-                self.odd_timed.append((t, v)) if not self._timed(t, v) else None
+            if t is not None and not self._timed(t, v):
+                self.odd_timed.append((t, v))
         self.timeout_runs += timeout
         self.maybe += cut and not timeout
 

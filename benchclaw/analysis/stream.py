@@ -25,11 +25,11 @@ import pickle
 import tempfile
 from array import array
 from dataclasses import replace
-from typing import Callable, Iterable, Iterator, Mapping, NamedTuple
+from typing import Callable, Iterable, Mapping, NamedTuple
 
 from ..formats import policies
 from .cells import LiveTrial, cell_sort_key
-from .inputs import RunView, cut_off_calls
+from .inputs import RunView, cut_off_calls, parse_cell
 from .metrics import Sample
 from .rowstats import RowStats
 from .trials import ORACLE, Trial, _batched, _replay_one, attempt_of
@@ -124,13 +124,6 @@ class RunGroups:
     def live_views(self, members: list[_LiveKey]) -> list[RunView]:
         return [m.where if self._file is None else self._load(*m.where) for m in members]
 
-    def views(self) -> Iterator[RunView]:
-        """Every view once (grid runs by cell, then live runs by trial)."""
-        for cell in list(self._grid):
-            yield from self.grid(cell)
-        for members in self._live.values():
-            yield from self.live_views(members)
-
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
@@ -176,8 +169,6 @@ class StreamAnalysis:
     def add_cell(self, cell: str, grid: dict[str, RunView], live: dict[str, LiveTrial],
                  used: list[RunView]) -> dict[tuple[str, str], Trial]:
         """One cell of the analysis; returns its trials by (policy, mode)."""
-        from .inputs import parse_cell
-
         self.n_cells += 1
         self.n_used += len(used)
         trials: dict[tuple[str, str], Trial] = {}
