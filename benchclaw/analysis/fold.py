@@ -139,8 +139,7 @@ class ExperimentFold:
             self.groups = RunGroups(spill=True)
         self._ledger_ids.add(kept.ledger)
         if c.attempt is not None:
-            keys = kept.keys if len(_KEYS) >= 4096 else _KEYS.setdefault(kept.keys, kept.keys)
-            self._seen.add(c.attempt, None if c.view is None else keys)
+            self._seen.add(c.attempt, None if c.view is None else kept.keys)
         if kept.view is None:
             self.runs[run_id] = kept
         elif kept.view.experiment == self.experiment:
@@ -298,9 +297,6 @@ def _see(seen: dict, attempt, keys) -> None:
     else:
         had = seen[attempt]
         seen[attempt] = None if keys is None or had is None else set(had) & set(keys)
-
-
-_KEYS: dict[tuple, tuple] = {}  # one tuple per distinct list of call keys (grid runs share a few)
 
 
 def _attempt_key(attempt: str):

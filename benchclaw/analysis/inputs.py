@@ -255,7 +255,7 @@ def task_key(task: Mapping) -> str:
     return f"{task.get('id')}@{task.get('version')}"
 
 
-@functools.lru_cache(maxsize=4096)  # (the streaming analysis reads a cell's runs together)
+@functools.lru_cache(maxsize=1024)  # (the streaming analysis reads a cell's runs together)
 def _split_cell(cell: str) -> tuple[str, str, str] | None:
     parts = cell.rsplit("/", 2)
     if len(parts) != 3 or "@" not in parts[0]:
