@@ -15,7 +15,7 @@ from benchclaw.analysis.fold import (ExperimentFold, condense_run, condensed_fro
                                      condensed_to_json)
 from benchclaw.formats.records import Record
 
-from tests.test_analysis_golden import random_experiment
+from tests.test_analysis_golden import random_data, random_experiment
 
 SPEC = b'title = "fold"\n[grid]\ntiers = ["lightning", "standard", "ultra"]\n'
 
@@ -44,8 +44,8 @@ def _odd_runs(runs: dict) -> dict:
     return {"f" * 64: (start, bad_call), "e" * 64: (other,)}
 
 
-def _both(seed: int) -> tuple[bytes, bytes]:
-    data = random_experiment(30, seed).data()
+def _both(seed: int, *, spill: bool = False) -> tuple[bytes, bytes]:
+    data = random_data(30, seed) if spill else random_experiment(30, seed).data()  # (random_data: reruns too)
     runs = {**data.runs, **_odd_runs(data.runs)}
     ledger = _ledger(runs, seed)
     journal = [("w", rec) for rec in data.journal]
@@ -54,7 +54,7 @@ def _both(seed: int) -> tuple[bytes, bytes]:
     get_blob = lambda d: blobs.get(d, SPEC)  # noqa: E731
     whole = experiment_data("E01", journal, runs, get_blob, ledgers=[ledger],
                             tasks_with_lures=data.tasks_with_lures)
-    fold = ExperimentFold("E01")
+    fold = ExperimentFold("E01", spill=spill)
     for rid in sorted(runs):
         fold.add(rid, runs[rid])
     folded = fold.data(journal, get_blob, ledgers=lambda: [ledger], tasks_with_lures=data.tasks_with_lures)
@@ -65,6 +65,15 @@ def test_a_folded_experiment_summarises_exactly_as_the_whole_records():
     for seed in (1, 2, 3):
         whole, folded = _both(seed)
         assert b'"cut_off":' in whole and b'"run":"' + b"f" * 64 + b'"' in whole  # what the test is about
+        assert folded == whole
+
+
+def test_a_spilled_fold_summarises_exactly_as_the_whole_records():
+    """Export's and the site's fold: views pickled to a temporary file and read back cell by
+    cell, the ledgers matched against hashed attempt ids (``fold._Seen``)."""
+    for seed in (1, 2, 3, 4):
+        whole, folded = _both(seed, spill=True)
+        assert b'"cut_off":' in whole and b'"secondary":{' in whole and b'"mode":"live"' in whole
         assert folded == whole
 
 

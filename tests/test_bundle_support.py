@@ -324,3 +324,14 @@ def eventful_runs(root: Path) -> Path:
         asyncio.run(run_experiment(Store(root, fsync=False), EXP, spec_path=spec, handle_signals=False,
                                    sim_options=opts, rerun=bool(rerun)))
     return root
+
+
+def test_run_ids_hold_the_journal_ids_as_raw_digests_and_answer_as_a_set():
+    from benchclaw.bundle._collect import RunIds
+
+    ids = [f"{i:064x}" for i in range(0, 300, 7)] + ["not-a-digest", "A" * 64]
+    got = RunIds(ids)
+    assert all(i in got for i in ids)
+    assert f"{1:064x}" not in got and "zz" not in got and "a" * 64 not in got
+    assert sorted(got) == sorted(ids)
+    assert got.difference(ids[:3]) == set(ids[3:])

@@ -253,3 +253,22 @@ def test_the_cache_state_written_in_slices_is_the_whole_objects_sorted_json(tmp_
     got = b"".join(cache._state(pages, runs, experiments, objects))
     assert got == fast_dumps({"experiments": experiments, "objects": objects, "pages": pages,
                               "renderer": "r" * 64, "runs": want_runs, "v": CACHE_VERSION})
+
+
+def test_digest_set_gives_every_digest_once_in_order_across_spilled_batches(monkeypatch):
+    import hashlib
+    import random
+
+    from benchclaw.site._build import _not_in
+    from benchclaw.site._state import DigestSet
+
+    monkeypatch.setattr(DigestSet, "BATCH", 7)  # several batches written to its file
+    digests = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(40)]
+    rng = random.Random(5)
+    ds = DigestSet()
+    for d in rng.choices(digests, k=120) + digests + ["sha256:odd", "ABC"]:
+        ds.add(d)
+    want = sorted(set(digests) | {"sha256:odd", "ABC"})
+    assert list(ds.sorted()) == want and list(ds.sorted()) == want  # one pass at a time, repeatable
+    old = sorted(digests[:5] + ["0" * 64, "f" * 64])
+    assert list(_not_in(old, ds.sorted())) == ["0" * 64, "f" * 64]

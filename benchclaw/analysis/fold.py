@@ -15,14 +15,18 @@ Because a ``CondensedRun`` is the analysis's type, a builder that caches it
 
 from __future__ import annotations
 
+import bisect
 import decimal
+import hashlib
 import sys
+from array import array
 from decimal import Decimal
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, NamedTuple
 
 from ..errors import FormatError
 from ..formats.records import Record
+from .stream import RunGroups
 from .inputs import (ExperimentData, PackedCalls, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
                      merge_journal, registered_digest, spec_from_bytes, task_key, view_from_json, view_run,
                      view_to_json)
@@ -98,6 +102,15 @@ class ExperimentFold:
     _tasks: dict[tuple[str, str], Mapping] = field(default_factory=dict)  # (task key, digest) -> its first run's task
     _odd_task: Mapping | None = None  # a run.start task without a digest: the lures are unknown
     _odd: bool = False
+    # With ``spill``, a readable run's view goes to ``groups`` (a temporary file: what the
+    # streaming analysis reads back cell by cell) instead of ``runs``, which then holds only
+    # the runs the analysis cannot read; of the rest only what the ledgers are matched
+    # against is kept (``_seen``: per list of call keys, the 64-bit hashes of the attempts
+    # whose runs have it, 8 bytes a run; see ``_Seen``) and the ledgers they name.
+    spill: bool = False
+    groups: RunGroups | None = None
+    _seen: "_Seen" = field(default_factory=lambda: _Seen())
+    _ledger_ids: set = field(default_factory=set)
 
     def add(self, run_id: str, records) -> CondensedRun | None:
         """Condense and keep the run if it belongs to this experiment (None otherwise)."""
@@ -114,15 +127,29 @@ class ExperimentFold:
             self._tasks.setdefault((task_key(task), task["digest"]), task)
         # (an attempt id is one run's or one trial's own: interned, each would stay in the
         # interpreter's table of interned strings, which never shrinks)
-        kept = CondensedRun(_shared(c.view), c.attempt, tuple(_intern(k) for k in c.keys), None,
+        # (spilled, a view is pickled: interning its strings would only grow the interpreter's
+        # table of interned strings, one entry per cell)
+        view = _shared(c.view) if not self.spill or c.view is None else _same_calls(c.view, calls=PackedCalls(c.view.calls))
+        kept = CondensedRun(view, c.attempt, tuple(_intern(k) for k in c.keys), None,
                             _intern(c.ledger), c.records)
-        self.runs[run_id] = kept
+        if not self.spill:
+            self.runs[run_id] = kept
+            return kept
+        if self.groups is None:
+            self.groups = RunGroups(spill=True)
+        self._ledger_ids.add(kept.ledger)
+        if c.attempt is not None:
+            self._seen.add(c.attempt, None if c.view is None else kept.keys)
+        if kept.view is None:
+            self.runs[run_id] = kept
+        elif kept.view.experiment == self.experiment:
+            self.groups.add(kept.view, c.attempt, kept.keys)
         return kept
 
     def ledger_ids(self, journal: Iterable[Record]) -> list[str]:
         """The ledgers a ``grid.start`` or a run names, sorted: what ``data`` needs."""
         ids = {rec.body.get("ledger") for rec in journal if rec.kind == "grid.start"}
-        ids |= {c.ledger for c in self.runs.values()}
+        ids |= {c.ledger for c in self.runs.values()} | self._ledger_ids
         return sorted(i for i in ids if isinstance(i, str))
 
     def data(self, journal: Iterable[tuple[str, Record]], get_blob: Callable[[str], bytes], *,
@@ -150,8 +177,12 @@ class ExperimentFold:
             views[run_id] = replace(c.view, calls=c.view.calls + tuple(extra)) if extra else c.view
         if tasks_with_lures is None:
             tasks_with_lures = lured_tasks(self._starts(), get_blob)
+        groups = None
+        if self.spill:
+            groups = self.groups or RunGroups()
+            groups.set_reservations(reservations)
         return ExperimentData(self.experiment, spec, digest, records, unread, tasks_with_lures,
-                              reservations, views=views)
+                              reservations, views=views, groups=groups)
 
     def _reservations(self, ledgers: Callable[[], Iterable[Iterable[Record]]]) -> dict[str, tuple]:
         """``ledger_reservations`` restricted to the reservations that can change a view:
@@ -160,15 +191,13 @@ class ExperimentFold:
         so keeping them all would cost more than the runs' views."""
         # attempt -> call keys every run of it has (None: keep all); a run's own tuple while
         # the attempt has one run (a grid's every attempt), not a set per run
-        seen: dict[str, tuple | set | None] = {}
-        for c in self.runs.values():
-            if c.attempt is not None:
-                keys = None if c.view is None else c.keys
-                if c.attempt not in seen:
-                    seen[c.attempt] = keys
-                else:
-                    had = seen[c.attempt]
-                    seen[c.attempt] = None if keys is None or had is None else set(had) & set(keys)
+        seen: dict | _Seen = {}
+        if self.spill:
+            seen = self._seen.frozen()
+        else:
+            for c in self.runs.values():
+                if c.attempt is not None:
+                    _see(seen, _attempt_key(c.attempt), None if c.view is None else c.keys)
         reserved: dict[str, tuple[str, str, Decimal]] = {}
         bad_settle = None  # the first known settlement whose amount 2. would refuse
         for records in ledgers():  # 1. the latest reservation of each id, if it matters
@@ -177,7 +206,8 @@ class ExperimentFold:
                 if rec.kind == "reserve" and isinstance(b.get("attempt"), str):
                     rid, key, att = str(b.get("id")), str(b.get("key")), b["attempt"]
                     amount = usd(b.get("usd"), f"ledger record {rec.seq}")
-                    if att in seen and (seen[att] is None or key not in seen[att]):
+                    ak = _attempt_key(att) if not self.spill else att
+                    if ak in seen and (seen[ak] is None or key not in seen[ak]):
                         reserved[rid] = (att, key, amount)
                     else:
                         reserved.pop(rid, None)
@@ -206,6 +236,79 @@ class ExperimentFold:
         if self._odd:
             return [{"task": self._odd_task}]
         return [{"task": task} for task in self._tasks.values()]
+
+
+class _Seen:
+    """attempt -> the call keys every run of it has (None: a run held as records, all of
+    whose reservations are kept), as ``_see`` builds it, held as one sorted array of 64-bit
+    attempt hashes per distinct tuple of keys (a grid's runs share a few).
+
+    Exact for what it is used for, which is only to leave out reservations that cannot
+    change a view: two attempts whose hashes collide are read as one attempt with both
+    runs, so the keys of a lookup are an intersection that may be smaller (a reservation
+    kept that could have been left out; a view takes only its own attempt's reservations,
+    for keys it has no call of) or an attempt with no run may look seen (its reservations
+    change no view)."""
+
+    def __init__(self):
+        self._groups: dict[tuple | None, array] = {}
+
+    def add(self, attempt: str, keys: tuple | None) -> None:
+        got = self._groups.get(keys)
+        if got is None:
+            got = self._groups[keys] = array("q")
+        got.append(_h64(attempt))
+
+    def frozen(self) -> "_Seen":
+        for keys, hashes in self._groups.items():
+            self._groups[keys] = array("q", sorted(hashes))
+        return self
+
+    def _lookup(self, attempt: str):
+        h, found = _h64(attempt), []
+        for keys, hashes in self._groups.items():
+            i = bisect.bisect_left(hashes, h)
+            if i < len(hashes) and hashes[i] == h:
+                found.append(keys)
+        return found
+
+    def __contains__(self, attempt: str) -> bool:
+        return bool(self._lookup(attempt))
+
+    def __getitem__(self, attempt: str):
+        found = self._lookup(attempt)
+        if any(k is None for k in found):
+            return None
+        if len(found) == 1:
+            return found[0]
+        return set(found[0]).intersection(*found[1:])
+
+
+def _h64(attempt: str) -> int:
+    return int.from_bytes(hashlib.blake2b(attempt.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "big", signed=True)
+
+
+def _see(seen: dict, attempt, keys) -> None:
+    """Note a run of ``attempt`` whose call keys are ``keys`` (None: a run held as records,
+    all of whose reservations are kept)."""
+    if attempt not in seen:
+        seen[attempt] = keys
+    else:
+        had = seen[attempt]
+        seen[attempt] = None if keys is None or had is None else set(had) & set(keys)
+
+
+def _attempt_key(attempt: str):
+    """An attempt id as a ``seen`` key: the runner's are 32 hex digits, kept as their 16 bytes."""
+    if len(attempt) == 32:
+        try:
+            raw = bytes.fromhex(attempt)
+        except ValueError:
+            return attempt
+        if raw.hex() == attempt:  # (not an upper-case spelling: another attempt id)
+            return raw
+    return attempt
 
 
 def _intern(s):

@@ -61,6 +61,7 @@ class ExperimentData:
     tasks_with_lures: frozenset[str] | None = None
     reservations: Mapping[str, tuple[tuple[str, Decimal, Decimal], ...]] = field(default_factory=dict)
     views: Mapping[str, "RunView"] = field(default_factory=dict)
+    groups: object = None  # a ``stream.RunGroups`` holding the views instead (``fold``, spilled)
 
 
 # Views are slotted: an experiment holds one per run and one per call for the whole
@@ -254,7 +255,7 @@ def task_key(task: Mapping) -> str:
     return f"{task.get('id')}@{task.get('version')}"
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=1024)  # (the streaming analysis reads a cell's runs together)
 def _split_cell(cell: str) -> tuple[str, str, str] | None:
     parts = cell.rsplit("/", 2)
     if len(parts) != 3 or "@" not in parts[0]:

@@ -65,7 +65,7 @@ def experiment_input(store: Store, experiment: str, known: Mapping[str, Condense
     entries = analysed_journal(store, experiment)
     digest = registered_digest([rec for _, rec in entries])
     spec, spec_error = _spec(store, digest)
-    fold = _fold(store, experiment, known)
+    fold = _fold(store, experiment, known, spill=True)  # (the site: views read back cell by cell)
     data = fold.data(entries, store.get_blob, ledgers=_ledgers(store, fold, entries), spec=spec)
     return ExperimentInput(data, spec_error)
 
@@ -91,8 +91,9 @@ def _spec(store: Store, digest: str | None) -> tuple[dict, str | None]:
         return {}, f"spec {digest}: {e}"
 
 
-def _fold(store: Store, experiment: str, known: Mapping[str, CondensedRun | None] | None) -> ExperimentFold:
-    fold = ExperimentFold(experiment)
+def _fold(store: Store, experiment: str, known: Mapping[str, CondensedRun | None] | None, *,
+          spill: bool = False) -> ExperimentFold:
+    fold = ExperimentFold(experiment, spill=spill)
     if known is None:
         for run in store.iter_runs():
             fold.add(run.run_id, run.records)

@@ -16,10 +16,11 @@ rates as exact fractions plus fixed-digit strings. The verifier recomputes it fr
 bundle and compares canonical JSON bytes, so nothing here may depend on a clock, the
 order of a dict built from a set, or a float.
 
-Speed (10,000 runs in about a second; ``bench/analysis.py``): the cyclic collector is
-paused while it runs (``gc_paused``), per-run and per-row totals are computed once and
-cached on the frozen views and rows, and the secondary analysis reuses the primary's
-replays of cells whose grid runs are the same. ``tests/test_analysis_golden.py`` pins the
+Memory and speed: the analysis runs cell by cell (``analysis.stream``): a cell's runs are
+selected, replayed and added to the rows (``RowStats``: counts, exact sums, the values a
+median needs), then dropped, so what is held per run is at most its place in a spill
+file. The cyclic collector is paused while it runs (``gc_paused``), and per-run totals are
+computed once and cached on the frozen views. ``tests/test_analysis_golden.py`` pins the
 bytes, so none of this may change a result.
 """
 
@@ -37,12 +38,14 @@ from .cells import Selection, select
 from .inputs import ExperimentData, RunView, SpecView, parse_cell, spec_view, view_run
 from ..formats.interval import UNKNOWN, Interval, to_decimal
 from .metrics import MONEY_DIGITS, Row, Sample, make_row, money_text
+from .rowstats import RowStats
+from .stream import RunGroups, StreamAnalysis, analyse, family_of  # noqa: F401  (family_of: re-exported)
 from ..formats.rules import RuleError, parse_rule
 from .trials import ORACLE, Trial, live_trials, replayed_trials
 from .wilson import fixed, rate_obj
 
-__all__ = ["summarise", "summarise_with_trials", "SUMMARY_VERSION", "Analysis",
-           "analyse_selection", "spec_tiers", "policy_trials", "gc_paused"]
+__all__ = ["summarise", "summarise_cells", "summarise_with_trials", "SUMMARY_VERSION", "Analysis",
+           "spec_tiers", "policy_trials", "gc_paused"]
 
 SUMMARY_VERSION = 4  # 2: per-family breakdown; 3: bounds rounded outward (were to nearest); 4: tier health
 MODES = ("live", "replayed")
@@ -64,6 +67,27 @@ def _views(data: ExperimentData) -> tuple[list[RunView], list[dict]]:
         if view.experiment == data.experiment:
             views.append(view)
     return views, bad
+
+
+def _groups(data: ExperimentData) -> tuple[RunGroups, list[dict]]:
+    """The experiment's views grouped by cell (``data.groups`` when the fold made them, with
+    the runs it could not condense read here), and the runs that cannot be read."""
+    if data.groups is None:
+        groups = RunGroups()
+        views, bad = _views(data)
+        for v in views:
+            groups.add(v)
+        return groups, bad
+    groups, bad = data.groups, []
+    for run_id in sorted(data.runs):
+        try:
+            view = view_run(run_id, data.runs[run_id], data.reservations)
+        except FormatError as e:
+            bad.append({"run": run_id, "error": str(e)})
+            continue
+        if view.experiment == data.experiment:
+            groups.add(view)
+    return groups, bad
 
 
 def _as_view(spec: SpecView | Mapping) -> SpecView:
@@ -103,15 +127,12 @@ def _is_cell(cell: str) -> bool:
 # ---------------------------------------------------------------------------- 2. analysis
 
 class Analysis:
-    """The rows of one analysis and the metric lookup its decision rules use; ``trials``
-    holds the trials behind the policy rows, ``{(policy, mode): {cell: Trial}}``."""
+    """The rows of one analysis (``stream.StreamAnalysis``) and the metric lookup its
+    decision rules use."""
 
-    def __init__(self, sel: Selection, tiers: list[str], live: list[str],
-                 rows: dict[tuple[str, str], Row], tier_rows: dict[str, Row],
-                 trials: dict[tuple[str, str], dict[str, Trial]] | None = None):
-        self.sel, self.tiers, self.live = sel, tiers, live
-        self.rows, self.tier_rows = rows, tier_rows
-        self.trials = trials or {}
+    def __init__(self, an: StreamAnalysis):
+        self.an, self.tiers, self.live = an, an.tiers, an.live
+        self.rows, self.tier_rows = an.rows, an.tier_rows
 
     def known_policies(self) -> list[str]:
         return policies.policy_names(self.tiers) + [ORACLE]
@@ -146,22 +167,15 @@ class Analysis:
         return _POLICY_METRICS[name](self.row(subject, mode))
 
 
-def _split_rate(row: Row, injected: bool) -> Interval:
-    split = row.split_by_lures()
-    if split is None:
-        return UNKNOWN
-    return row.pass_interval(split[0] if injected else split[1], 0)
-
-
 _POLICY_METRICS = {
-    "pass_rate": Row.pass_interval, "pass_k": Row.pass_k_interval,
-    "cost_per_task": Row.cost_per_task, "cost_per_pass": Row.cost_per_pass,
-    "total_cost": Row.total_cost, "mean_time": Row.mean_time, "median_time": Row.median_time,
-    "pass_rate_injected": lambda r: _split_rate(r, True),
-    "pass_rate_clean": lambda r: _split_rate(r, False),
+    "pass_rate": RowStats.pass_interval, "pass_k": RowStats.pass_k_interval,
+    "cost_per_task": RowStats.cost_per_task, "cost_per_pass": RowStats.cost_per_pass,
+    "total_cost": RowStats.total_cost, "mean_time": RowStats.mean_time, "median_time": RowStats.median_time,
+    "pass_rate_injected": lambda r: r.split_rate(True),
+    "pass_rate_clean": lambda r: r.split_rate(False),
 }
-_TIER_METRICS = {"attempt_rate": Row.attempt_rate, "tier_pass_rate": Row.pass_interval,
-                 "turns": Row.turns,
+_TIER_METRICS = {"attempt_rate": RowStats.attempt_rate, "tier_pass_rate": RowStats.pass_interval,
+                 "turns": RowStats.turns,
                  "error_rate": lambda r: r.health.error_rate(), "timeout_rate": lambda r: r.health.timeout_rate(),
                  "throughput": lambda r: r.health.throughput(),
                  "throughput_spread": lambda r: r.health.throughput_spread(), "ttft": lambda r: r.health.ttft()}
@@ -174,30 +188,12 @@ def _trial_row(trials: dict[str, Trial], cells: list[str], lures) -> Row:
     return make_row(samples, incomplete, cells, len(cells) - len(samples), lures)
 
 
-def _tier_row(sel: Selection, tier: str, all_tiers: bool, lures) -> Row:
-    runs = [r for r in sel.used if r.tier == tier]
-    samples = [Sample(r.cell, r.passed, r.cost_low, r.cost_high, r.elapsed_ms, (r,)) for r in runs]
-    seen = {r.cell for r in runs}
-    missing = sum(c not in seen for c in sel.cells) if all_tiers else 0
-    cells = sel.cells if all_tiers else sorted(seen)
-    return make_row(samples, [], list(cells), missing, lures)
-
-
 def _all_trials(sel: Selection, spec: SpecView, tiers: list[str],
                 memo: dict | None = None) -> dict[tuple[str, str], dict[str, Trial]]:
     out = {(n, "live"): t for n, t in live_trials(sel, tiers, _live_names(spec, sel)).items()}
     names = policies.policy_names(tiers) + [ORACLE]
     out.update({(n, "replayed"): t for n, t in replayed_trials(sel, tiers, names, memo).items()})
     return out
-
-
-def analyse_selection(sel: Selection, spec: SpecView, tiers: list[str], lures,
-                      memo: dict | None = None) -> Analysis:
-    """``memo``: see ``trials.replayed_trials`` (shared by analyses with the same tiers)."""
-    trials = _all_trials(sel, spec, tiers, memo)
-    rows = {key: _trial_row(by_cell, sel.cells, lures) for key, by_cell in trials.items()}
-    tier_rows = {t: _tier_row(sel, t, spec.all_tiers, lures) for t in tiers}
-    return Analysis(sel, tiers, _live_names(spec, sel), rows, tier_rows, trials)
 
 
 def policy_trials(data: ExperimentData, *, with_reruns: bool = False):
@@ -244,18 +240,18 @@ def _seconds(iv: Interval) -> str | None:
     return None if iv == UNKNOWN else _fixed(iv.lo, 3)
 
 
-def _pass_k_obj(row: Row) -> dict:
+def _pass_k_obj(row: RowStats) -> dict:
     groups, ok, unknown, k = row.pass_k()
     return {"k": k, "groups": groups, "passed": ok, "unknown": unknown,
             "fraction": f"{ok}/{groups}" if groups and not unknown else None,
             "bounds": _bounds(row.pass_k_interval())}
 
 
-def _common(row: Row) -> dict:
+def _common(row: RowStats) -> dict:
     split = row.split_by_lures()
     return {
-        "cells": len(row.cells), "samples": len(row.samples), "missing": row.missing,
-        "pass_rate": {**rate_obj(row.passed, len(row.samples)), "bounds": _bounds(row.pass_interval())},
+        "cells": row.n_cells, "samples": row.n, "missing": row.missing,
+        "pass_rate": {**rate_obj(row.passed, row.n), "bounds": _bounds(row.pass_interval())},
         "pass_k": _pass_k_obj(row),
         "cost": {"total": _money(row.total_cost()), "per_task": _money(row.cost_per_task()),
                  "per_pass": _money(row.cost_per_pass()) if row.passed else None,
@@ -264,8 +260,7 @@ def _common(row: Row) -> dict:
         "tokens": row.tokens(), "finish": row.finishes(), "statuses": row.statuses(),
         "injection": row.injection(),
         "under_attack": None if split is None else {
-            "injected": rate_obj(sum(s.passed for s in split[0]), len(split[0])),
-            "clean": rate_obj(sum(s.passed for s in split[1]), len(split[1]))},
+            "injected": rate_obj(split[0][1], split[0][0]), "clean": rate_obj(split[1][1], split[1][0])},
     }
 
 
@@ -346,36 +341,18 @@ def _decisions(an: Analysis, spec: SpecView) -> list[dict]:
     return out
 
 
-def family_of(task_key: str) -> str:
-    """A run's task family: its task id up to the first '-' (the loader requires ids to
-    start with ``<family>-``, and no shipped family name holds a '-')."""
-    return task_key.split("@", 1)[0].split("-", 1)[0]
-
-
 def _family_obj(an: Analysis, family: str) -> dict:
     """One family's pass rate and cost per task at each tier (its runs at that tier, as a
     tier row counts them), and, per cell, the first tier (cheapest first) whose grid run
     on the cell passed: where a ladder would stop."""
-    runs = [r for r in an.sel.used if family_of(r.task) == family]
-    cells = [c for c in an.sel.cells if family_of(c) == family]
-    tiers = []
-    for tier in an.tiers:
-        at = [r for r in runs if r.tier == tier]
-        row = make_row([Sample(r.cell, r.passed, r.cost_low, r.cost_high, r.elapsed_ms, (r,)) for r in at],
-                       [], cells, 0, None)
-        tiers.append({"tier": tier, "pass_rate": rate_obj(row.passed, len(row.samples)),
-                      "cost_per_task": _money(row.cost_per_task())})
-    first = {t: 0 for t in an.tiers}
-    first["none"] = 0
-    for cell in cells:
-        grid = an.sel.grid.get(cell, {})
-        first[next((t for t in an.tiers if t in grid and grid[t].passed), "none")] += 1
-    return {"family": family, "cells": len(cells), "tiers": tiers, "first_pass": first}
+    fam = an.an.families[family]
+    tiers = [{"tier": tier, "pass_rate": rate_obj(row.passed, row.n), "cost_per_task": _money(row.cost_per_task())}
+             for tier, row in fam["tiers"].items()]
+    return {"family": family, "cells": fam["cells"], "tiers": tiers, "first_pass": dict(fam["first"])}
 
 
 def _families(an: Analysis) -> list[dict]:
-    names = {family_of(c) for c in an.sel.cells} | {family_of(r.task) for r in an.sel.used}
-    return [_family_obj(an, f) for f in sorted(names)]
+    return [_family_obj(an, f) for f in sorted(an.an.families)]
 
 
 _LABELS = {"primary": "every run that called the model; reruns excluded",
@@ -384,9 +361,9 @@ _LABELS = {"primary": "every run that called the model; reruns excluded",
 
 def _analysis_obj(an: Analysis, spec: SpecView, label: str) -> dict:
     return {
-        "label": label, "description": _LABELS[label], "cells": len(an.sel.cells),
-        "runs": {"used": len(an.sel.used),
-                 "excluded": {k: v for k, v in sorted(an.sel.excluded.items())}},
+        "label": label, "description": _LABELS[label], "cells": an.an.n_cells,
+        "runs": {"used": an.an.n_used,
+                 "excluded": {k: v for k, v in sorted(an.an.excluded.items())}},
         "policies": [_policy_obj(an, n, m) for n, m in _policy_order(an)],
         "tiers": [_tier_obj(an, t) for t in an.tiers],
         "families": _families(an),
@@ -401,16 +378,35 @@ def _registered(data: ExperimentData) -> list[tuple[str, str]]:
             if r.kind in ("prereg", "deviation") and isinstance(r.body.get("spec_digest"), str)]
 
 
-def _deviations(data: ExperimentData, views: list[RunView]) -> list[dict]:
-    out = []
-    for r in data.journal:
-        if r.kind != "deviation":
-            continue
-        digest = r.body.get("spec_digest")
-        out.append({"at": r.at, "reason": r.body.get("reason"), "spec_digest": digest,
-                    "previous_digest": r.body.get("previous_digest"),
-                    "runs": sorted(v.run_id for v in views if v.spec_digest == digest)})
-    return out
+class _JournalFacts:
+    """The deviations (with the runs each affected) and the registration problems, gathered
+    as the analysis visits each view once."""
+
+    def __init__(self, data: ExperimentData):
+        self.devs = [r for r in data.journal if r.kind == "deviation"]
+        self.by_digest: dict = {r.body.get("spec_digest"): [] for r in self.devs}
+        self.registered = _registered(data)
+        self.problems: list[dict] = []
+
+    def visit(self, v: RunView) -> None:
+        runs = self.by_digest.get(v.spec_digest)
+        if runs is not None:
+            runs.append(v.run_id)
+        if not any(d == v.spec_digest and at < v.at for at, d in self.registered):
+            self.problems.append({"run": v.run_id, "problem": f"spec digest {v.spec_digest} was not "
+                                  "registered before the run started"})
+
+    def deviations(self) -> list[dict]:
+        out = []
+        for r in self.devs:
+            digest = r.body.get("spec_digest")
+            out.append({"at": r.at, "reason": r.body.get("reason"), "spec_digest": digest,
+                        "previous_digest": r.body.get("previous_digest"),
+                        "runs": sorted(self.by_digest[digest])})
+        return out
+
+    def registration_problems(self) -> list[dict]:
+        return sorted(self.problems, key=lambda p: p["run"])
 
 
 def _stops(data: ExperimentData) -> list[dict]:
@@ -418,16 +414,6 @@ def _stops(data: ExperimentData) -> list[dict]:
              "detail": r.body.get("detail"),
              "cells_left": len(r.body.get("cells_left") or [])}
             for r in data.journal if r.kind == "stop"]
-
-
-def _registration_problems(data: ExperimentData, views: list[RunView]) -> list[dict]:
-    registered = _registered(data)
-    out = []
-    for v in views:
-        if not any(d == v.spec_digest and at < v.at for at, d in registered):
-            out.append({"run": v.run_id, "problem": f"spec digest {v.spec_digest} was not "
-                        "registered before the run started"})
-    return sorted(out, key=lambda p: p["run"])
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -451,40 +437,55 @@ def summarise(data: ExperimentData) -> dict:
     """The summary.json object (FORMAT.md, "Summary"). Never raises for odd or partial runs:
     an empty experiment gives empty tables, a bad rule a decision ``error``, an unreadable
     run a line in ``unreadable_runs``. Raises FormatError for a spec of the wrong shape."""
-    return summarise_with_trials(data)[0]
+    with gc_paused():
+        return _summarise(data)[0]
+
+
+def summarise_cells(data: ExperimentData, on_cell) -> dict:
+    """``summarise(data)``, handing each cell of the primary analysis, in order, to
+    ``on_cell(cell, grid slot {tier: RunView}, {(policy, mode): Trial})`` as it is analysed
+    (the trials behind its policy rows), for a consumer that shows them cell by cell and
+    need not hold them all (the site). Raises as ``summarise`` does."""
+    with gc_paused():
+        return _summarise(data, on_cell)[0]
 
 
 def summarise_with_trials(data: ExperimentData):
     """``(summarise(data), (selection, tiers, {(policy, mode): {cell: Trial}}))``: the
     summary and the primary analysis's trials behind its policy rows (what
-    ``policy_trials(data)`` returns), computed once, for a consumer that shows both (the
-    site's experiment and cell pages). Raises as ``summarise`` does."""
+    ``policy_trials(data)`` returns; the selection holds its cells and grid slots), computed
+    once, for a consumer that shows both (the site's experiment and cell pages). Raises as
+    ``summarise`` does."""
+    sel = Selection("primary", [])
+    trials: dict[tuple[str, str], dict[str, Trial]] = {}
+
+    def keep(cell: str, slot: dict, got: dict) -> None:
+        sel.cells.append(cell)
+        if slot:
+            sel.grid[cell] = slot
+        for key, trial in got.items():
+            trials.setdefault(key, {})[cell] = trial
+
     with gc_paused():
-        return _summarise(data)
+        summary, tiers = _summarise(data, keep)
+    return summary, (sel, tiers, trials)
 
 
-def _summarise(data: ExperimentData):
+def _summarise(data: ExperimentData, on_cell=None):
     spec = spec_view(data.spec, f"{data.experiment} spec")
-    views, unreadable = _views(data)
-    tiers = spec_tiers(spec, views)
-    declared = _declared_cells(data)
-    # the secondary analysis reuses the primary's replays; without one, none is kept
-    analyses, primary, memo = {}, None, ({} if any(v.rerun for v in views) else None)
-    for label, reruns in (("primary", False), ("secondary", True)):
-        if reruns and not any(v.rerun for v in views):
-            analyses[label] = None
-            continue
-        sel = select(views, declared, with_reruns=reruns)
-        an = analyse_selection(sel, spec, tiers, data.tasks_with_lures, memo)
-        primary = primary or (sel, tiers, an.trials)
-        analyses[label] = _analysis_obj(an, spec, label)
+    groups, unreadable = _groups(data)
+    tiers = list(spec.tiers) if spec.tiers is not None else sorted(groups.tiers)
+    journal = _JournalFacts(data)
+    analyses = analyse(groups, _declared_cells(data), tiers, list(spec.live), data.tasks_with_lures,
+                       spec.all_tiers, visit=journal.visit, on_cell=on_cell)
+    objs = {label: None if an is None else _analysis_obj(Analysis(an), spec, label) for label, an in analyses.items()}
     return {
         "v": SUMMARY_VERSION, "format": "benchclaw.summary", "experiment": data.experiment,
         "title": spec.title, "spec_digest": data.spec_digest,
-        "simulated": any(v.simulated for v in views), "tiers": tiers,
+        "simulated": groups.simulated, "tiers": tiers,
         "live_policies": list(spec.live), "lures_known": data.tasks_with_lures is not None,
-        "primary": analyses["primary"], "secondary": analyses["secondary"],
-        "deviations": _deviations(data, views), "stops": _stops(data),
-        "registration_problems": _registration_problems(data, views),
+        "primary": objs["primary"], "secondary": objs["secondary"],
+        "deviations": journal.deviations(), "stops": _stops(data),
+        "registration_problems": journal.registration_problems(),
         "unreadable_runs": unreadable,
-    }, primary
+    }, tiers

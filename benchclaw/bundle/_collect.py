@@ -31,7 +31,7 @@ import struct
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 from ..analysis.fold import ExperimentFold
 from ..errors import InputError, IntegrityError
@@ -65,7 +65,7 @@ class Contents:
     store: Store
     fold: ExperimentFold
     journal: list[tuple[str, Record]] = field(default_factory=list)  # every record but ``run`` (see ``_journals``)
-    named: set[str] = field(default_factory=set)  # the run ids the journal's ``run`` records name
+    named: "RunIds | set[str]" = field(default_factory=set)  # the run ids the journal's ``run`` records name
     files: dict[str, Entry] = field(default_factory=dict)  # journals, ledgers, tasks, catalogs, spec, site
     runs: "RunSizes" = field(default_factory=lambda: RunSizes())  # run id -> size (runs/<aa>/<id>.jsonl)
     objects: "BlobSet" = field(default_factory=lambda: BlobSet())  # the blobs packed under objects/<aa>/<hex>
@@ -234,7 +234,7 @@ def collect(store: Store, experiment: str, include_site: Path | None = None) -> 
     missing, IntegrityError when a run, journal or blob is damaged.
     """
     safe_name(experiment, "experiment id")
-    c = Contents(store, ExperimentFold(experiment))
+    c = Contents(store, ExperimentFold(experiment, spill=True))
     c.add_bytes("VERSION", VERSION_TEXT)
     _journals(c, experiment)
     bodies = [b for _, b in ((w, r.body) for w, r in c.journal)]
@@ -277,6 +277,7 @@ def _journals(c: Contents, experiment: str) -> None:
         c.files[f"journals/{experiment}/{path.name}"] = _file_entry(path)
     c.journal.sort(key=lambda e: (e[1].at, e[0], e[1].seq))
     c.named.discard(None)
+    c.named = RunIds(c.named)
 
 
 class _Starts(NamedTuple):
@@ -291,19 +292,82 @@ def _runs(c: Contents, experiment: str) -> _Starts:
     """Read every sealed run (verifying it); pack the experiment's and those its journal
     names, folding each into the analysis input."""
     named = c.named
-    have = c.store.run_ids()  # sorted; one copy of each id, shared by every map keyed by it
-    missing = sorted(named.difference(have))
+    missing = sorted(named.difference(c.store.run_ids()))  # (a list of every id, dropped at once)
     if missing:
         raise InputError(f"{c.store.root}: the journal of {experiment} names run {missing[0]} "
                          f"which is not in runs/ ({len(missing)} missing)")
     starts = _Starts([], {}, {})
-    for run_id in have:
+    for run_id in _run_ids(c.store):
         run = c.store.read_run(run_id)
         policy = run.start.get("policy") or {}
         if run_id in named or (isinstance(policy, dict) and policy.get("experiment") == experiment):
-            named.discard(run_id)  # (the journal's copy of the id is not needed any more)
             _pack_run(c, run, starts)
     return starts
+
+
+def _run_ids(store: Store) -> Iterator[str]:
+    """``store.run_ids()`` one folder at a time (a run's folder is its id's first two
+    characters, so folders in order give ids in order): the whole list of ids is about 120
+    bytes a run. Any other layout: the whole sorted list."""
+    base = store.root / "runs"
+    folders = sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+    if any(len(f.name) != 2 for f in folders):
+        yield from store.run_ids()
+        return
+    for folder in folders:
+        ids = sorted(p.stem for p in folder.glob("*.jsonl"))
+        if any(not i.startswith(folder.name) for i in ids):
+            raise InputError(f"{folder}: a sealed run whose id does not start with {folder.name}")
+        yield from ids
+
+
+class RunIds:
+    """A set of run ids held as their raw SHA-256 digests, sorted, in one bytes object
+    (32 bytes an id instead of about 180 in a set of strings); ids of another form are
+    kept as strings."""
+
+    def __init__(self, ids: Iterable[str]):
+        raw, self._odd = [], set()
+        for i in ids:
+            try:
+                b = bytes.fromhex(i) if isinstance(i, str) and len(i) == 64 else None
+            except ValueError:
+                b = None
+            if b is not None and b.hex() == i:
+                raw.append(b)
+            else:
+                self._odd.add(i)
+        raw.sort()
+        self._raw, self._n = b"".join(raw), len(raw)
+
+    def __contains__(self, run_id: str) -> bool:
+        if run_id in self._odd:
+            return True
+        try:
+            key = bytes.fromhex(run_id) if len(run_id) == 64 else None
+        except ValueError:
+            return False
+        if key is None:
+            return False
+        lo, hi = 0, self._n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            got = self._raw[32 * mid:32 * mid + 32]
+            if got < key:
+                lo = mid + 1
+            elif got > key:
+                hi = mid
+            else:
+                return True
+        return False
+
+    def __iter__(self) -> Iterator[str]:
+        for i in range(self._n):
+            yield self._raw[32 * i:32 * i + 32].hex()
+        yield from self._odd
+
+    def difference(self, other: Iterable[str]) -> set[str]:
+        return set(self) - set(other)
 
 
 def _pack_run(c: Contents, run: SealedRun, starts: _Starts, *, fold: bool = True) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from typing import Iterator
 
 from pathlib import Path
 
@@ -160,8 +161,9 @@ def _stage6_static(b: Build) -> None:
     # Earlier builds copied the rest. (Filtered, not ``b.objects - set(...)``: on a first build
     # that difference was a second set of every linked blob, about 4 MB at 20,000 runs.)
     copied = set(b.cache.objects)
-    for digest in sorted(d for d in b.objects if d not in copied):
-        copy_object(b.store, b.out, digest)
+    for digest in b.objects.sorted():
+        if digest not in copied:
+            copy_object(b.store, b.out, digest)
 
 
 # ---------------------------------------------------------------------------- 7. clean-up
@@ -169,14 +171,25 @@ def _stage6_static(b: Build) -> None:
 def _stage7_cleanup(b: Build) -> None:
     for rel in sorted(b.cache.previous_pages - set(b.pages.pages)):
         _unlink(b.out / rel)
-    keep = sorted(b.objects)
-    for digest in sorted(set(b.cache.objects) - b.objects):
+    for digest in _not_in(sorted(set(b.cache.objects)), b.objects.sorted()):
         _unlink(b.out / object_url(digest))
+    keep = b.objects.sorted()
     experiments = {k: v for k, v in sorted(b.experiments.items())}
     b.cache.save(dict(sorted(b.pages.pages.items())), b.runs, experiments, keep,
                  b.new_records)
     b.new_records.close()
     b.runs.close()
+
+
+def _not_in(old: list[str], new) -> Iterator[str]:
+    """The digests of sorted ``old`` that sorted iterator ``new`` does not give."""
+    new = iter(new)
+    cur = next(new, None)
+    for d in old:
+        while cur is not None and cur < d:
+            cur = next(new, None)
+        if cur != d:
+            yield d
 
 
 def _unlink(path: Path) -> None:

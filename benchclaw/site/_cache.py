@@ -15,6 +15,7 @@ change, so a static host or a browser never sees half a page.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import tempfile
 from pathlib import Path
@@ -134,7 +135,7 @@ class BuildCache:
             pass
 
     def save(self, pages: dict[str, str], runs: "Spill", experiments: dict[str, dict],
-             objects: list[str], new_records: "Spill") -> None:
+             objects: Iterable[str], new_records: "Spill") -> None:
         """Write the cache; ``runs``: every run's cache entry (``compact_dumps`` bytes) by run
         id; ``new_records``: this build's analysis payloads (JSON bytes) by run id."""
         # line by line, in run id order: joined, a 20,000-run build held them twice at once
@@ -147,14 +148,16 @@ class BuildCache:
             write_atomic(path, lines)
         write_atomic(self.dir / "state.json", self._state(pages, runs, experiments, objects))
 
-    def _state(self, pages: dict, runs: "Spill", experiments: dict, objects: list) -> Iterator[bytes]:
+    def _state(self, pages: dict, runs: "Spill", experiments: dict, objects: Iterable[str]) -> Iterator[bytes]:
         """``state.json``'s bytes (sorted-key JSON, as ``fast_dumps`` of the whole object would
         give) in pieces: the run summaries one by one, never the whole text at once."""
         # (The blob list and the pages, one per run or blob, are written in slices too: each
         # dumped whole, and then concatenated, was about 25 MB at 20,000 runs, the build's peak.)
         yield b'{"experiments":' + fast_dumps(experiments) + b',"objects":['
-        for i in range(0, len(objects), _SLICE):
-            yield (b"," if i else b"") + fast_dumps(objects[i:i + _SLICE])[1:-1]
+        objects, i = iter(objects), 0
+        while chunk := list(itertools.islice(objects, _SLICE)):
+            yield (b"," if i else b"") + fast_dumps(chunk)[1:-1]
+            i += 1
         yield b'],"pages":{'
         items = sorted(pages.items())
         for i in range(0, len(items), _SLICE):

@@ -20,11 +20,14 @@ message.
 from __future__ import annotations
 
 import functools
+import marshal
+import tempfile
 from decimal import Decimal
 from typing import Callable, Iterator, Mapping
 
 from ..formats import jsonio
-from ..analysis import ExperimentData, summarise_with_trials
+from ..analysis import ExperimentData
+from ..analysis.summary import summarise_cells
 from ..analysis.inputs import registered_digest
 from ..analysis.fold import CondensedRun, condense_run, condensed_from_json, condensed_to_json
 from ..errors import FormatError
@@ -32,7 +35,7 @@ from ..formats.money import fmt_usd
 from ..formats.records import Record
 from ..evidence.store import SealedRun
 
-__all__ = ["run_payload", "CachedRuns", "analyse", "cell_trials", "journal_facts"]
+__all__ = ["run_payload", "CachedRuns", "analyse", "CellSpool", "journal_facts"]
 
 
 def run_payload(run: SealedRun) -> list | None:
@@ -86,21 +89,34 @@ def _basename(path) -> str:
 
 
 def analyse(data: ExperimentData) -> dict:
-    """``{"summary": summary.json object, "trials", "grid", "cell_order"}``; ``cell_trials``
-    gives a cell's policy trials as JSON-able objects. One pass of the analysis gives both
-    the summary and the per-cell trials behind its primary policy rows
-    (``summarise_with_trials``), so a cell page cannot disagree with the experiment's table.
-    The trials are turned into objects cell by cell as pages are written: all at once,
-    a 20,000-run experiment held about 35,000 of them beside the analysis's own."""
-    summary, (sel, _tiers, trials) = summarise_with_trials(data)
-    grid = {cell: {t: r.run_id for t, r in slot.items()} for cell, slot in sel.grid.items()}
-    return {"summary": summary, "trials": trials, "grid": grid, "cell_order": list(sel.cells)}
+    """``{"summary": summary.json object, "cells": CellSpool}``: one pass of the analysis
+    gives both the summary and, cell by cell, the trials behind its primary policy rows
+    (``summarise_cells``), so a cell page cannot disagree with the experiment's table. Each
+    cell's grid slot and trials are turned into plain objects as the analysis reaches it
+    and spooled to a temporary file: held, a 20,000-run experiment's trials kept every
+    run's view."""
+    spool = CellSpool()
+    summary = summarise_cells(data, spool.add)
+    return {"summary": summary, "cells": spool}
 
 
-def cell_trials(result: dict, cell: str) -> list[dict]:
-    """The trials of ``cell`` (one per policy and mode that has one, in ``trials`` order)."""
-    return [_trial_obj(name, mode, by_cell[cell]) for (name, mode), by_cell in result["trials"].items()
-            if cell in by_cell]
+class CellSpool:
+    """(cell, {tier: run id}, [trial objects]) of every cell, in the analysis's order,
+    written to a temporary file (``marshal``) and read back once, in that order."""
+
+    def __init__(self):
+        self._file = tempfile.TemporaryFile()
+        self.count = 0
+
+    def add(self, cell: str, slot: dict, trials: dict) -> None:
+        marshal.dump((cell, {t: r.run_id for t, r in slot.items()},
+                      [_trial_obj(name, mode, t) for (name, mode), t in trials.items()]), self._file)
+        self.count += 1
+
+    def __iter__(self) -> Iterator[tuple[str, dict, list[dict]]]:
+        self._file.seek(0)
+        for _ in range(self.count):
+            yield marshal.load(self._file)
 
 
 def _trial_obj(name: str, mode: str, trial) -> dict:

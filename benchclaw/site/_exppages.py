@@ -13,7 +13,7 @@ import hashlib
 from ..analysis import experiment_facts
 from ..analysis.report import experiment_input
 from ._charts import pass_vs_cost, throughput_by_quarter, time_per_policy, tokens_per_tier
-from ._experiment import CachedRuns, analyse, cell_trials, journal_facts
+from ._experiment import CachedRuns, analyse, journal_facts
 from ._runpages import render_pages
 from ._render import cell_url, cells_list_url, exp_dir, exp_url
 from ._state import Build, RunFacts, digest_of
@@ -136,16 +136,16 @@ def _cell_pages(b: Build, exp: str, result: dict, runs: list[RunFacts], summary:
     ids = {f.id for f in runs}
     order = {f"{p}/{m}": i for i, (p, m) in enumerate(
         (r["policy"], r["mode"]) for r in ((summary.get("primary") or {}).get("policies") or []))}
-    rows = []
-    cells = result["cell_order"]
-    for start in range(0, len(cells), CELL_BATCH):  # one batch's run summaries held at a time
-        jobs = []
-        for cell in cells[start:start + CELL_BATCH]:
-            row, job = _cell(b, exp, cell, result, tiers, order, ids, live_runs)
-            rows.append(row)
-            if job is not None:
-                jobs.append(job)
-        render_pages(b.workers, jobs)
+    rows, jobs = [], []
+    for cell, slot, trials in result["cells"]:  # one batch's run summaries held at a time
+        row, job = _cell(b, exp, cell, slot, trials, tiers, order, ids, live_runs)
+        rows.append(row)
+        if job is not None:
+            jobs.append(job)
+        if len(jobs) >= CELL_BATCH:
+            render_pages(b.workers, jobs)
+            jobs = []
+    render_pages(b.workers, jobs)
     pages = max(1, -(-len(rows) // CELLS_PER_PAGE))
     for i in range(pages):
         chunk = rows[i * CELLS_PER_PAGE:(i + 1) * CELLS_PER_PAGE]
@@ -155,12 +155,12 @@ def _cell_pages(b: Build, exp: str, result: dict, runs: list[RunFacts], summary:
                        simulated=False)
 
 
-def _cell(b: Build, exp: str, cell: str, result: dict, tiers: list, order: dict, ids: set,
+def _cell(b: Build, exp: str, cell: str, slot: dict, trials: list, tiers: list, order: dict, ids: set,
           live_runs: dict) -> tuple[dict, tuple | None]:
-    """A cell's row on the cells list, and its page's job (None when the page is unchanged)."""
-    grid = {t: (b.summaries.get(rid) if rid in ids else None) for t, rid in (result["grid"].get(cell) or {}).items()}
-    trials = sorted(cell_trials(result, cell),
-                    key=lambda t: (order.get(f"{t['policy']}/{t['mode']}", 999), t["policy"], t["mode"]))
+    """A cell's row on the cells list, and its page's job (None when the page is unchanged).
+    ``slot``: its grid runs' ids by tier; ``trials``: its policy trials (``CellSpool``)."""
+    grid = {t: (b.summaries.get(rid) if rid in ids else None) for t, rid in slot.items()}
+    trials = sorted(trials, key=lambda t: (order.get(f"{t['policy']}/{t['mode']}", 999), t["policy"], t["mode"]))
     ctx = {"exp": exp, "cell": cell, "tiers": tiers, "grid": grid, "trials": trials,
            "live": [b.summaries.get(rid) for rid in live_runs.get(cell, [])],
            "simulated": any(s and s["simulated"] for s in grid.values())}
