@@ -383,6 +383,28 @@ def test_refresh_refuses_a_shrunk_file(tmp_path):
         chain.append("note", {"i": 3})
 
 
+@pytest.mark.parametrize("how", ["replaced", "removed", "replaced_after_reopen"])
+def test_refresh_refuses_a_file_replaced_or_removed_underneath(tmp_path, how):
+    # The refresh stats the path once and compares it with the (device, inode) kept when
+    # the descriptor was opened: a copy renamed over the file, or the file gone, is refused.
+    from benchclaw.evidence.store import ChainFile
+
+    path = tmp_path / "j.jsonl"
+    chain = ChainFile(path, fsync=False)
+    chain.append("note", {"i": 1})
+    if how == "replaced_after_reopen":  # the kept identity is the reopened descriptor's
+        chain.release()
+        chain.append("note", {"i": 2})
+    if how == "removed":
+        path.unlink()
+    else:
+        copy = tmp_path / "copy.jsonl"
+        copy.write_bytes(path.read_bytes())  # same bytes, another inode
+        os.replace(copy, path)
+    with pytest.raises(IntegrityError, match="removed or replaced underneath"):
+        chain.append("note", {"i": 3})
+
+
 def test_refresh_refuses_a_rewritten_file_of_the_same_length(tmp_path):
     from benchclaw.evidence.store import ChainFile
 

@@ -133,6 +133,7 @@ class ChainFile:
         self._last_line = b""   # that line's bytes (without the newline)
         self._fd: int | None = None
         self._lock_fd: int | None = None
+        self._ident: tuple[int, int] | None = None  # (st_dev, st_ino) of ``_fd``, fixed while it is open
         self._mutex = threading.Lock()
         self.ticket = 0         # the group-commit mark of the last append (0: none)
 
@@ -202,6 +203,8 @@ class ChainFile:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._lock_fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            st = os.fstat(self._fd)
+            self._ident = (st.st_dev, st.st_ino)
         except OSError as e:
             self.release()
             raise storage_error(self.path, "open for appending", e) from None
@@ -227,12 +230,19 @@ class ChainFile:
 
     def _refresh(self) -> None:
         """Fold in whatever was appended since (the caller holds the lock). Raises
-        IntegrityError when the file is not the one this writer appended to."""
+        IntegrityError when the file is not the one this writer appended to.
+
+        One ``stat`` of the path does what ``fstat`` + ``stat`` did: our descriptor's
+        (device, inode) was kept when it was opened and cannot change while it is open (nor
+        can the inode be reused), so a path naming that same inode reports our file's size."""
         fd = self._fd
-        st = os.fstat(fd)  # type: ignore[arg-type]
-        self._check_same_file(st)
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+        self._check_same_file(st, self._ident)
         start = self._size - self._last_len
-        data = os.pread(fd, st.st_size - start, start)  # type: ignore[arg-type]  (last known line + news)
+        data = os.pread(fd, st.st_size - start, start)  # type: ignore[arg-type,union-attr]  (last known line + news)
         self._check_last_line(data[:self._last_len])
         if len(data) == self._last_len:
             return
@@ -247,18 +257,15 @@ class ChainFile:
                                      "follow the line before)")
             self._advance(rec, line)
 
-    def _check_same_file(self, st: os.stat_result) -> None:
-        """Raise IntegrityError unless ``st`` (of our descriptor) is the file at our path, at
-        least as long as what we folded in."""
-        try:
-            named = os.stat(self.path)
-        except FileNotFoundError:
-            named = None
-        if named is None or (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
+    def _check_same_file(self, named: os.stat_result | None, ident: tuple[int, int] | None) -> None:
+        """Raise IntegrityError unless ``named`` (the path's stat, None when it is gone) is the
+        file whose (device, inode) is ``ident`` (our descriptor's), at least as long as what
+        we folded in."""
+        if named is None or (named.st_dev, named.st_ino) != ident:
             raise IntegrityError(f"{self.path}: the file was removed or replaced underneath its writer; "
                                  "chain files are append-only")
-        if st.st_size < self._size:
-            raise IntegrityError(f"{self.path}: the file shrank ({st.st_size} < {self._size} bytes); "
+        if named.st_size < self._size:
+            raise IntegrityError(f"{self.path}: the file shrank ({named.st_size} < {self._size} bytes); "
                                  "chain files are append-only")
 
     def _check_last_line(self, last: bytes) -> None:
@@ -279,6 +286,7 @@ class ChainFile:
             except OSError:
                 pass
         self._fd = self._lock_fd = None
+        self._ident = None
 
     def __del__(self):
         try:
@@ -422,7 +430,11 @@ class RunWriter(ChainFile):
         """The full check of ``ChainFile._refresh``, without folding anything in."""
         st = os.fstat(self._fd)  # type: ignore[arg-type]
         self._refresh()
-        self._check_same_file(st)
+        try:
+            named = os.stat(self.path)
+        except FileNotFoundError:
+            named = None
+        self._check_same_file(named, (st.st_dev, st.st_ino))
         self._check_last_line(os.pread(self._fd, self._last_len, self._size - self._last_len))  # type: ignore[arg-type]
 
     def _fold(self, rec: Record) -> None:
