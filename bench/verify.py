@@ -10,7 +10,7 @@ at least ``--runs`` sealed runs, and times:
   same uncompressed bytes the verifier hashes; extraction is not timed), which only
   proves the bytes are what some list says, nothing about what they mean.
 
-Best of ``--repeat`` for both, page cache warm. Target: ratio <= 3.
+Best of ``--repeat`` for both, page cache warm. Target (issues 15 and 17): ratio <= 3.5.
 Last line: ``verify runs=N seconds=S sha256sum_seconds=T ratio=R peak_mb=M worker_peak_mb=W
 cpu_seconds=C workers_cpu_seconds=K``
 (``peak_mb`` is the verifier process's own high-water mark, ``worker_peak_mb`` the largest
