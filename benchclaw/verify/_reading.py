@@ -204,7 +204,7 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
     for journal in journals.values():  # its bytes were for this parse (step 6 reads the records)
         for name in {name for name, _, _ in journal} if isinstance(journal, list) else ():
             content.pop(name, None)
-    ix = Index(limits=limits, names=tuple(view.names), sizes=frozen(dict(zip(view.names, view.usizes))),
+    ix = Index(limits=limits, names=tuple(view.names), sizes=view.sizes(),
                manifest=manifest, digests=Digests(digests), unread=frozen(unread),
                run_logs=frozen({n: run_logs[n] for n in view.names if n in run_logs}),
                objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),

@@ -43,7 +43,7 @@ from typing import Callable, Iterator
 from ..formats.names import ENTRY_NAME_BYTES, entry_name_fold, entry_name_problem
 from ._errors import UnreadableBundle, VerificationError
 
-__all__ = ["Limits", "Entry", "ZipView"]
+__all__ = ["Limits", "Entry", "ZipView", "Sizes"]
 
 _EOCD = struct.Struct("<4s4H2LH")
 _Z64_LOC = struct.Struct("<4sLQL")
@@ -134,16 +134,16 @@ class ZipView:
 
     def index(self, name: str) -> int:
         """Entry ``name``'s position in archive order. Raises KeyError if there is none."""
-        keys = self._keys
-        i = bisect_left(keys, name)
-        if i == len(keys) or keys[i] != name:
-            raise KeyError(name)
-        return i if self._order is None else self._order[i]
+        return _find(self._keys, self._order, name)
 
     def __contains__(self, name: str) -> bool:
         keys = self._keys
         i = bisect_left(keys, name)
         return i < len(keys) and keys[i] == name
+
+    def sizes(self) -> Mapping[str, int]:
+        """name -> uncompressed size, over this view's arrays but not the view (it outlives it)."""
+        return Sizes(self.names, self._keys, self._order, self.usizes)
 
     def entry(self, name: str) -> Entry:
         """Entry ``name`` as an object, made on each call. Raises KeyError."""
@@ -377,6 +377,44 @@ class ZipView:
         if not d.eof or d.unused_data:
             raise VerificationError(e.name, "deflate stream truncated or followed by extra bytes")
         return out
+
+
+def _find(keys: list[str], order: array | None, name: str) -> int:
+    """``name``'s archive position: ``keys`` are the names sorted, ``order`` their positions
+    (None: the archive order is the sorted one). Raises KeyError."""
+    i = bisect_left(keys, name)
+    if i == len(keys) or keys[i] != name:
+        raise KeyError(name)
+    return i if order is None else order[i]
+
+
+class Sizes(Mapping):
+    """name -> uncompressed size (the index's ``sizes``): the names and one array, not a dict
+    of boxed ints (~70 bytes an entry, held through every step)."""
+
+    __slots__ = ("_names", "_keys", "_order", "_sizes")
+
+    def __init__(self, names: list[str], keys: list[str], order: array | None, sizes: array):
+        self._names, self._keys, self._order, self._sizes = names, keys, order, sizes
+
+    def __getitem__(self, name: str) -> int:
+        return self._sizes[_find(self._keys, self._order, name)]
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        keys = self._keys
+        i = bisect_left(keys, name)
+        return i < len(keys) and keys[i] == name
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def values(self):
+        return iter(self._sizes)
 
 
 class _Entries(Mapping):
