@@ -32,7 +32,7 @@ dropped once their chain is checked, and only where their bytes lie is kept (``S
 again with ``pread`` when a step parses them); the values the runs' first and last records
 repeat are held once, the last record marshalled; the manifest's rows and the objects'
 readings are kept in compact forms; an object's bytes are dropped once hashed unless a step
-reads them (``_index``); the zip's directory is dropped before D (its memory is reused). GC
+reads them (``_index``); the zip's directory (arrays: ``_zip``) is dropped before D. GC
 tactics: the collector is off for the whole ``with`` (the index holds millions of acyclic
 records, built here and read by every step).
 
@@ -156,7 +156,7 @@ class _Pages:
     def read_raw(self, view: ZipView, name: str) -> tuple[bytes, bytes]:
         """(the entry's bytes as the zip holds them, inflated)."""
         got = view.read_raw(name)
-        self.walked(view.entries[name].csize)
+        self.walked(view.csize(name))
         return got
 
     def walked(self, nbytes: int) -> None:
@@ -204,12 +204,12 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
     for journal in journals.values():  # its bytes were for this parse (step 6 reads the records)
         for name in {name for name, _, _ in journal} if isinstance(journal, list) else ():
             content.pop(name, None)
-    ix = Index(limits=limits, names=tuple(view.names), sizes=frozen({n: e.usize for n, e in view.entries.items()}),
+    ix = Index(limits=limits, names=tuple(view.names), sizes=view.sizes(),
                manifest=manifest, digests=Digests(digests), unread=frozen(unread),
                run_logs=frozen({n: run_logs[n] for n in view.names if n in run_logs}),
                objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
                content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
-    del view, run_logs  # the directory's entries (a few hundred bytes each), before D's facts join the index
+    del view, run_logs  # the directory (its arrays, ~50 bytes an entry), before D's facts join the index
     facts = _facts(ix)  # D: on two cores
     return dataclasses.replace(ix, objects=frozen(_untaken(readings, ix.run_logs, facts)), facts=frozen(facts))
 
@@ -229,9 +229,9 @@ def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limit
 
 
 def _manifest(view: ZipView):
-    if MANIFEST not in view.entries:
+    if MANIFEST not in view:
         raise UnreadableBundle("", f"not a BenchClaw bundle: no {MANIFEST}")
-    if view.entries[MANIFEST].usize > _MANIFEST_LIMIT:
+    if view.usize(MANIFEST) > _MANIFEST_LIMIT:
         raise UnreadableBundle(MANIFEST, f"larger than {_MANIFEST_LIMIT} bytes")
     try:
         data = view.read(MANIFEST)
@@ -273,12 +273,12 @@ def _task_files(content: dict) -> dict:
 def _split(view: ZipView, names: list[str]) -> frozenset:
     """The run logs a worker reads while this process reads the other entries (``names``):
     the first ones, up to half of their compressed bytes."""
-    total, half, there = sum(view.entries[n].csize for n in names), 0, set()
+    total, half, there = sum(map(view.csize, names)), 0, set()
     for name in names:
         if half * 2 >= total:
             break
         if name.startswith("runs/"):
-            half += view.entries[name].csize
+            half += view.csize(name)
             there.add(name)
     return frozenset(there)
 
@@ -396,7 +396,7 @@ def _packed(view: ZipView, archive: Archive, name: str, raw: bytes) -> tuple[Spa
     """Where a run log's or ledger's bytes lie in the zip (``raw``, those just inflated and
     hashed: a third of their size, deflated) and whether they are stored as they are: what
     ``RunLog.records`` reads and parses again. Not the bytes: 80 MB at 20,000 runs."""
-    e = view.entries[name]
+    e = view.entry(name)
     return archive.span(e.data_offset, raw), e.method == _STORED
 
 
@@ -650,9 +650,9 @@ def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, d
                   unread: dict) -> dict[str, bytes]:
     """Every object inflated, hashed and read once, the first half (by compressed bytes) in
     a forked worker while this process reads the second."""
-    total, half, cut = sum(view.entries[n].csize for n in names), 0, 0
+    total, half, cut = sum(map(view.csize, names)), 0, 0
     while cut < len(names) and half * 2 < total:
-        half += view.entries[names[cut]].csize
+        half += view.csize(names[cut])
         cut += 1
     pending = start(_objects_in_worker, pages, view, names[:cut], roles, timeout=view.limits.worker_seconds)
     try:

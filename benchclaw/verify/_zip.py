@@ -17,6 +17,11 @@ every local header itself with ``struct``, and refuses anything a bundle written
 - more entries, bigger entries, a bigger total or a higher compression ratio than
   ``Limits`` allow.
 
+The directory is kept in parallel arrays (offsets, sizes, CRCs, methods) beside the list
+of names, found by bisection (a bundle lists its entries sorted, so the names are their own
+index; any other order gets a sorted copy): about 50 bytes an entry beyond its name, not
+the ~240 of an object per entry with its boxed ints and a dict slot.
+
 Those are ``UnreadableBundle`` (exit 2). Member bytes are inflated here too, with
 ``zlib`` and an output cap of the declared size + 1, so a member can never inflate past
 what its header promised; a CRC or size mismatch in one member is a ``VerificationError``
@@ -29,13 +34,16 @@ from __future__ import annotations
 import re
 import struct
 import zlib
+from array import array
+from bisect import bisect_left
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..formats.names import ENTRY_NAME_BYTES, entry_name_fold, entry_name_problem
 from ._errors import UnreadableBundle, VerificationError
 
-__all__ = ["Limits", "Entry", "ZipView"]
+__all__ = ["Limits", "Entry", "ZipView", "Sizes"]
 
 _EOCD = struct.Struct("<4s4H2LH")
 _Z64_LOC = struct.Struct("<4sLQL")
@@ -110,13 +118,55 @@ class ZipView:
         if len(data) > limits.archive_bytes:
             raise _bad(f"the archive is {len(data)} bytes, above the limit of {limits.archive_bytes}")
         cd_offset, cd_end, count = self._end_records()
-        self.entries: dict[str, Entry] = {}
+        self.names: list[str] = []  # in archive order; entry i's fields are item i of each array
+        self.methods, self.crcs = array("B"), array("I")
+        self.csizes, self.usizes = array("Q"), array("Q")
+        self.header_offsets, self.data_offsets = array("Q"), array("Q")
         self._parse_central(cd_offset, cd_end, count)
         self._check_tiling(cd_offset)
+        self._keys, self._order = self._lookup()
 
     @property
-    def names(self) -> list[str]:
-        return list(self.entries)
+    def entries(self) -> Mapping[str, Entry]:
+        """name -> ``Entry``, each made when asked for (made per access: no cycle to the view,
+        which is freed once its last name goes, with the collector off)."""
+        return _Entries(self)
+
+    def index(self, name: str) -> int:
+        """Entry ``name``'s position in archive order. Raises KeyError if there is none."""
+        return _find(self._keys, self._order, name)
+
+    def __contains__(self, name: str) -> bool:
+        keys = self._keys
+        i = bisect_left(keys, name)
+        return i < len(keys) and keys[i] == name
+
+    def sizes(self) -> Mapping[str, int]:
+        """name -> uncompressed size, over this view's arrays but not the view (it outlives it)."""
+        return Sizes(self.names, self._keys, self._order, self.usizes)
+
+    def entry(self, name: str) -> Entry:
+        """Entry ``name`` as an object, made on each call. Raises KeyError."""
+        return self._entry(self.index(name))
+
+    def _entry(self, i: int) -> Entry:
+        return Entry(self.names[i], self.methods[i], self.crcs[i], self.csizes[i], self.usizes[i],
+                     self.header_offsets[i], self.data_offsets[i])
+
+    def csize(self, name: str) -> int:
+        return self.csizes[self.index(name)]
+
+    def usize(self, name: str) -> int:
+        return self.usizes[self.index(name)]
+
+    def _lookup(self) -> tuple[list[str], array | None]:
+        """(the names sorted, their archive positions or None when already in that order).
+        Names are unique here (``_check_name``), so sorted means strictly increasing."""
+        names = self.names
+        if all(a < b for a, b in zip(names, names[1:])):
+            return names, None
+        order = array("L", sorted(range(len(names)), key=names.__getitem__))
+        return [names[i] for i in order], order
 
     # -- end records ------------------------------------------------------------------
     def _end_records(self) -> tuple[int, int, int]:
@@ -192,7 +242,13 @@ class ZipView:
             if total > self.limits.total_bytes:
                 raise _bad(f"entries inflate to more than the limit of {self.limits.total_bytes} bytes")
             data_offset = self._check_local(name, offset, crc, csize, usize, raw_name, (flags, method, mtime, mdate))
-            self.entries[name] = Entry(name, method, crc, csize, usize, offset, data_offset)
+            self.names.append(name)
+            self.methods.append(method)
+            self.crcs.append(crc)
+            self.csizes.append(csize)
+            self.usizes.append(usize)
+            self.header_offsets.append(offset)
+            self.data_offsets.append(data_offset)
             if walked is not None:
                 walked(data_offset + csize - offset)
             pos = end
@@ -270,13 +326,17 @@ class ZipView:
         return start + name_len + extra_len
 
     def _check_tiling(self, cd_offset: int) -> None:
+        heads, starts, csizes = self.header_offsets, self.data_offsets, self.csizes
+        order: range | list[int] = range(len(heads))
+        if not all(a < b for a, b in zip(heads, heads[1:])):  # a bundle's entries are in archive order
+            order = sorted(order, key=heads.__getitem__)
         pos = 0
-        for e in sorted(self.entries.values(), key=lambda e: e.header_offset):
-            if e.header_offset < pos:
-                raise _bad(f"entry {e.name!r} overlaps the entry before it")
-            if e.header_offset > pos:
-                raise _bad(f"{e.header_offset - pos} unlisted bytes before entry {e.name!r}")
-            pos = e.end
+        for i in order:
+            if heads[i] < pos:
+                raise _bad(f"entry {self.names[i]!r} overlaps the entry before it")
+            if heads[i] > pos:
+                raise _bad(f"{heads[i] - pos} unlisted bytes before entry {self.names[i]!r}")
+            pos = starts[i] + csizes[i]
         if pos > cd_offset:
             raise _bad("the last entry overlaps the central directory (truncated?)")
         if pos < cd_offset:
@@ -293,7 +353,7 @@ class ZipView:
 
     def read_raw(self, name: str) -> tuple[bytes, bytes]:
         """(the member's bytes as the archive holds them, inflated), as ``read``."""
-        e = self.entries[name]
+        e = self.entry(name)
         raw = self.data[e.data_offset:e.end]
         if e.method == _STORED:
             out = raw
@@ -317,3 +377,62 @@ class ZipView:
         if not d.eof or d.unused_data:
             raise VerificationError(e.name, "deflate stream truncated or followed by extra bytes")
         return out
+
+
+def _find(keys: list[str], order: array | None, name: str) -> int:
+    """``name``'s archive position: ``keys`` are the names sorted, ``order`` their positions
+    (None: the archive order is the sorted one). Raises KeyError."""
+    i = bisect_left(keys, name)
+    if i == len(keys) or keys[i] != name:
+        raise KeyError(name)
+    return i if order is None else order[i]
+
+
+class Sizes(Mapping):
+    """name -> uncompressed size (the index's ``sizes``): the names and one array, not a dict
+    of boxed ints (~70 bytes an entry, held through every step)."""
+
+    __slots__ = ("_names", "_keys", "_order", "_sizes")
+
+    def __init__(self, names: list[str], keys: list[str], order: array | None, sizes: array):
+        self._names, self._keys, self._order, self._sizes = names, keys, order, sizes
+
+    def __getitem__(self, name: str) -> int:
+        return self._sizes[_find(self._keys, self._order, name)]
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        keys = self._keys
+        i = bisect_left(keys, name)
+        return i < len(keys) and keys[i] == name
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def values(self):
+        return iter(self._sizes)
+
+
+class _Entries(Mapping):
+    """``ZipView.entries``: name -> ``Entry``, each made when asked for (the view holds arrays)."""
+
+    __slots__ = ("_view",)
+
+    def __init__(self, view: ZipView):
+        self._view = view
+
+    def __getitem__(self, name: str) -> Entry:
+        return self._view.entry(name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._view
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._view.names)
+
+    def __len__(self) -> int:
+        return len(self._view.names)
