@@ -272,3 +272,36 @@ def test_digest_set_gives_every_digest_once_in_order_across_spilled_batches(monk
     assert list(ds.sorted()) == want and list(ds.sorted()) == want  # one pass at a time, repeatable
     old = sorted(digests[:5] + ["0" * 64, "f" * 64])
     assert list(_not_in(old, ds.sorted())) == ["0" * 64, "f" * 64]
+
+
+def test_build_store_finds_packed_blobs_as_a_store_does_without_indexing_them_all(tmp_path, monkeypatch):
+    """``BuildStore`` reads the pack index files for the digests asked (or scans a pack that has
+    none) and finds the same copy ``PackIndex`` does; it never builds a whole index for a few."""
+    import os
+
+    from benchclaw.evidence import packs
+    from benchclaw.evidence.packs import finish_packs, list_packs
+    from benchclaw.site import _blobs
+    from benchclaw.site._blobs import BuildStore
+
+    store = Store(tmp_path / "runs", fsync=False)
+    store.ensure()
+    digests = [store.stage_blob(b"blob %d" % i) for i in range(300)]
+    store.commit_sync()
+    finish_packs(str(tmp_path / "runs" / "objects"))
+    built = []
+    monkeypatch.setattr(_blobs, "PackIndex", lambda objects: built.append(objects) or packs.PackIndex(objects))
+    plain, few = Store(tmp_path / "runs", fsync=False), BuildStore(tmp_path / "runs", fsync=False)
+    for d in digests[::37] + [digests[-1]]:
+        assert few.find_blob(d) == plain.find_blob(d) is not None
+        assert few.get_blob(d) == plain.get_blob(d)
+    assert few.find_blob("sha256:" + "0" * 64) is None and not few.has_blob("sha256:" + "1" * 64)
+    assert built == [] and len(few._packs._found) == 10  # looked up in the index files, not a writer's
+    (pack,) = list_packs(str(tmp_path / "runs" / "objects"))
+    os.unlink(pack[:-len(".pack")] + ".idx")  # no index file: the pack's headers are scanned
+    scanned = BuildStore(tmp_path / "runs", fsync=False)
+    assert [scanned.find_blob(d) for d in digests[::50]] == [plain.find_blob(d) for d in digests[::50]]
+    monkeypatch.setattr(_blobs, "_LOOKUPS_MAX", 3)  # past it, a whole index after all
+    many = BuildStore(tmp_path / "runs", fsync=False)
+    assert [many.find_blob(d) for d in digests[:5]] == [plain.find_blob(d) for d in digests[:5]]
+    assert len(built) == 1

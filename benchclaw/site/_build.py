@@ -38,8 +38,8 @@ from pathlib import Path
 from ..analysis.summary import gc_paused
 from ..errors import InputError
 from ..paths import make_output_dir, refuse_evidence_overlap, site_templates_dir
-from ..evidence.store import Store
 from ..formats import jsonio
+from ._blobs import BuildStore
 from ._cache import BuildCache, PageWriter, compact_dumps, write_atomic
 from ._compare import stage_compare
 from ._exppages import stage_experiments
@@ -88,7 +88,7 @@ def _stages(b: Build, t0: float) -> BuildReport:
 # ---------------------------------------------------------------------------- 1. inputs
 
 def _stage1_inputs(runs_dir, out_dir, tasks_dir, public, bundle_path, workers) -> Build:
-    store = Store.existing(runs_dir, fsync=False)
+    store = BuildStore.existing(runs_dir, fsync=False)  # no index of every blob: ``_blobs``
     out = Path(out_dir)
     refuse_evidence_overlap(out, "site", evidence=(store.root, tasks_dir))
     if tasks_dir is not None and not Path(tasks_dir).is_dir():

@@ -58,7 +58,7 @@ def exploratory_ids(b: Build) -> list[str]:
 def stage_experiments(b: Build) -> None:
     for exp in experiment_ids(b):
         _experiment(b, exp)
-    for entry in b.experiments.values():  # once every analysis is done (see ``Build.reader``)
+    for entry in b.experiments.values():
         facts = entry["facts"]
         for digest in (facts["spec_digest"], (facts["prereg"] or {}).get("digest")):
             if isinstance(digest, str) and b.store.has_blob(digest):
@@ -75,7 +75,6 @@ def _experiment(b: Build, exp: str) -> None:
         for rel in sorted(r for r in b.cache.pages if r.startswith(exp_dir(exp))):
             b.pages.keep(rel)
     else:
-        # (its own Store: the blob index the spec and task reads build goes before the analysis)
         got = experiment_input(b.reader(), exp, CachedRuns([f.id for f in runs], b.payload))
         result = analyse(got.data)
         summary = result["summary"]

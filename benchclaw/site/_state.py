@@ -100,10 +100,11 @@ class Build:
     comparison: dict | None = None  # stage 4b's, when the runs hold more than one experiment
 
     def reader(self) -> Store:
-        """A ``Store`` of the same runs directory for one stage's blob reads. A Store builds
-        its blob index on first need (about 56 bytes a blob of the whole runs directory) and
-        keeps it: built on ``store`` by the task pages, it was held through every analysis."""
-        return Store(self.store.root, fsync=False)
+        """The ``Store`` a stage reads blobs from: ``store``, a ``BuildStore``, which keeps
+        only the few blob locations it looked up, not an index of every blob (``_blobs``), so
+        one serves every stage. (A plain ``Store`` per stage used to build that index three
+        times, and it was held through each experiment's fold.)"""
+        return self.store
 
     def payload(self, run_id: str):
         """The analysis's condensed run (``_experiment.run_payload``), from this build or cached
