@@ -446,10 +446,10 @@ def test_speeds_sort_exactly_even_where_floats_cannot_tell_them_apart():
     import random
     from fractions import Fraction
 
-    from benchclaw.analysis.metrics import _sorted_exact
+    from benchclaw.analysis.metrics import sorted_exact
 
     rng = random.Random(3)
     plain = [Fraction(rng.randrange(1, 10**6), rng.randrange(1, 10**4)) for _ in range(2000)]
     close = [Fraction(10**30 + i, 10**30) for i in range(40)]  # one float for all of them
     for values in (plain, close[::-1] + plain[:50], close + [Fraction(2**1100, 3)]):  # the last: no float
-        assert _sorted_exact(values) == tuple(sorted(values))
+        assert sorted_exact(values) == tuple(sorted(values))

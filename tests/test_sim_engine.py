@@ -275,5 +275,5 @@ def test_latency_scale_is_real_wall_time():
     simulated = respond(req.body(), load_profiles(), mods=FAKE).latency_s
     r = asyncio.run(p.complete(req))
     assert r.latency_ms >= int(simulated * 10) - 1
-    timed_out = asyncio.run(p.complete(ChatRequest(**{**req.__dict__, "timeout_s": simulated * 0.001})))
+    timed_out = asyncio.run(p.complete(req.with_timeout(simulated * 0.001)))
     assert timed_out.error.kind == "timeout"

@@ -235,7 +235,7 @@ class Health:
                          Fraction(self.timeout_runs + self.maybe_timeout_runs + self.missing, n))
 
     def throughput(self) -> Interval:
-        return UNKNOWN if not self.speeds else Interval.point(_middle(self.speeds))
+        return UNKNOWN if not self.speeds else Interval.point(median_of_sorted(self.speeds))
 
     def throughput_spread(self) -> Interval:
         seen = [w for w in self.windows if w is not None]
@@ -248,16 +248,16 @@ class Health:
 
 
 def _median(values) -> Fraction:
-    return _middle(sorted(values))
+    return median_of_sorted(sorted(values))
 
 
-def _middle(v) -> Fraction:
+def median_of_sorted(v) -> Fraction:
     """The median of values already sorted."""
     mid = len(v) // 2
     return Fraction(v[mid]) if len(v) % 2 else Fraction(v[mid - 1] + v[mid], 2)
 
 
-def _micros(at: str) -> int | None:
+def iso_micros(at: str) -> int | None:
     """An envelope ``at`` (``2026-11-30T03:04:05.000000Z``) as integer microseconds."""
     try:
         t = datetime.datetime.strptime(at, "%Y-%m-%dT%H:%M:%S.%fZ")
@@ -266,7 +266,7 @@ def _micros(at: str) -> int | None:
     return ((t.toordinal() * 86400 + t.hour * 3600 + t.minute * 60 + t.second) * 1_000_000 + t.microsecond)
 
 
-def _windows(timed: list[tuple[int, Fraction]]) -> tuple[Fraction | None, ...]:
+def speed_windows(timed: list[tuple[int, Fraction]]) -> tuple[Fraction | None, ...]:
     if not timed:
         return (None,) * WINDOWS
     t0, t1 = min(t for t, _ in timed), max(t for t, _ in timed)
@@ -298,17 +298,17 @@ def health_of(runs: Iterable[RunView], missing: int) -> Health:
             speeds.append(v)
             # A simulated run's wall-clock placement says nothing about a provider, and would
             # make the summary depend on when (and on how many machines) the grid ran.
-            t = None if r.simulated else _micros(c.at)
+            t = None if r.simulated else iso_micros(c.at)
             if t is not None:
                 timed.append((t, v))
         timeout_runs += timeout
         maybe += cut and not timeout  # no timeout recorded, but a call was cut off before its record
     return Health(calls=calls, errors=errors, cut_off=cut_off, runs=n_runs, missing=missing,
-                  timeout_runs=timeout_runs, maybe_timeout_runs=maybe, speeds=_sorted_exact(speeds),
-                  ttfts_ms=tuple(sorted(ttfts)), windows=_windows(timed))
+                  timeout_runs=timeout_runs, maybe_timeout_runs=maybe, speeds=sorted_exact(speeds),
+                  ttfts_ms=tuple(sorted(ttfts)), windows=speed_windows(timed))
 
 
-def _sorted_exact(values: list[Fraction]) -> "Sequence[Fraction]":
+def sorted_exact(values: list[Fraction]) -> "Sequence[Fraction]":
     """``tuple(sorted(values))``, or a ``PackedFractions`` equal to it: sorted by their floats
     first (a row holds tens of thousands of speeds, and comparing two Fractions costs a
     microsecond), then checked pair by pair exactly; only when two values too close for

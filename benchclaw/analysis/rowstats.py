@@ -18,7 +18,7 @@ from fractions import Fraction
 from typing import Iterable
 
 from .inputs import USAGE_KEYS, RunView, parse_cell, sum_exact
-from .metrics import Health, Sample, _micros, _middle, _sorted_exact, _windows
+from .metrics import Health, Sample, iso_micros, median_of_sorted, sorted_exact, speed_windows
 from ..formats.interval import POS_INF, UNKNOWN, Interval
 
 __all__ = ["RowStats"]
@@ -189,7 +189,7 @@ class RowStats:
         if not self.n:
             return UNKNOWN
         times = sorted([*self.elapsed, *self._elapsed_big])
-        return Interval.point(_middle(times) / 1000)
+        return Interval.point(median_of_sorted(times) / 1000)
 
     # -- what happened in the runs ------------------------------------------------------------
     def tokens(self) -> dict[str, dict[str, int]]:
@@ -259,7 +259,7 @@ class _HealthAcc:
                     raise
             except OverflowError:
                 self.odd.append(v)
-            t = None if r.simulated else _micros(c.at)
+            t = None if r.simulated else iso_micros(c.at)
             if t is not None and not self._timed(t, v):
                 self.odd_timed.append((t, v))
         self.timeout_runs += timeout
@@ -285,5 +285,5 @@ class _HealthAcc:
         timed = [*zip(self.t, map(Fraction, self.tnum, self.tden)), *self.odd_timed]
         ttfts = array("q", sorted(self.ttfts)) if not self.odd_ttfts else tuple(sorted([*self.ttfts, *self.odd_ttfts]))
         return Health(calls=self.calls, errors=self.errors, cut_off=self.cut_off, runs=self.runs, missing=missing,
-                      timeout_runs=self.timeout_runs, maybe_timeout_runs=self.maybe, speeds=_sorted_exact(speeds),
-                      ttfts_ms=ttfts, windows=_windows(timed))
+                      timeout_runs=self.timeout_runs, maybe_timeout_runs=self.maybe, speeds=sorted_exact(speeds),
+                      ttfts_ms=ttfts, windows=speed_windows(timed))

@@ -32,7 +32,7 @@ from .cells import LiveTrial, cell_sort_key
 from .inputs import RunView, cut_off_calls, parse_cell
 from .metrics import Sample
 from .rowstats import RowStats
-from .trials import ORACLE, Trial, _batched, _replay_one, attempt_of
+from .trials import ORACLE, Trial, batched_attempts, replay_one, attempt_of
 
 __all__ = ["RunGroups", "StreamAnalysis", "analyse", "family_of"]
 
@@ -175,13 +175,13 @@ class StreamAnalysis:
         for name in self.live:
             lt = live.get(name)
             if lt is not None:
-                attempts, complete = _batched(name, self.tiers, lt.runs)
+                attempts, complete = batched_attempts(name, self.tiers, lt.runs)
                 trials[(name, "live")] = Trial(cell, policies.outcome(name, self.tiers, attempts), complete, lt.runs)
         slot = {t: attempt_of(r) for t, r in grid.items() if t in self.tiers}
         group = parse_cell(cell)[:2]
         for name in self.names:
             start = self._memory.get(group) if name == "memory" else None
-            out, complete = _replay_one(name, self.tiers, slot, start)
+            out, complete = replay_one(name, self.tiers, slot, start)
             trials[(name, "replayed")] = Trial(cell, out, complete, tuple(grid[a.tier] for a in out.attempts))
             if name == "memory" and complete and out.passed and out.taken:
                 self._memory[group] = out.taken.tier

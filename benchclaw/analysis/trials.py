@@ -21,7 +21,7 @@ from ..formats.policies import Attempt, TrialOutcome
 from .cells import LiveTrial, Selection
 from .inputs import RunView, parse_cell
 
-__all__ = ["Trial", "replayed_trials", "live_trials", "attempt_of", "ORACLE"]
+__all__ = ["Trial", "replayed_trials", "live_trials", "attempt_of", "replay_one", "batched_attempts", "ORACLE"]
 
 ORACLE = "oracle"
 
@@ -48,7 +48,7 @@ def _oracle_complete(tiers: list[str], grid: dict[str, Attempt]) -> bool:
     return True
 
 
-def _replay_one(name: str, tiers: list[str], grid: dict[str, Attempt],
+def replay_one(name: str, tiers: list[str], grid: dict[str, Attempt],
                 memory_start: str | None) -> tuple[TrialOutcome, bool]:
     out = policies.replay(name, tiers, grid, memory_start)
     if name == ORACLE:
@@ -78,7 +78,7 @@ def replayed_trials(sel: Selection, tiers: list[str], names: list[str],
             if found is None:
                 if grid is None:
                     grid = {t: attempt_of(r) for t, r in runs.items() if t in tiers}
-                found = _replay_one(name, tiers, grid, start)
+                found = replay_one(name, tiers, grid, start)
                 if memo is not None:
                     memo[key] = found
             out, complete = found
@@ -89,7 +89,7 @@ def replayed_trials(sel: Selection, tiers: list[str], names: list[str],
     return result
 
 
-def _batched(name: str, tiers: list[str], runs: tuple[RunView, ...]) -> tuple[list[Attempt], bool]:
+def batched_attempts(name: str, tiers: list[str], runs: tuple[RunView, ...]) -> tuple[list[Attempt], bool]:
     """Attempts with batch numbers as the policy would have grouped them, and whether the
     policy had nothing left to run."""
     start = runs[0].tier if name == "memory" and runs else None
@@ -114,7 +114,7 @@ def live_trials(sel: Selection, tiers: list[str], names: list[str]) -> dict[str,
         by_cell: dict[str, LiveTrial] = sel.live.get(name, {})
         result[name] = {}
         for cell, lt in by_cell.items():
-            attempts, complete = _batched(name, tiers, lt.runs)
+            attempts, complete = batched_attempts(name, tiers, lt.runs)
             out = policies.outcome(name, tiers, attempts)
             result[name][cell] = Trial(cell, out, complete, lt.runs)
     return result
