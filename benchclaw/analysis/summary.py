@@ -30,7 +30,7 @@ import contextlib
 import decimal
 import gc
 from fractions import Fraction
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from ..formats import policies
 from ..errors import FormatError
@@ -54,10 +54,17 @@ MODES = ("live", "replayed")
 # ---------------------------------------------------------------------------- 1. runs
 
 def _views(data: ExperimentData) -> tuple[list[RunView], list[dict]]:
-    views, bad = [], []
     cached = data.views
-    for run_id in sorted(set(data.runs) | set(cached) if cached else data.runs):
-        view = cached.get(run_id) if cached else None
+    return _readable(data, sorted(set(data.runs) | set(cached) if cached else data.runs), cached or {})
+
+
+def _readable(data: ExperimentData, run_ids: Iterable[str],
+              cached: Mapping[str, RunView]) -> tuple[list[RunView], list[dict]]:
+    """The experiment's views of ``run_ids`` (``cached`` ones as they are, the others read
+    from ``data.runs``), and the runs that cannot be read."""
+    views, bad = [], []
+    for run_id in run_ids:
+        view = cached.get(run_id)
         if view is None:
             try:
                 view = view_run(run_id, data.runs[run_id], data.reservations)
@@ -72,21 +79,10 @@ def _views(data: ExperimentData) -> tuple[list[RunView], list[dict]]:
 def _groups(data: ExperimentData) -> tuple[RunGroups, list[dict]]:
     """The experiment's views grouped by cell (``data.groups`` when the fold made them, with
     the runs it could not condense read here), and the runs that cannot be read."""
-    if data.groups is None:
-        groups = RunGroups()
-        views, bad = _views(data)
-        for v in views:
-            groups.add(v)
-        return groups, bad
-    groups, bad = data.groups, []
-    for run_id in sorted(data.runs):
-        try:
-            view = view_run(run_id, data.runs[run_id], data.reservations)
-        except FormatError as e:
-            bad.append({"run": run_id, "error": str(e)})
-            continue
-        if view.experiment == data.experiment:
-            groups.add(view)
+    groups = RunGroups() if data.groups is None else data.groups
+    views, bad = _views(data) if data.groups is None else _readable(data, sorted(data.runs), {})
+    for v in views:
+        groups.add(v)
     return groups, bad
 
 
