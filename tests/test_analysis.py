@@ -425,6 +425,25 @@ def test_policy_trials_expose_each_cell_and_spec_tiers_takes_the_spec_dict():
     assert set(trials[("ladder", "live")]) == {f"{A}/1"} and len(sel.cells) == 3
 
 
+
+def test_summarise_with_trials_is_summarise_and_the_trials_policy_trials_finds():
+    """The cell-by-cell path (summarise_with_trials) and the whole-grid one (policy_trials)
+    must hand a consumer the same trials, and the summary must be summarise's."""
+    from benchclaw.analysis import summarise_with_trials
+    from benchclaw.analysis.summary import policy_trials
+
+    e = Exp(live=("ladder",))
+    _three_cells(e)
+    e.add(f"{A}/1", "lightning", True, policy="ladder", trial="t1")
+    summary, (sel, tiers, trials) = summarise_with_trials(e.data())
+    want_sel, want_tiers, want = policy_trials(e.data())
+    assert summary == summarise(e.data()) and tiers == want_tiers and sel.cells == want_sel.cells
+
+    def tiers_tried(by_key):
+        return {key: {cell: [a.tier for a in t.outcome.attempts] for cell, t in cells.items()}
+                for key, cells in by_key.items()}
+    assert tiers_tried(trials) == tiers_tried(want) and trials[("ladder", "live")]
+
 def test_lures_do_not_depend_on_which_run_of_a_task_key_comes_first():
     """Two runs naming the same task key with different versions: the report reads runs in
     store order, the verifier in zip order; the lure split must not depend on it."""

@@ -450,8 +450,8 @@ def summarise_with_trials(data: ExperimentData):
     """``(summarise(data), (selection, tiers, {(policy, mode): {cell: Trial}}))``: the
     summary and the primary analysis's trials behind its policy rows (what
     ``policy_trials(data)`` returns; the selection holds its cells and grid slots), computed
-    once, for a consumer that shows both (the site's experiment and cell pages). Raises as
-    ``summarise`` does."""
+    once, for a consumer that shows both and can hold every cell's trials (the site uses
+    ``summarise_cells``, which does not hold them). Raises as ``summarise`` does."""
     sel = Selection("primary", [])
     trials: dict[tuple[str, str], dict[str, Trial]] = {}
 
