@@ -47,7 +47,7 @@ from ._zip import Limits
 from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
-           "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec"]
+           "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "recent_slot"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -306,23 +306,30 @@ class ManifestRows:
         return map(self.__getitem__, range(len(self._paths)))
 
 
+def recent_slot() -> list:
+    """What ``Run``s share of the run read last: [its log, its records, its records by
+    kind, the log whose ``run.end`` body is held, that body]."""
+    return [None, (), {}, None, None]
+
+
 @dataclass(frozen=True)
 class Run:
     """A run that step 2 accepted: its id, bundle path and log. Its records are parsed on
     first use and kept in ``_recent``, a slot the index shares between all its runs: the
     steps read runs one at a time, so at most one run's records are held, however many
-    runs the bundle has (reading another run's replaces them)."""
+    runs the bundle has (reading another run's replaces them). Its ``run.end`` body,
+    unmarshalled on first use, is kept there the same way (``recent_slot``)."""
 
     run_id: str
     path: str
     log: RunLog
-    _recent: list = field(default_factory=lambda: [None, (), {}], repr=False, compare=False)
+    _recent: list = field(default_factory=lambda: recent_slot(), repr=False, compare=False)
 
     @property
     def records(self) -> tuple[Rec, ...]:
         slot = self._recent
         if slot[0] is not self.log:
-            slot[:] = [None, self.log.records(), {}]  # the old run's records go first
+            slot[:3] = [None, self.log.records(), {}]  # the old run's records go first
             slot[0] = self.log
         return slot[1]
 
@@ -332,7 +339,11 @@ class Run:
 
     @property
     def end(self) -> dict:
-        return self.log.last.body
+        slot = self._recent
+        if slot[3] is not self.log:
+            slot[4] = self.log.last.body
+            slot[3] = self.log
+        return slot[4]
 
     @property
     def started_at(self) -> str:
@@ -389,7 +400,7 @@ class Index:
     task_files: Mapping[str, Mapping[str, bytes]]  # tasks/<id>/v<N> -> {relative path: bytes}
     registered: frozenset | None                 # registration digests the auditor holds
     facts: Mapping[str, bytes] = field(default_factory=lambda: MappingProxyType({}))  # runs/... entry -> its RunFacts, marshalled
-    recent: list = field(default_factory=lambda: [None, (), {}], repr=False, compare=False)
+    recent: list = field(default_factory=lambda: recent_slot(), repr=False, compare=False)
     # ^ the one run whose records are held (``Run.records``): a memo, not evidence
 
     def has(self, name: str) -> bool:

@@ -66,7 +66,7 @@ from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
 from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, Span,
-                     holds_bytes, line_chunks, frozen, kept, packed_rec)
+                     holds_bytes, line_chunks, frozen, kept, packed_rec, recent_slot)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, start
 from ._zip import Limits, ZipView
@@ -848,7 +848,7 @@ def _taken(ix: Index, names: list[str]):
     ``per_run`` raised; None for a run whose records could not be read."""
     from . import _checks, _costs, _summary  # the steps' modules, imported when a bundle is read
 
-    checks, costs, slot = {}, {}, [None, (), {}]  # each step's pure recomputations; the run held
+    checks, costs, slot = {}, {}, recent_slot()  # each step's pure recomputations; the run held
     summary = not ix.manifest.exploratory  # an exploratory bundle's step 6 is another (``_exploratory``)
     for name in names:
         run = Run(RUN_PATH.match(name).group(2), name, ix.run_logs[name], slot)
