@@ -781,6 +781,8 @@ def _adopt(names: list[str], got: tuple, digests: dict, unread: dict, readings: 
 def _facts(ix: Index) -> dict[str, bytes]:
     """Each run log's ``RunFacts`` (marshalled), the first runs (half their compressed
     bytes) taken in a forked worker while this process takes the rest."""
+    from . import _checks, _costs, _summary  # noqa: F401 - the steps' modules (and the checks, sqlite3...),
+    # imported here, before the fork, so that the worker inherits them rather than import them again
     names = [n for n, log in ix.run_logs.items() if isinstance(log, RunLog) and RUN_PATH.match(n)]
     total, half, cut = sum(ix.run_logs[n].packed.length for n in names), 0, 0
     while cut < len(names) and half * 2 < total:
@@ -846,7 +848,7 @@ def _frames(data: bytes, count: int) -> list[bytes | None]:
 def _taken(ix: Index, names: list[str]):
     """Each run's facts, in order: [step 3's, step 4's, step 6's], each None when its
     ``per_run`` raised; None for a run whose records could not be read."""
-    from . import _checks, _costs, _summary  # the steps' modules, imported when a bundle is read
+    from . import _checks, _costs, _summary  # the steps' modules (``_facts`` imported them)
 
     checks, costs, slot = {}, {}, recent_slot()  # each step's pure recomputations; the run held
     summary = not ix.manifest.exploratory  # an exploratory bundle's step 6 is another (``_exploratory``)
