@@ -47,7 +47,8 @@ from ._zip import Limits
 from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
-           "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "recent_slot"]
+           "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "recent_slot",
+           "packed_facts", "taken_facts"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -370,15 +371,46 @@ class Run:
         return kinds.get(kind, [])
 
 
-class RunFacts(NamedTuple):
+class RunFacts:
     """What steps 3, 4 and 6 concluded about one run on their own (each None when not
     taken: the step reads the run itself). ``checks``: step 3 holds, with this many check
     results; ``costs``: step 4 holds, its confirmed calls as ``_costs.RunCalls.row``;
-    ``condensed``: step 6's ``analysis.fold.condensed_to_json`` of the run."""
+    ``condensed``: step 6's ``analysis.fold.condensed_to_json`` of the run. Each is kept
+    marshalled on its own (``packed_facts``) and unmarshalled when its step reads it: a
+    step reads its own fact only, of every run."""
 
-    checks: int | None = None
-    costs: tuple | None = None
-    condensed: list | None = None
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts: tuple = (None, None, None)):
+        self._parts = parts
+
+    @property
+    def checks(self) -> int | None:
+        return _unpacked(self._parts[0])
+
+    @property
+    def costs(self) -> tuple | None:
+        return _unpacked(self._parts[1])
+
+    @property
+    def condensed(self) -> list | None:
+        return _unpacked(self._parts[2])
+
+
+def _unpacked(part: bytes | None):
+    return None if part is None else marshal.loads(part)
+
+
+def packed_facts(facts: list) -> bytes:
+    """A run's facts [step 3's, step 4's, step 6's] (each None when not taken) as the index
+    keeps them: each marshalled alone, the three together (``RunFacts``). Raises
+    ValueError for a value marshal does not take."""
+    return marshal.dumps(tuple(None if f is None else marshal.dumps(f) for f in facts))
+
+
+def taken_facts(packed: bytes) -> tuple[bool, bool, bool]:
+    """Which of a run's facts ``packed_facts`` holds (steps 3, 4, 6), none unmarshalled."""
+    return tuple(part is not None for part in marshal.loads(packed))
 
 
 _NO_FACTS = RunFacts()
@@ -439,7 +471,7 @@ class Index:
     def facts_of(self, name: str) -> RunFacts:
         """The per-run facts the reading stage took of run log ``name`` (all None if none)."""
         got = self.facts.get(name)
-        return _NO_FACTS if got is None else RunFacts(*marshal.loads(got))
+        return _NO_FACTS if got is None else RunFacts(marshal.loads(got))
 
     def names_under(self, prefix: str) -> list[str]:
         return [n for n in self.names if n.startswith(prefix)]

@@ -66,7 +66,8 @@ from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
 from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, Span,
-                     holds_bytes, line_chunks, frozen, kept, packed_rec, recent_slot)
+                     holds_bytes, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot,
+                     taken_facts)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, start
 from ._zip import Limits, ZipView
@@ -876,7 +877,7 @@ def _packed_facts(facts) -> bytes | None:
     if facts is None or facts == [None, None, None]:
         return None
     try:
-        return marshal.dumps(tuple(facts))
+        return packed_facts(facts)
     except ValueError:  # a value marshal does not take: the steps read the run
         return None
 
@@ -889,7 +890,7 @@ def _untaken(readings: dict, run_logs, facts: dict) -> dict:
     needed = set()
     for name, log in run_logs.items():
         got = facts.get(name)
-        if isinstance(log, RunLog) and (got is None or None in marshal.loads(got)[:2]):
+        if isinstance(log, RunLog) and (got is None or not all(taken_facts(got)[:2])):
             refs = log.refs
             needed.update(object_path("sha256:" + refs[i:i + 32].hex()) for i in range(0, len(refs), 32))
     return {name: got for name, got in readings.items() if name in needed or holds_bytes(got)}
