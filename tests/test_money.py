@@ -1,5 +1,6 @@
 """Usage normalisation and exact cost arithmetic (benchclaw.formats.money)."""
 
+import re
 from decimal import Decimal
 
 import pytest
@@ -8,7 +9,7 @@ from hypothesis import given, strategies as st
 from benchclaw.errors import FormatError, ProviderConfigError
 from benchclaw.formats.money import (CostBounds, Prices, Usage, call_cost, cost_bounds,
                                      cost_upper_bound, estimate_prompt_tokens, fmt_usd,
-                                     normalise_usage, parse_usd, sum_usage)
+                                     normalise_usage, parse_usd, read_usage, sum_usage, usage_unread)
 
 PRICES = Prices(input=Decimal("0.30"), cached_input=Decimal("0.075"), cache_write=Decimal("1.25"),
                 output=Decimal("1.20"))
@@ -174,3 +175,32 @@ def test_usage_dict_round_trip_and_normalise(u):
            "completion_tokens_details": {"reasoning_tokens": u.reasoning}}
     assert normalise_usage(raw) == u
     assert sum_usage([u, u]) == u + u
+
+
+_RAW_USAGES = [
+    {"prompt_tokens": 90, "completion_tokens": 30, "total_tokens": 120,
+     "prompt_tokens_details": {"cached_tokens": 64, "audio_tokens": 0},
+     "completion_tokens_details": {"reasoning_tokens": 12, "audio_tokens": 3}},
+    {"prompt_tokens": 90, "completion_tokens": 30, "prompt_cache_hit_tokens": 64, "prompt_cache_miss_tokens": 26,
+     "cache_read_input_tokens": 32},
+    {"prompt_tokens": 90, "completion_tokens": 5, "completion_tokens_details": {"reasoning_tokens": 12}},
+    {"prompt_tokens": 90, "completion_tokens": 30, "prompt_tokens_details": None, "cost": 7},
+    {"prompt_tokens": 90, "completion_tokens": 30, "prompt_tokens_details": {"cached_tokens": 1.5}},
+    {"prompt_tokens": 90, "completion_tokens": 30, "extra": {"deep": {"tokens": 4}}},
+    {"prompt_tokens": 90, "completion_tokens": True},
+    {"prompt_tokens": 10, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 64}},
+    {"completion_tokens": 3},
+    ["not", "an", "object"],
+]
+
+
+@pytest.mark.parametrize("raw", _RAW_USAGES)
+def test_read_usage_is_normalise_and_unread(raw):
+    """``read_usage``'s one walk gives what the two readers give, errors included."""
+    try:
+        want = (normalise_usage(raw), usage_unread(raw))
+    except FormatError as e:
+        with pytest.raises(FormatError, match=re.escape(str(e))):
+            read_usage(raw)
+        return
+    assert read_usage(raw) == want

@@ -46,6 +46,7 @@ __all__ = [
     "add_usd",
     "sum_usd",
     "sum_usage",
+    "read_usage",
     "estimate_prompt_tokens",
     "PER_MILLION",
     "usage_unread",
@@ -175,11 +176,18 @@ ZERO_USAGE = Usage()
 
 
 def sum_usage(usages: Iterable[Usage]) -> Usage:
-    """Field-wise sum of usages (``Usage()`` for none)."""
-    total = ZERO_USAGE
+    """Field-wise sum of usages (``Usage()`` for none): the sums taken as ints, one ``Usage``
+    made of them (each part is consistent, so their sum is)."""
+    prompt = cached_read = cache_write = completion = reasoning = 0
     for u in usages:
-        total = total + u
-    return total
+        if not isinstance(u, Usage):
+            raise TypeError(f"sum_usage: not a Usage: {type(u).__name__}")
+        prompt += u.prompt
+        cached_read += u.cached_read
+        cache_write += u.cache_write
+        completion += u.completion
+        reasoning += u.reasoning
+    return Usage(prompt, cached_read, cache_write, completion, reasoning)
 
 
 def _get_path(raw: Mapping, path: tuple[str, ...]):
@@ -308,6 +316,49 @@ def usage_unread(raw) -> tuple[str, ...]:
         if len(values) > 1:
             out.add(f"disagree:{name}")
     return tuple(sorted(out))
+
+
+# The flat shapes providers send, read in one walk by ``read_usage``: each known path's
+# field, and the keys whose value may be an object of counts (every other object, and any
+# value but an int or null, takes the general route).
+_PATH_FIELD = {path: name for name, paths in _FIELD_PATHS.items() for path in paths}
+_DETAILS = frozenset(p[0] for p in _READ if len(p) == 2)
+
+
+def read_usage(raw) -> tuple[Usage, tuple[str, ...]]:
+    """``(normalise_usage(raw), usage_unread(raw))``, for a reader that wants both: a usage
+    object of ints and nulls (counts, or objects of them under the ``*_details`` keys) is
+    walked once; any other goes through the two. Raises what ``normalise_usage`` raises."""
+    if type(raw) is not dict:
+        return normalise_usage(raw), usage_unread(raw)
+    found: dict[str, list[int]] = {}
+    unread = []
+    for key, value in raw.items():
+        if type(value) is dict and key in _DETAILS:
+            leaves = [((key, k), v) for k, v in value.items()]
+        else:
+            leaves = [((key,), value)]
+        for path, v in leaves:
+            if v is None:
+                continue
+            if type(v) is not int or v < 0:
+                return normalise_usage(raw), usage_unread(raw)  # the general route says what is wrong, if anything
+            name = _PATH_FIELD.get(path)
+            if name is not None:
+                found.setdefault(name, []).append(v)
+            elif v and path not in _HARMLESS:
+                unread.append("unread:" + ".".join(path))
+    if "prompt" not in found or "completion" not in found:
+        return normalise_usage(raw), usage_unread(raw)
+    values = {name: max(found.get(name) or (0,)) for name in _FIELD_PATHS}
+    if values["reasoning"] > values["completion"]:
+        values["completion"] += values["reasoning"]
+    try:
+        usage = Usage(**values)
+    except ValueError:
+        return normalise_usage(raw), usage_unread(raw)
+    unread.extend(f"disagree:{name}" for name in _MULTI_PATH if len({v for v in found.get(name, ()) if v}) > 1)
+    return usage, tuple(sorted(set(unread)))
 
 
 def usage_doubts(usage: Usage | None, prompt_estimate: int, max_tokens: int,

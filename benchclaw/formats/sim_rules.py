@@ -247,18 +247,25 @@ def cache_split_of(profile: Profile, prefix: int, prompt: int) -> tuple[int, int
 
 def usage_raw(shape: str, prompt: int, cached: int, written: int, completion: int, reasoning: int) -> dict:
     """The usage object in the tier's shape (the differing shapes real providers send)."""
-    base = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-    r = {"reasoning_tokens": reasoning}
-    shapes = {
-        "openai": {"prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
-                   "completion_tokens_details": {**r, "audio_tokens": 0}},
-        "cache_hit": {"prompt_cache_hit_tokens": cached, "prompt_cache_miss_tokens": prompt - cached,
-                      "completion_tokens_details": r},
-        "null_details": {"prompt_tokens_details": None, "completion_tokens_details": None},
-        "cache_write": {"prompt_tokens_details": {"cached_tokens": cached, "created_cache_tokens": written},
-                        "completion_tokens_details": r},
-    }
-    return {**base, **shapes[shape]}
+    got = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    got.update(_SHAPES[shape](prompt, cached, written, reasoning))
+    return got
+
+
+# Each shape's fields beside the three every shape has: (prompt, cached, written, reasoning) -> fields.
+_SHAPES = {
+    "openai": lambda prompt, cached, written, reasoning: {
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0}},
+    "cache_hit": lambda prompt, cached, written, reasoning: {
+        "prompt_cache_hit_tokens": cached, "prompt_cache_miss_tokens": prompt - cached,
+        "completion_tokens_details": {"reasoning_tokens": reasoning}},
+    "null_details": lambda prompt, cached, written, reasoning: {
+        "prompt_tokens_details": None, "completion_tokens_details": None},
+    "cache_write": lambda prompt, cached, written, reasoning: {
+        "prompt_tokens_details": {"cached_tokens": cached, "created_cache_tokens": written},
+        "completion_tokens_details": {"reasoning_tokens": reasoning}},
+}
 
 
 def reported(shape: str) -> tuple[bool, bool, bool]:

@@ -20,10 +20,11 @@ from __future__ import annotations
 import hashlib
 
 from ..formats.records import DIGEST_RE
-from ..checks.tasks import Task, check_artifacts
+from ..checks import run_check
+from ..checks.tasks import Task, check_artifacts, workspace_with
 from ._errors import VerificationError
 from ._index import Index, Run
-from ._replay import replay_run
+from ._replay import judged_gate, replay_run
 from ._report import Section
 from ._runs import Runs
 from .layout import task_entry
@@ -145,10 +146,19 @@ def _check_run(ix: Index, run: Run, cache: dict, count) -> None:
 
 def _recompute(cache: dict, prefix: str, task: Task, artifacts: dict[str, bytes]) -> list:
     """``check_artifacts`` is pure, so identical replayed files of one task version are
-    checked once."""
+    checked once; and the gate checks the replay already judged on this very workspace
+    (the run's last ``check`` action, when nothing was written after it) are not judged
+    again."""
     key = ("checks", prefix, tuple(sorted(artifacts.items())))
     if key not in cache:
-        cache[key] = check_artifacts(task, artifacts, include_heldout=True)
+        ws = workspace_with(task, artifacts)
+        gate = judged_gate(cache, task, ws)
+        if gate is None:
+            cache[key] = check_artifacts(task, artifacts, include_heldout=True)
+        else:
+            judged = iter(gate)
+            cache[key] = [next(judged) if s.gate and not s.heldout else run_check(s, ws, task.heldout)
+                          for s in task.checks]
     return cache[key]
 
 

@@ -33,7 +33,7 @@ from ..formats.catalog import MAX_EXTENDS, Catalog, parse_catalog
 from ..errors import BenchClawError, FormatError
 from ..formats.money import (USAGE_FIELDS, CostBounds, Prices, Usage, call_cost_of,
                              cost_upper_bound, estimate_prompt_tokens, fmt_usd, message_bytes,
-                             normalise_usage, stream_floor, sum_usage, usage_unread)
+                             read_usage, stream_floor, sum_usage)
 from ..formats.records import DIGEST_RE
 from ._errors import VerificationError
 from ._index import Index, Run
@@ -532,12 +532,12 @@ def derive(data: bytes, sim: bool = False) -> list | None:
             return None
     n = _chars(data)
     try:
-        usage = normalise_usage(obj)
+        usage, unread = read_usage(obj)
     except (BenchClawError, ValueError, TypeError):
         return ["u", None, n, []]
     except Exception:  # noqa: BLE001 - step 4 reads it again and reports what it raises
         return None
-    return ["u", usage.to_dict(), n, list(usage_unread(obj))]
+    return ["u", usage.to_dict(), n, list(unread)]
 
 
 def _derived(b: _Step, run: Run, digest, line: int, what: str, kind: str):
@@ -655,9 +655,7 @@ def _normalised(b: _Step, run: Run, line: int, digest) -> Usage | None:
             return b.cache[key]
         data = _blob(b, run, digest, line, "usage_raw")
         try:
-            raw = jsonio.loads(data)
-            b.cache[key] = normalise_usage(raw)
-            b.cache[("unread", digest)] = usage_unread(raw)
+            b.cache[key], b.cache[("unread", digest)] = read_usage(jsonio.loads(data))
         except (BenchClawError, ValueError, TypeError):
             b.cache[key] = None  # kept raw, costed as unknown (FORMAT.md "Catalogs", usage shapes)
     return b.cache[key]

@@ -47,7 +47,8 @@ from ._zip import Limits
 from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
-           "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec"]
+           "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "recent_slot",
+           "packed_facts", "taken_facts"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -306,23 +307,30 @@ class ManifestRows:
         return map(self.__getitem__, range(len(self._paths)))
 
 
+def recent_slot() -> list:
+    """What ``Run``s share of the run read last: [its log, its records, its records by
+    kind, the log whose ``run.end`` body is held, that body]."""
+    return [None, (), {}, None, None]
+
+
 @dataclass(frozen=True)
 class Run:
     """A run that step 2 accepted: its id, bundle path and log. Its records are parsed on
     first use and kept in ``_recent``, a slot the index shares between all its runs: the
     steps read runs one at a time, so at most one run's records are held, however many
-    runs the bundle has (reading another run's replaces them)."""
+    runs the bundle has (reading another run's replaces them). Its ``run.end`` body,
+    unmarshalled on first use, is kept there the same way (``recent_slot``)."""
 
     run_id: str
     path: str
     log: RunLog
-    _recent: list = field(default_factory=lambda: [None, (), {}], repr=False, compare=False)
+    _recent: list = field(default_factory=lambda: recent_slot(), repr=False, compare=False)
 
     @property
     def records(self) -> tuple[Rec, ...]:
         slot = self._recent
         if slot[0] is not self.log:
-            slot[:] = [None, self.log.records(), {}]  # the old run's records go first
+            slot[:3] = [None, self.log.records(), {}]  # the old run's records go first
             slot[0] = self.log
         return slot[1]
 
@@ -332,7 +340,11 @@ class Run:
 
     @property
     def end(self) -> dict:
-        return self.log.last.body
+        slot = self._recent
+        if slot[3] is not self.log:
+            slot[4] = self.log.last.body
+            slot[3] = self.log
+        return slot[4]
 
     @property
     def started_at(self) -> str:
@@ -359,15 +371,46 @@ class Run:
         return kinds.get(kind, [])
 
 
-class RunFacts(NamedTuple):
+class RunFacts:
     """What steps 3, 4 and 6 concluded about one run on their own (each None when not
     taken: the step reads the run itself). ``checks``: step 3 holds, with this many check
     results; ``costs``: step 4 holds, its confirmed calls as ``_costs.RunCalls.row``;
-    ``condensed``: step 6's ``analysis.fold.condensed_to_json`` of the run."""
+    ``condensed``: step 6's ``analysis.fold.condensed_to_json`` of the run. Each is kept
+    marshalled on its own (``packed_facts``) and unmarshalled when its step reads it: a
+    step reads its own fact only, of every run."""
 
-    checks: int | None = None
-    costs: tuple | None = None
-    condensed: list | None = None
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts: tuple = (None, None, None)):
+        self._parts = parts
+
+    @property
+    def checks(self) -> int | None:
+        return _unpacked(self._parts[0])
+
+    @property
+    def costs(self) -> tuple | None:
+        return _unpacked(self._parts[1])
+
+    @property
+    def condensed(self) -> list | None:
+        return _unpacked(self._parts[2])
+
+
+def _unpacked(part: bytes | None):
+    return None if part is None else marshal.loads(part)
+
+
+def packed_facts(facts: list) -> bytes:
+    """A run's facts [step 3's, step 4's, step 6's] (each None when not taken) as the index
+    keeps them: each marshalled alone, the three together (``RunFacts``). Raises
+    ValueError for a value marshal does not take."""
+    return marshal.dumps(tuple(None if f is None else marshal.dumps(f) for f in facts))
+
+
+def taken_facts(packed: bytes) -> tuple[bool, bool, bool]:
+    """Which of a run's facts ``packed_facts`` holds (steps 3, 4, 6), none unmarshalled."""
+    return tuple(part is not None for part in marshal.loads(packed))
 
 
 _NO_FACTS = RunFacts()
@@ -389,7 +432,7 @@ class Index:
     task_files: Mapping[str, Mapping[str, bytes]]  # tasks/<id>/v<N> -> {relative path: bytes}
     registered: frozenset | None                 # registration digests the auditor holds
     facts: Mapping[str, bytes] = field(default_factory=lambda: MappingProxyType({}))  # runs/... entry -> its RunFacts, marshalled
-    recent: list = field(default_factory=lambda: [None, (), {}], repr=False, compare=False)
+    recent: list = field(default_factory=lambda: recent_slot(), repr=False, compare=False)
     # ^ the one run whose records are held (``Run.records``): a memo, not evidence
 
     def has(self, name: str) -> bool:
@@ -428,7 +471,7 @@ class Index:
     def facts_of(self, name: str) -> RunFacts:
         """The per-run facts the reading stage took of run log ``name`` (all None if none)."""
         got = self.facts.get(name)
-        return _NO_FACTS if got is None else RunFacts(*marshal.loads(got))
+        return _NO_FACTS if got is None else RunFacts(marshal.loads(got))
 
     def names_under(self, prefix: str) -> list[str]:
         return [n for n in self.names if n.startswith(prefix)]

@@ -184,14 +184,17 @@ class Kept(bytes):
     def __new__(cls, body: dict, keys: tuple, line: int | None = None):
         if keys not in _LAYOUTS:
             _LAYOUTS.append(keys)
-        present = [k in body for k in keys]
-        mask = sum(1 << i for i, there in enumerate(present) if there)
-        return super().__new__(cls, marshal.dumps((_LAYOUTS.index(keys), mask, line,
-                                                   *(body[k] for k, there in zip(keys, present) if there))))
+        layout = _LAYOUTS.index(keys)
+        held = [k for k in keys if k in body]
+        mask = (1 << len(keys)) - 1 if len(held) == len(keys) else sum(1 << keys.index(k) for k in held)
+        return super().__new__(cls, marshal.dumps((layout, mask, line, *map(body.__getitem__, held))))
 
     def fields(self) -> dict:
         layout, mask, line, *values = marshal.loads(self)
-        got = dict(zip((k for i, k in enumerate(_LAYOUTS[layout]) if mask >> i & 1), values))
+        names = _NAMES.get((layout, mask))
+        if names is None:
+            names = _NAMES[(layout, mask)] = tuple(k for i, k in enumerate(_LAYOUTS[layout]) if mask >> i & 1)
+        got = dict(zip(names, values))
         if line is not None:
             got["line"] = line
         return got
@@ -204,10 +207,11 @@ class Kept(bytes):
 
     @property
     def line(self) -> int:
-        return self.fields()["line"]
+        return marshal.loads(self)[2]
 
 
 _LAYOUTS: list[tuple] = [_RESERVE_KEPT, _SETTLE_KEPT]  # Kept's field names, by the index it keeps
+_NAMES: dict[tuple, tuple] = {}  # (layout, mask) -> the names of the fields a Kept holds
 
 
 def _index_reserve(rep: LedgerReplay, body: dict, name: str, line: int) -> None:

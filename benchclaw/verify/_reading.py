@@ -66,7 +66,8 @@ from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
 from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, Span,
-                     holds_bytes, line_chunks, frozen, kept, packed_rec)
+                     holds_bytes, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot,
+                     taken_facts)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, start
 from ._zip import Limits, ZipView
@@ -781,6 +782,8 @@ def _adopt(names: list[str], got: tuple, digests: dict, unread: dict, readings: 
 def _facts(ix: Index) -> dict[str, bytes]:
     """Each run log's ``RunFacts`` (marshalled), the first runs (half their compressed
     bytes) taken in a forked worker while this process takes the rest."""
+    from . import _checks, _costs, _summary  # noqa: F401 - the steps' modules (and the checks, sqlite3...),
+    # imported here, before the fork, so that the worker inherits them rather than import them again
     names = [n for n, log in ix.run_logs.items() if isinstance(log, RunLog) and RUN_PATH.match(n)]
     total, half, cut = sum(ix.run_logs[n].packed.length for n in names), 0, 0
     while cut < len(names) and half * 2 < total:
@@ -846,9 +849,9 @@ def _frames(data: bytes, count: int) -> list[bytes | None]:
 def _taken(ix: Index, names: list[str]):
     """Each run's facts, in order: [step 3's, step 4's, step 6's], each None when its
     ``per_run`` raised; None for a run whose records could not be read."""
-    from . import _checks, _costs, _summary  # the steps' modules, imported when a bundle is read
+    from . import _checks, _costs, _summary  # the steps' modules (``_facts`` imported them)
 
-    checks, costs, slot = {}, {}, [None, (), {}]  # each step's pure recomputations; the run held
+    checks, costs, slot = {}, {}, recent_slot()  # each step's pure recomputations; the run held
     summary = not ix.manifest.exploratory  # an exploratory bundle's step 6 is another (``_exploratory``)
     for name in names:
         run = Run(RUN_PATH.match(name).group(2), name, ix.run_logs[name], slot)
@@ -874,7 +877,7 @@ def _packed_facts(facts) -> bytes | None:
     if facts is None or facts == [None, None, None]:
         return None
     try:
-        return marshal.dumps(tuple(facts))
+        return packed_facts(facts)
     except ValueError:  # a value marshal does not take: the steps read the run
         return None
 
@@ -887,7 +890,7 @@ def _untaken(readings: dict, run_logs, facts: dict) -> dict:
     needed = set()
     for name, log in run_logs.items():
         got = facts.get(name)
-        if isinstance(log, RunLog) and (got is None or None in marshal.loads(got)[:2]):
+        if isinstance(log, RunLog) and (got is None or not all(taken_facts(got)[:2])):
             refs = log.refs
             needed.update(object_path("sha256:" + refs[i:i + 32].hex()) for i in range(0, len(refs), 32))
     return {name: got for name, got in readings.items() if name in needed or holds_bytes(got)}

@@ -419,11 +419,10 @@ class _Run:
     def gate_results(self) -> list:
         """The gate checks on the workspace now: pure, so once per (task, workspace) across
         the runs (a grid's runs often check the very same files)."""
-        key = ("gate", self.task.digest, tuple(sorted(self.ws.items())))
-        got = self.cache.get(key)
+        got = judged_gate(self.cache, self.task, self.ws)
         if got is None:
             gate = [s for s in self.task.checks if s.gate and not s.heldout]
-            got = self.cache[key] = run_checks(gate, self.ws, {}, include_heldout=False)
+            got = self.cache[_gate_key(self.task, self.ws)] = run_checks(gate, self.ws, {}, include_heldout=False)
         return got
 
     def finish(self, line, body, args, obj):
@@ -454,6 +453,17 @@ def _first_diff(a: list, b: list) -> int:
 
 def _sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def judged_gate(cache: dict, task: Task, ws: dict[str, bytes]) -> list | None:
+    """The results of ``task``'s gate checks (not held out) on the workspace ``ws``, in the
+    task's order, when a replayed ``check`` action judged them on that very workspace
+    (step 3 then takes them for the run's final checks: pure, so the same); else None."""
+    return cache.get(_gate_key(task, ws))
+
+
+def _gate_key(task: Task, ws: dict[str, bytes]) -> tuple:
+    return ("gate", task.digest, tuple(sorted(ws.items())))
 
 
 def replay_run(ix: Index, run: Run, task: Task, cache: dict) -> dict[str, bytes]:

@@ -71,17 +71,19 @@ def _check(b, run: Run, line: int, body: dict, usage: Usage, profile: Profile, e
         raise VerificationError(run.path, f"{where}: usage cache_write {usage.cache_write}, the profile's cache "
                                 f"rule gives {written}", line)
     draws = _draws(b, run, line, body, profile, effort, facts)
-    wants = {r: usage_raw(profile.usage_shape, prompt, cached, written, c, r) for r, c in draws.values()}
-    # the runtime stores a raw usage as its canonical JSON, so the blob is the simulator's
-    # object exactly when its digest is that object's (step 2 tied the blob to its digest);
-    # every number in it is an int (counts checked or computed as such): no float to look for
-    digests = {"sha256:" + hashlib.sha256(jsonio.dumps_floatless(w)).hexdigest() for w in wants.values()}
-    if body.get("usage_raw") in digests:
+    # the blob's usage (normalised from it) has a draw's numbers whenever the blob is that
+    # draw's object, so only the draws its numbers match are built and hashed: the runtime
+    # stores a raw usage as its canonical JSON, so the blob is the simulator's object exactly
+    # when its digest is that object's (step 2 tied the blob to its digest); every number in
+    # it is an int (counts checked or computed as such): no float to look for
+    same = [(r, c) for r, c in draws.values() if c == usage.completion and (not shown[2] or r == usage.reasoning)]
+    wants = [usage_raw(profile.usage_shape, prompt, cached, written, c, r) for r, c in same]
+    raw = body.get("usage_raw")
+    if any(raw == "sha256:" + hashlib.sha256(jsonio.dumps_floatless(w)).hexdigest() for w in wants):
         return
-    same = [r for r, c in draws.values() if c == usage.completion and (not shown[2] or r == usage.reasoning)]
     if same:  # the numbers follow, the object around them does not
         raise VerificationError(run.path, f"{where}: the raw usage blob is not the {profile.usage_shape!r} usage "
-                                f"object the simulator sends for these numbers: {wants[same[0]]}", line)
+                                f"object the simulator sends for these numbers: {wants[0]}", line)
     told = ", ".join(f"{k} {r} (completion {c})" for k, (r, c) in draws.items())
     got = f"reasoning {usage.reasoning}" if shown[2] else "reasoning not reported"
     raise VerificationError(run.path, f"{where}: usage {got}, completion {usage.completion}; the simulator "
