@@ -288,12 +288,17 @@ class ManifestRows:
 
     __slots__ = ("_paths", "_digests", "_sizes")
 
-    def __init__(self, rows, names: Mapping[str, str]):
-        """``names``: each entry name of the zip, to itself. Raises OverflowError for a
-        size past 64 bits (the caller keeps the rows as they are: step 1 reports it)."""
-        self._paths = [names.get(r.path, r.path) for r in rows]
-        self._digests = b"".join(bytes.fromhex(r.digest[7:]) for r in rows)
-        self._sizes = array("Q", (r.size for r in rows))
+    def __init__(self, paths: list[str], digests: bytes, sizes: array):
+        """Row i: ``paths[i]``, the SHA-256 ``digests[32 * i:32 * i + 32]``, ``sizes[i]``."""
+        self._paths, self._digests, self._sizes = paths, digests, sizes
+
+    @classmethod
+    def of(cls, rows, names: Mapping[str, str]) -> "ManifestRows":
+        """``rows`` (``FileEntry``) kept so; ``names``: each entry name of the zip, to itself.
+        Raises OverflowError for a size past 64 bits (the caller keeps the rows as they
+        are: step 1 reports it)."""
+        return cls([names.get(r.path, r.path) for r in rows], b"".join(bytes.fromhex(r.digest[7:]) for r in rows),
+                   array("Q", (r.size for r in rows)))
 
     def __len__(self) -> int:
         return len(self._paths)
