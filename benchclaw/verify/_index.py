@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import hashlib
 import marshal
+import os
+import tempfile
 import zlib
 from array import array
 from itertools import starmap
@@ -47,7 +49,7 @@ from ._zip import Limits
 from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
-           "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec"]
+           "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "Spill", "Spilled"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -376,6 +378,60 @@ class RunFacts(NamedTuple):
 
 
 _NO_FACTS = RunFacts()
+
+
+class Spill:
+    """Bytes the index keeps out of this process's memory: appended to an unlinked
+    temporary file (gone when closed, or when the process ends) and read back with
+    ``pread``. Per-run values a step reads once each (its facts) cost no resident memory
+    this way, where held they grow with the runs."""
+
+    def __init__(self):
+        self._file = tempfile.TemporaryFile()
+        self._fd, self._end = self._file.fileno(), 0
+
+    def put(self, data: bytes) -> int:
+        """Where ``data`` now lies (read it with ``get(at, len(data))``)."""
+        at, view = self._end, memoryview(data)
+        while view:
+            view = view[os.pwrite(self._fd, view, self._end):]
+            self._end = at + len(data) - len(view)
+        return at
+
+    def get(self, at: int, n: int) -> bytes:
+        data = os.pread(self._fd, n, at)
+        if len(data) != n:
+            raise UnreadableBundle("", "the verifier's temporary file was truncated")
+        return data
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class Spilled(Mapping):
+    """name -> bytes, the bytes in a ``Spill`` (each read again when asked for); the names
+    in a dict to where their bytes lie. Read-only once the reading stage has filled it."""
+
+    __slots__ = ("_spill", "_at")
+
+    def __init__(self, spill: Spill):
+        self._spill, self._at = spill, {}
+
+    def put(self, name: str, data: bytes) -> None:
+        self._at[name] = self._spill.put(data) << 32 | len(data)
+
+    def __getitem__(self, name: str) -> bytes:
+        at = self._at[name]
+        return self._spill.get(at >> 32, at & 0xFFFFFFFF)
+
+    def __contains__(self, name) -> bool:
+        return name in self._at
+
+    def __iter__(self):
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ page cache, out of this process's resident set); a run log's and a ledger's reco
 dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
 again with ``pread`` when a step parses them); the values the runs' first and last records
 repeat are held once, the last record marshalled; the manifest's rows and the objects'
-readings are kept in compact forms; an object's bytes are dropped once hashed unless a step
+readings are kept in compact forms, the per-run facts spilled to an unlinked temporary file (``Spill``)
+and read back with ``pread``; an object's bytes are dropped once hashed unless a step
 reads them (``_index``); the zip's directory (arrays: ``_zip``) is dropped before D. GC
 tactics: the collector is off for the whole ``with`` (the index holds millions of acyclic
 records, built here and read by every step).
@@ -65,8 +66,8 @@ from ..formats.records import (ENVELOPE_VERSION, GENESIS, MAX_LINE_BYTES, blob_r
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
-from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, Span,
-                     holds_bytes, line_chunks, frozen, kept, packed_rec)
+from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, Span, Spill,
+                     Spilled, holds_bytes, line_chunks, frozen, kept, packed_rec)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, start
 from ._zip import Limits, ZipView
@@ -99,8 +100,8 @@ def reading(source: str | os.PathLike | bytes, limits: Limits,
     paused = gc.isenabled()
     gc.disable()  # millions of acyclic records, read and then read again: GC passes only cost time
     try:
-        with _archive(source, limits) as (data, read_at):
-            yield _read(_Pages(data), Archive(read_at), limits, registered)
+        with _archive(source, limits) as (data, read_at), contextlib.closing(Spill()) as spill:
+            yield _read(_Pages(data), Archive(read_at), spill, limits, registered)
     finally:
         if paused:
             gc.enable()
@@ -175,7 +176,7 @@ class _Pages:
 
 # ------------------------------------------------------------------------------ the stage
 
-def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
+def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registered) -> Index:
     view = ZipView(pages.data, limits, pages.walked)  # its walk touches every local header's page
     pages.release()
     unread: dict[str, VerificationError] = {}
@@ -210,8 +211,8 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
                objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
                content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
     del view, run_logs  # the directory (its arrays, ~50 bytes an entry), before D's facts join the index
-    facts = _facts(ix)  # D: on two cores
-    return dataclasses.replace(ix, objects=frozen(_untaken(readings, ix.run_logs, facts)), facts=frozen(facts))
+    facts = _facts(ix, Spilled(spill))  # D: on two cores
+    return dataclasses.replace(ix, objects=frozen(_untaken(readings, ix.run_logs, facts)), facts=facts)
 
 
 def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
@@ -821,8 +822,8 @@ def _adopt(names: list[str], got: tuple, digests: dict, unread: dict, readings: 
 
 # ------------------------------------------------------------------------------ D: per-run facts
 
-def _facts(ix: Index) -> dict[str, bytes]:
-    """Each run log's ``RunFacts`` (marshalled), the first runs (half their compressed
+def _facts(ix: Index, out: Spilled) -> Spilled:
+    """Each run log's ``RunFacts`` (marshalled, into ``out``), the first runs (half their compressed
     bytes) taken in a forked worker while this process takes the rest."""
     names = [n for n, log in ix.run_logs.items() if isinstance(log, RunLog) and RUN_PATH.match(n)]
     total, half, cut = sum(ix.run_logs[n].packed.length for n in names), 0, 0
@@ -831,18 +832,16 @@ def _facts(ix: Index) -> dict[str, bytes]:
         cut += 1
     pending = start(_facts_in_worker, ix, names[:cut], timeout=ix.limits.worker_seconds)
     try:
-        here = [_packed_facts(f) for f in _taken(ix, names[cut:])]  # now, while the worker takes its half
+        for name, facts in zip(names[cut:], _taken(ix, names[cut:])):  # now, while the worker takes its half
+            _keep(out, name, _packed_facts(facts))
         there = pending.result()
     finally:
         pending.cancel()
-    out: dict[str, bytes] = {}
     try:
         for name, packed in zip(names[:cut], _frames(there.data, cut), strict=True):
             _keep(out, name, packed)
     except ValueError:
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
-    for name, packed in zip(names[cut:], here):
-        _keep(out, name, packed)
     return out
 
 
@@ -865,25 +864,24 @@ def _facts_in_worker(ix: Index, names: list[str]) -> Raw:
     return Raw(out)
 
 
-def _frames(data: bytes, count: int) -> list[bytes | None]:
-    """The ``count`` frames of ``_facts_in_worker``'s bytes, which they must tile (else
-    ValueError)."""
-    got, pos, end = [], 0, len(data)
+def _frames(data: bytes, count: int):
+    """The ``count`` frames of ``_facts_in_worker``'s bytes, one at a time, which they must
+    tile (else ValueError)."""
+    pos, end = 0, len(data)
     for _ in range(count):
         if pos + 4 > end:
             raise ValueError("truncated")
         (n,) = _FRAME.unpack_from(data, pos)
         pos += 4
         if n == _NO_FACTS:
-            got.append(None)
+            yield None
             continue
         if pos + n > end:
             raise ValueError("truncated")
-        got.append(bytes(data[pos:pos + n]))
+        yield bytes(data[pos:pos + n])
         pos += n
     if pos != end:
         raise ValueError("extra bytes")
-    return got
 
 
 def _taken(ix: Index, names: list[str]):
@@ -936,6 +934,6 @@ def _untaken(readings: dict, run_logs, facts: dict) -> dict:
     return {name: got for name, got in readings.items() if name in needed or holds_bytes(got)}
 
 
-def _keep(out: dict, name: str, packed: bytes | None) -> None:
+def _keep(out: Spilled, name: str, packed: bytes | None) -> None:
     if packed is not None:
-        out[name] = packed
+        out.put(name, packed)
