@@ -99,12 +99,32 @@ def reading(source: str | os.PathLike | bytes, limits: Limits,
     inside the ``with``. Raises UnreadableBundle."""
     paused = gc.isenabled()
     gc.disable()  # millions of acyclic records, read and then read again: GC passes only cost time
+    _fix_mmap_threshold()
     try:
         with _archive(source, limits) as (data, read_at), contextlib.closing(Spill()) as spill:
             yield _read(_Pages(data), Archive(read_at), spill, limits, registered)
     finally:
         if paused:
             gc.enable()
+
+
+_MMAP_THRESHOLD = 128 << 10  # glibc's default, kept fixed (M_MMAP_THRESHOLD is mallopt's -3)
+
+
+def _fix_mmap_threshold() -> None:
+    """Keep glibc's malloc giving blocks above ``_MMAP_THRESHOLD`` (an inflated entry, a
+    worker's result) their own mapping, returned to the kernel when freed. By default it
+    raises the threshold to the largest block freed so far, so that each of this stage's
+    megabyte-sized buffers lands in the heap after the first, and the heap's free space
+    (between the index's long-lived values) stays resident. For this process and its
+    workers, once set; elsewhere (another libc, no ctypes) nothing changes."""
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (ImportError, OSError, AttributeError):
+        return
+    mallopt(-3, _MMAP_THRESHOLD)
 
 
 # ------------------------------------------------------------------------------ the archive
