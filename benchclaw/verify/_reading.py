@@ -31,8 +31,8 @@ page cache, out of this process's resident set); a run log's and a ledger's reco
 dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
 again with ``pread`` when a step parses them); the values the runs' first and last records
 repeat are held once, the last record marshalled; the manifest's rows and the objects'
-readings are kept in compact forms, the per-run facts spilled to an unlinked temporary file (``Spill``)
-and read back with ``pread``; an object's bytes are dropped once hashed unless a step
+readings are kept in compact forms, the per-run facts and each run log but its first record spilled to
+an unlinked temporary file (``Spill``, ``RunLogs``) and read back with ``pread``; an object's bytes are dropped once hashed unless a step
 reads them (``_index``); the zip's directory (arrays: ``_zip``) is dropped before D. GC
 tactics: the collector is off for the whole ``with`` (the index holds millions of acyclic
 records, built here and read by every step).
@@ -66,7 +66,7 @@ from ..formats.records import (ENVELOPE_VERSION, GENESIS, MAX_LINE_BYTES, blob_r
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
-from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, Span, Spill,
+from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
                      Spilled, holds_bytes, line_chunks, frozen, kept, packed_rec)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, start
@@ -200,7 +200,7 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     view = ZipView(pages.data, limits, pages.walked)  # its walk touches every local header's page
     pages.release()
     unread: dict[str, VerificationError] = {}
-    run_logs, ledgers, content = {}, {}, {}
+    run_logs, ledgers, content = RunLogs(spill, archive), {}, {}
     roles: dict[str, int] = {}  # object digest -> what the run records need of it (_ROLES)
     shared: dict = {}  # the values the kept run.start and run.end records share (_shared)
     objects = [n for n in view.names if n.startswith("objects/")]
@@ -227,7 +227,7 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
             content.pop(name, None)
     ix = Index(limits=limits, names=tuple(view.names), sizes=view.sizes(),
                manifest=manifest, digests=Digests(digests), unread=frozen(unread),
-               run_logs=frozen({n: run_logs[n] for n in view.names if n in run_logs}),
+               run_logs=run_logs.ordered(view.names),
                objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
                content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
     del view, run_logs  # the directory (its arrays, ~50 bytes an entry), before D's facts join the index
@@ -236,13 +236,13 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
 
 
 def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
-                unread: dict, run_logs: dict, ledgers: dict, content: dict, roles: dict, shared: dict) -> None:
+                unread: dict, run_logs: RunLogs, ledgers: dict, content: dict, roles: dict, shared: dict) -> None:
     """An entry that is not an object, inflated, hashed and read into its mapping."""
     raw, data = _inflate(pages, view, name, digests, unread)
     if data is None:
         return
     if name.startswith("runs/"):
-        run_logs[name] = _run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)
+        run_logs.put(name, _run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared))
     elif name.startswith("ledgers/"):
         ledgers[name] = _ledger(name, data, _packed(view, archive, name, raw))
     elif not name.startswith("site/"):  # the pages: hashed for step 1, read by no step
@@ -396,7 +396,7 @@ def _error(d: dict | None) -> VerificationError | None:
 
 
 def _adopt_logs(names: frozenset, got: Raw, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
-                digests: dict, unread: dict, run_logs: dict, roles: dict, shared: dict) -> None:
+                digests: dict, unread: dict, run_logs: RunLogs, roles: dict, shared: dict) -> None:
     """The worker's run logs (``_run_logs_in_worker``'s lines, parsed one at a time) into
     this process's mappings, their first and last records' values held once with this
     process's (as ``_kept`` holds them); a log it could not write is read here."""
@@ -434,14 +434,14 @@ def _lines(data: bytes, stop: int):
 
 
 def _adopt_log(name: str, log, hexd: str, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
-               digests: dict, unread: dict, run_logs: dict, roles: dict, shared: dict) -> None:
+               digests: dict, unread: dict, run_logs: RunLogs, roles: dict, shared: dict) -> None:
     if name in unread:
         return
     if log is None:
         _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, {}, {}, roles, shared)
         return
     digests[name] = "sha256:" + hexd
-    run_logs[name] = _error(log[1]) if log[0] == "error" else _log_from_json(log, archive, shared)
+    run_logs.put(name, _error(log[1]) if log[0] == "error" else _log_from_json(log, archive, shared))
 
 
 def _log_from_json(row: list, archive: Archive, shared: dict) -> RunLog:
@@ -909,10 +909,10 @@ def _taken(ix: Index, names: list[str]):
     ``per_run`` raised; None for a run whose records could not be read."""
     from . import _checks, _costs, _summary  # the steps' modules, imported when a bundle is read
 
-    checks, costs, slot = {}, {}, [None, (), {}]  # each step's pure recomputations; the run held
+    checks, costs, slot = {}, {}, [None, None, None, {}]  # each step's pure recomputations; the run held
     summary = not ix.manifest.exploratory  # an exploratory bundle's step 6 is another (``_exploratory``)
     for name in names:
-        run = Run(RUN_PATH.match(name).group(2), name, ix.run_logs[name], slot)
+        run = Run(RUN_PATH.match(name).group(2), name, ix.run_logs, slot)
         try:
             records = run.records  # parsed once, read by the three
         except Exception:  # noqa: BLE001 - the steps read it again and say why
