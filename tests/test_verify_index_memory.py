@@ -193,3 +193,30 @@ def test_digests_of_objects_named_by_their_hash_read_as_the_strings():
     assert dict(got) == {f"objects/ab/{h}": "sha256:" + h, "runs/x": "sha256:" + "1" * 64}
     with pytest.raises(KeyError):
         got["nope"]
+
+
+@pytest.mark.parametrize("method", [0, 8])
+def test_a_ledger_streamed_from_the_zip_reads_as_the_ledger_inflated_whole(monkeypatch, method):
+    """A ledger is inflated, hashed and chain-checked a piece at a time; what the index keeps
+    is what reading it whole gives. A corrupt entry or a broken chain is read whole
+    instead, which says what is wrong as it always did."""
+    import hashlib
+
+    from benchclaw.verify import _reading
+    from benchclaw.verify._zip import Limits, ZipView
+
+    monkeypatch.setattr(_reading, "_PIECE", 700)  # many pieces, lines cut across them
+    data = ledger_bytes(200)
+    name = "ledgers/x.jsonl"
+    bad = data.replace(b'"tokens":7', b'"tokens":8', 1)
+    zipped = raw_zip([RawEntry(name.encode(), data, method=method), RawEntry(b"b", bad, method=method),
+                      RawEntry(b"c", data, method=method, crc=1)])
+    view = ZipView(zipped, Limits())
+    archive = Archive(lambda offset, n: zipped[offset:offset + n])
+    got, digest = _reading._streamed_ledger(_reading._Pages(zipped), view, archive, name)
+    whole = _ledger(name, data, (got.packed, got.stored))
+    assert digest == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert (got.count, got.first, got.last, got.earliest) == (whole.count, whole.first, whole.last, whole.earliest)
+    assert list(got) == list(whole)
+    for other in ("b", "c"):  # a broken chain, a wrong CRC: read whole
+        assert _reading._streamed_ledger(_reading._Pages(zipped), view, archive, other) is None

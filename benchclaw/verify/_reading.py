@@ -27,7 +27,8 @@ D. each run's records are parsed once more and the per-run functions of steps 3,
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
 walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
-page cache, out of this process's resident set); a run log's and a ledger's records are
+page cache, out of this process's resident set); a ledger is inflated, hashed and chain-checked a
+megabyte at a time (never held whole); a run log's and a ledger's records are
 dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
 again with ``pread`` when a step parses them); the values the runs' first and last records
 repeat are held once, the last record marshalled; the manifest's rows and the objects'
@@ -54,6 +55,7 @@ import mmap
 import os
 import re
 import struct
+import zlib
 from array import array
 from operator import itemgetter, methodcaller
 from pathlib import Path
@@ -238,6 +240,11 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
 def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
                 unread: dict, run_logs: RunLogs, ledgers: dict, content: dict, roles: dict, shared: dict) -> None:
     """An entry that is not an object, inflated, hashed and read into its mapping."""
+    if name.startswith("ledgers/"):
+        got = _streamed_ledger(pages, view, archive, name)
+        if got is not None:
+            ledgers[name], digests[name] = got
+            return
     raw, data = _inflate(pages, view, name, digests, unread)
     if data is None:
         return
@@ -647,19 +654,71 @@ def _ledger(name: str, data: bytes, packed: tuple[Span, bool]) -> LedgerLog | Ve
     return LedgerLog(*packed, count, first, last, earliest)
 
 
+def _streamed_ledger(pages: _Pages, view: ZipView, archive: Archive, name: str) -> tuple[LedgerLog, str] | None:
+    """(the ledger as ``_ledger`` reads it, its digest), inflated, hashed and chain-checked a
+    piece at a time: a grid's ledger is the largest entry of its bundle (60 MB at 20,000
+    runs), never held whole. None at any defect, of its zip entry or of its chain: the
+    whole entry is then read as any other, which says what is wrong."""
+    e = view.entry(name)
+    raw = view.data[e.data_offset:e.end]  # as the zip holds it (deflated: a fifth of the size)
+    sha, sums = hashlib.sha256(), [0, 0]  # CRC-32, bytes
+
+    def pieces():
+        for piece in _inflated(raw, e.method == _STORED, e.usize):
+            sha.update(piece)
+            sums[0], sums[1] = zlib.crc32(piece, sums[0]), sums[1] + len(piece)
+            yield piece
+
+    try:
+        count, first, last, earliest = _chain_stream(name, pieces())
+    except (BenchClawError, _Broken):
+        return None
+    pages.walked(e.csize)
+    if sums != [e.crc, e.usize]:
+        return None
+    return LedgerLog(archive.span(e.data_offset, raw), e.method == _STORED, count, first, last, earliest), \
+        "sha256:" + sha.hexdigest()
+
+
+def _inflated(raw: bytes, stored: bool, usize: int):
+    """``raw``'s bytes inflated, a ``_PIECE`` at most at a time; ``_Broken`` past ``usize``
+    bytes, or at a corrupt, truncated or overlong deflate stream."""
+    if stored:
+        yield from (raw[at:at + _PIECE] for at in range(0, len(raw), _PIECE))
+        return
+    d, tail, n = zlib.decompressobj(-15), raw, 0
+    while not d.eof:
+        try:
+            out = d.decompress(tail, _PIECE)
+        except zlib.error:
+            raise _Broken() from None
+        tail = d.unconsumed_tail
+        if not out and not tail:
+            raise _Broken()  # truncated
+        n += len(out)
+        if n > usize:
+            raise _Broken()
+        yield out
+    if d.unused_data or tail:
+        raise _Broken()
+
+
+_PIECE = 1 << 20  # inflated bytes of a ledger handled at a time
+
+
 class _Broken(Exception):
     """A ledger line that does not chain: ``chain_records`` says where and why."""
 
 
-def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None, str | None]:
-    """(count, first, last, the earliest ``at``) of a chained JSONL entry, the chain checked
-    as ``verify_chain`` checks it, a megabyte of lines at a time (each line parsed and hashed
-    alone, at C level). Raises ``_Broken`` at the first defect (``chain_records`` then says
-    which)."""
-    if data and not data.endswith(b"\n"):
-        raise _Broken()  # torn last line
+def _chain_stream(name: str, data) -> tuple[int, Rec | None, Rec | None, str | None]:
+    """(count, first, last, the earliest ``at``) of a chained JSONL entry (its bytes, or an
+    iterable of pieces of them), the chain checked as ``verify_chain`` checks it, a quarter
+    megabyte of lines at a time (each line parsed and hashed alone, at C level). Raises
+    ``_Broken`` at the first defect (``chain_records`` then says which)."""
     prev, first, obj, i, earliest = GENESIS, None, None, 0, None
     for chunk in line_chunks(data, True):
+        if not chunk.endswith(b"\n"):
+            raise _Broken()  # torn last line
         lines = chunk[:-1].split(b"\n")
         if max(map(len, lines)) > MAX_LINE_BYTES:
             raise _Broken()
