@@ -75,13 +75,13 @@ def test_manifest_rows_read_as_the_parsed_rows():
     files = {"b/x": b"12345", "a": b"", "objects/zz": b"z" * 70000}
     rows = build_manifest([EXP], files).files
     names = {n: n for n in files}
-    kept_rows = ManifestRows(rows, names)
+    kept_rows = ManifestRows.of(rows, names)
     assert list(kept_rows) == list(rows) and len(kept_rows) == 3
     assert kept_rows[-1] == rows[-1] and kept_rows[0].path is names[rows[0].path]
     with pytest.raises(IndexError):
         kept_rows[3]
     with pytest.raises(OverflowError):
-        ManifestRows((FileEntry("a", rows[0].digest, 1 << 64),), names)
+        ManifestRows.of((FileEntry("a", rows[0].digest, 1 << 64),), names)
 
 
 def test_a_manifest_size_past_64_bits_is_refused_by_step_one_not_a_traceback(monkeypatch):
@@ -98,10 +98,35 @@ def test_a_manifest_size_past_64_bits_is_refused_by_step_one_not_a_traceback(mon
         return Manifest(m.experiments, rows, m.digest, m.exploratory)
 
     monkeypatch.setattr(_reading, "parse_manifest", huge)
-    rep = verify_bundle(raw_zip([RawEntry(b"manifest.json", manifest_for(files))]
-                                + [RawEntry(k, v) for k, v in files.items()]))
+    manifest = manifest_for(files).replace(b'"files":[', b'"files": [')  # not canonical: parsed whole
+    rep = verify_bundle(raw_zip([RawEntry(b"manifest.json", manifest)] + [RawEntry(k, v) for k, v in files.items()]))
     assert rep.fatal is None and rep.exit_code == 1
     assert any(f"the manifest says {1 << 64}" in str(f) for f in rep.section("container").failures)
+
+
+def test_a_canonical_manifest_read_row_by_row_is_the_manifest_parsed_whole():
+    """The rows of a manifest as export writes it are read one at a time; any other form
+    (spaces, escapes, another key order) is parsed whole: both read the same."""
+    from benchclaw.verify._reading import _canonical_manifest
+    from benchclaw.verify.manifest import parse_manifest
+    from benchclaw.formats import jsonio
+
+    files = {"VERSION": b"x", "a/bé.txt": b"yy", "objects/zz": b"z" * 70}
+    for exploratory in (False, True):
+        data = build_manifest([EXP, "E2"], files, exploratory=exploratory).to_bytes()
+        whole = parse_manifest(data)
+        got = _canonical_manifest(data, {})
+        assert got is not None and list(got.files) == list(whole.files)
+        assert (got.experiments, got.digest, got.exploratory) == (whole.experiments, whole.digest, whole.exploratory)
+    data = build_manifest([EXP], files).to_bytes()
+    for other in (data.replace(b'"files":[', b'"files": ['), data.replace(b"\xc3\xa9", b"\\u00e9"),
+                  data.replace(b",{", b", {", 1), jsonio.dumps_pretty(jsonio.loads(data)).encode()):
+        assert _canonical_manifest(other, {}) is None
+    for bad in (data.replace(b"}]", b"},]"), data.replace(b'[{"digest"', b'[,{"digest"'), data[:-30]):
+        try:
+            assert _canonical_manifest(bad, {}) is None
+        except UnreadableBundle:
+            pass  # the rest of it is not JSON: parse_manifest says so, as for the whole
 
 
 def test_shared_run_record_values_are_equal_and_never_conflate_json_types():
@@ -168,3 +193,30 @@ def test_digests_of_objects_named_by_their_hash_read_as_the_strings():
     assert dict(got) == {f"objects/ab/{h}": "sha256:" + h, "runs/x": "sha256:" + "1" * 64}
     with pytest.raises(KeyError):
         got["nope"]
+
+
+@pytest.mark.parametrize("method", [0, 8])
+def test_a_ledger_streamed_from_the_zip_reads_as_the_ledger_inflated_whole(monkeypatch, method):
+    """A ledger is inflated, hashed and chain-checked a piece at a time; what the index keeps
+    is what reading it whole gives. A corrupt entry or a broken chain is read whole
+    instead, which says what is wrong as it always did."""
+    import hashlib
+
+    from benchclaw.verify import _reading
+    from benchclaw.verify._zip import Limits, ZipView
+
+    monkeypatch.setattr(_reading, "_PIECE", 700)  # many pieces, lines cut across them
+    data = ledger_bytes(200)
+    name = "ledgers/x.jsonl"
+    bad = data.replace(b'"tokens":7', b'"tokens":8', 1)
+    zipped = raw_zip([RawEntry(name.encode(), data, method=method), RawEntry(b"b", bad, method=method),
+                      RawEntry(b"c", data, method=method, crc=1)])
+    view = ZipView(zipped, Limits())
+    archive = Archive(lambda offset, n: zipped[offset:offset + n])
+    got, digest = _reading._streamed_ledger(_reading._Pages(zipped), view, archive, name)
+    whole = _ledger(name, data, (got.packed, got.stored))
+    assert digest == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert (got.count, got.first, got.last, got.earliest) == (whole.count, whole.first, whole.last, whole.earliest)
+    assert list(got) == list(whole)
+    for other in ("b", "c"):  # a broken chain, a wrong CRC: read whole
+        assert _reading._streamed_ledger(_reading._Pages(zipped), view, archive, other) is None

@@ -176,7 +176,7 @@ def test_steps_3_4_and_6_take_each_honest_run_from_the_reading_stage_facts(bundl
     parsed = []
     real = _index.RunLog.records
     monkeypatch.setattr(_index.RunLog, "records", lambda self: (parsed.append(1), real(self))[1])
-    monkeypatch.setattr(_reading, "_facts", lambda ix: {})  # no facts: every step reads every run
+    monkeypatch.setattr(_reading, "_facts", lambda ix, out: out)  # no facts: every step reads every run
     without = verify_bundle(bundle).to_dict()
     assert without == with_facts and with_facts["exit_code"] == 0
     runs = with_facts["sections"][1]["counts"]["runs"]
@@ -205,7 +205,7 @@ def test_a_run_that_does_not_hold_has_no_facts_and_its_step_reports_it_as_withou
         assert facts.costs is None and facts.checks is not None
     rep = verify_bundle(forged)
     assert rep.exit_code == 1 and rep.section("costs").failures, rep.to_dict()
-    monkeypatch.setattr(_reading, "_facts", lambda ix: {})
+    monkeypatch.setattr(_reading, "_facts", lambda ix, out: out)
     assert verify_bundle(forged).to_dict() == rep.to_dict()
 
 
@@ -213,10 +213,10 @@ def test_the_facts_a_worker_returns_must_tile_its_frames_exactly():
     from benchclaw.verify._reading import _frames, _facts_in_worker  # noqa: F401 - the writer of these frames
 
     good = b"\x02\x00\x00\x00ab" + b"\xff\xff\xff\xff"
-    assert _frames(good, 2) == [b"ab", None]
+    assert list(_frames(good, 2)) == [b"ab", None]
     for bad, count in ((good, 3), (good + b"x", 2), (good[:5], 2), (b"\x05\x00\x00\x00ab", 1)):
         with pytest.raises(ValueError):
-            _frames(bad, count)
+            list(_frames(bad, count))
 
 
 def test_a_worker_whose_facts_are_cut_short_is_a_clean_exit_2(bundle, monkeypatch):

@@ -5,7 +5,7 @@ hand each other what they accepted: step 2 the runs, step 4 the calls' costs), n
 zip. What the index keeps of an entry is what some step reads of it, and no more:
 
 - every entry: its size and SHA-256, or the error that kept it from being read;
-- a run log: where its bytes lie in the zip (read again, and checked against the BLAKE2b
+- a run log (spilled, ``RunLogs``, but its first record): where its bytes lie in the zip (read again, and checked against the BLAKE2b
   taken when they were hashed, when a step asks), its first and last record, the digests
   its records reference, or the error its parse stopped at (``RunLog``). Its records are
   parsed again from those bytes when a step asks (``RunLog.records``), never all held at
@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import hashlib
 import marshal
+import os
+import tempfile
 import zlib
 from array import array
 from itertools import starmap
@@ -48,7 +50,7 @@ from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
            "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "recent_slot",
-           "packed_facts", "taken_facts"]
+           "packed_facts", "taken_facts", "Spill", "Spilled", "RunLogs"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -289,12 +291,17 @@ class ManifestRows:
 
     __slots__ = ("_paths", "_digests", "_sizes")
 
-    def __init__(self, rows, names: Mapping[str, str]):
-        """``names``: each entry name of the zip, to itself. Raises OverflowError for a
-        size past 64 bits (the caller keeps the rows as they are: step 1 reports it)."""
-        self._paths = [names.get(r.path, r.path) for r in rows]
-        self._digests = b"".join(bytes.fromhex(r.digest[7:]) for r in rows)
-        self._sizes = array("Q", (r.size for r in rows))
+    def __init__(self, paths: list[str], digests: bytes, sizes: array):
+        """Row i: ``paths[i]``, the SHA-256 ``digests[32 * i:32 * i + 32]``, ``sizes[i]``."""
+        self._paths, self._digests, self._sizes = paths, digests, sizes
+
+    @classmethod
+    def of(cls, rows, names: Mapping[str, str]) -> "ManifestRows":
+        """``rows`` (``FileEntry``) kept so; ``names``: each entry name of the zip, to itself.
+        Raises OverflowError for a size past 64 bits (the caller keeps the rows as they
+        are: step 1 reports it)."""
+        return cls([names.get(r.path, r.path) for r in rows], b"".join(bytes.fromhex(r.digest[7:]) for r in rows),
+                   array("Q", (r.size for r in rows)))
 
     def __len__(self) -> int:
         return len(self._paths)
@@ -308,31 +315,40 @@ class ManifestRows:
 
 
 def recent_slot() -> list:
-    """What ``Run``s share of the run read last: [its log, its records, its records by
-    kind, the log whose ``run.end`` body is held, that body]."""
-    return [None, (), {}, None, None]
+    """What ``Run``s share of the run read last: [its bundle path, its log, its records
+    (None until parsed), its records by kind, the log whose ``run.end`` body is held,
+    that body]."""
+    return [None, None, None, {}, None, None]
 
 
 @dataclass(frozen=True)
 class Run:
-    """A run that step 2 accepted: its id, bundle path and log. Its records are parsed on
-    first use and kept in ``_recent``, a slot the index shares between all its runs: the
-    steps read runs one at a time, so at most one run's records are held, however many
-    runs the bundle has (reading another run's replaces them). Its ``run.end`` body,
-    unmarshalled on first use, is kept there the same way (``recent_slot``)."""
+    """A run that step 2 accepted: its id, bundle path, and the index's run logs (``logs``,
+    its own read from them when asked for: they are spilled, ``RunLogs``). Its log and
+    records are read on first use and kept in ``_recent``, a slot the index shares between
+    all its runs: the steps read runs one at a time, so at most one run's log and records
+    are held, however many runs the bundle has (reading another run's replaces them). Its
+    ``run.end`` body, unmarshalled on first use, is kept there the same way (``recent_slot``)."""
 
     run_id: str
     path: str
-    log: RunLog
+    logs: Mapping = field(repr=False, compare=False)
     _recent: list = field(default_factory=lambda: recent_slot(), repr=False, compare=False)
 
     @property
-    def records(self) -> tuple[Rec, ...]:
+    def log(self) -> RunLog:
         slot = self._recent
-        if slot[0] is not self.log:
-            slot[:3] = [None, self.log.records(), {}]  # the old run's records go first
-            slot[0] = self.log
+        if slot[0] != self.path:
+            slot[:] = recent_slot()  # the old run's log and records go first
+            slot[:2] = [self.path, self.logs[self.path]]
         return slot[1]
+
+    @property
+    def records(self) -> tuple[Rec, ...]:
+        log, slot = self.log, self._recent
+        if slot[2] is None:
+            slot[2] = log.records()
+        return slot[2]
 
     @property
     def start(self) -> dict:
@@ -341,10 +357,11 @@ class Run:
     @property
     def end(self) -> dict:
         slot = self._recent
-        if slot[3] is not self.log:
-            slot[4] = self.log.last.body
-            slot[3] = self.log
-        return slot[4]
+        log = self.log
+        if slot[4] is not log:
+            slot[5] = log.last.body
+            slot[4] = log
+        return slot[5]
 
     @property
     def started_at(self) -> str:
@@ -364,7 +381,7 @@ class Run:
     def of_kind(self, kind: str) -> list[tuple[int, Rec]]:
         """(1-based line, record) of every record of ``kind`` (grouped on first use)."""
         records = self.records
-        kinds = self._recent[2]
+        kinds = self._recent[3]
         if not kinds:
             for i, r in enumerate(records, 1):
                 kinds.setdefault(r.kind, []).append((i, r))
@@ -416,6 +433,138 @@ def taken_facts(packed: bytes) -> tuple[bool, bool, bool]:
 _NO_FACTS = RunFacts()
 
 
+class Spill:
+    """Bytes the index keeps out of this process's memory: appended to an unlinked
+    temporary file (gone when closed, or when the process ends) and read back with
+    ``pread``. Per-run values a step reads once each (its facts) cost no resident memory
+    this way, where held they grow with the runs."""
+
+    def __init__(self):
+        self._file = tempfile.TemporaryFile()
+        self._fd, self._end = self._file.fileno(), 0
+
+    def put(self, data: bytes) -> int:
+        """Where ``data`` now lies (read it with ``get(at, len(data))``)."""
+        at, view = self._end, memoryview(data)
+        while view:
+            view = view[os.pwrite(self._fd, view, self._end):]
+            self._end = at + len(data) - len(view)
+        return at
+
+    def get(self, at: int, n: int) -> bytes:
+        data = os.pread(self._fd, n, at)
+        if len(data) != n:
+            raise UnreadableBundle("", "the verifier's temporary file was truncated")
+        return data
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class Spilled(Mapping):
+    """name -> bytes, the bytes in a ``Spill`` (each read again when asked for); the names
+    in a dict to where their bytes lie. Read-only once the reading stage has filled it."""
+
+    __slots__ = ("_spill", "_at")
+
+    def __init__(self, spill: Spill):
+        self._spill, self._at = spill, {}
+
+    def put(self, name: str, data: bytes) -> None:
+        self._at[name] = self._spill.put(data) << 32 | len(data)
+
+    def __getitem__(self, name: str) -> bytes:
+        at = self._at[name]
+        return self._spill.get(at >> 32, at & 0xFFFFFFFF)
+
+    def __contains__(self, name) -> bool:
+        return name in self._at
+
+    def __iter__(self):
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+
+class RunLogs(Mapping):
+    """runs/... entry -> its ``RunLog`` (or the error its parse stopped at), read-only once
+    the reading stage has filled it. A log's first record is held (its values shared with
+    the other runs', and step 6 holds every run's); the rest of it, a couple of kilobytes,
+    lies in a ``Spill`` and is made a ``RunLog`` again each time it is asked for. A log with
+    a value ``marshal`` does not take (an exception other than a ``VerificationError``) is
+    held as it is."""
+
+    __slots__ = ("_spill", "_archive", "_at")
+
+    def __init__(self, spill: Spill, archive: Archive):
+        self._spill, self._archive, self._at = spill, archive, {}
+
+    def put(self, name: str, log) -> None:
+        if not isinstance(log, RunLog):
+            self._at[name] = log
+            return
+        try:
+            data = marshal.dumps(_log_fields(log))
+        except (ValueError, TypeError):
+            self._at[name] = log
+            return
+        self._at[name] = (log.first, self._spill.put(data) << 32 | len(data))
+
+    def ordered(self, names) -> "RunLogs":
+        """This mapping iterating in the order of ``names`` (the archive's)."""
+        at = self._at
+        self._at = {n: at[n] for n in names if n in at}
+        return self
+
+    def __getitem__(self, name: str):
+        got = self._at[name]
+        if type(got) is not tuple:
+            return got
+        first, at = got
+        return _log_of(first, marshal.loads(self._spill.get(at >> 32, at & 0xFFFFFFFF)), self._archive)
+
+    def __contains__(self, name) -> bool:
+        return name in self._at
+
+    def __iter__(self):
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+
+def _log_fields(log: RunLog) -> tuple:
+    """A ``RunLog`` but its first record, as ``marshal`` takes it. Raises TypeError for an
+    error that is not a plain ``VerificationError`` (kept as it is)."""
+    p = log.packed
+    return (p.offset, p.length, p.seal, log.stored, log.count, log.ended, log.bad_line, _error_fields(log.bad),
+            log.refs, log.ref_ends.tobytes(), _error_fields(log.fault), log.known_kinds, log.times_ok,
+            None if log.call_params is None else tuple((line, values, _error_fields(e)) for line, values, e in log.call_params))
+
+
+def _error_fields(e) -> tuple | None:
+    if e is None:
+        return None
+    if type(e) is not VerificationError:
+        raise TypeError("not a plain VerificationError")
+    return (e.path, e.message, e.record)
+
+
+def _log_of(first, fields: tuple, archive: Archive) -> RunLog:
+    (offset, length, seal, stored, count, ended, bad_line, bad, refs, ends, fault, known, times_ok, params) = fields
+    ref_ends = array("I")
+    ref_ends.frombytes(ends)
+    if params is not None:
+        params = tuple((line, values, _error_of(e)) for line, values, e in params)
+    return RunLog(Span(archive, offset, length, seal), stored, count, first, ended, bad_line, _error_of(bad), refs,
+                  ref_ends, _error_of(fault), known, times_ok, params)
+
+
+def _error_of(fields: tuple | None) -> VerificationError | None:
+    return None if fields is None else VerificationError(*fields)
+
+
 @dataclass(frozen=True)
 class Index:
     limits: Limits
@@ -424,7 +573,7 @@ class Index:
     manifest: Manifest
     digests: Mapping[str, str]                   # entry -> sha256:<hex> of its bytes (read ones)
     unread: Mapping[str, VerificationError]      # entry -> why it could not be inflated
-    run_logs: Mapping[str, RunLog | VerificationError]   # runs/... entry -> its parse
+    run_logs: Mapping[str, RunLog | VerificationError]   # runs/... entry -> its parse (RunLogs)
     objects: Mapping[str, bytes]                 # objects/... entry -> what is kept of it (kept())
     ledgers: Mapping[str, LedgerLog | VerificationError]  # ledgers/... entry -> its chained records
     journals: Mapping[str, list | VerificationError]     # experiment -> (entry, line, Rec)

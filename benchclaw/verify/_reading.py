@@ -27,11 +27,13 @@ D. each run's records are parsed once more and the per-run functions of steps 3,
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
 walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
-page cache, out of this process's resident set); a run log's and a ledger's records are
+page cache, out of this process's resident set); a ledger is inflated, hashed and chain-checked a
+megabyte at a time (never held whole); a run log's and a ledger's records are
 dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
 again with ``pread`` when a step parses them); the values the runs' first and last records
 repeat are held once, the last record marshalled; the manifest's rows and the objects'
-readings are kept in compact forms; an object's bytes are dropped once hashed unless a step
+readings are kept in compact forms, the per-run facts and each run log but its first record spilled to
+an unlinked temporary file (``Spill``, ``RunLogs``) and read back with ``pread``; an object's bytes are dropped once hashed unless a step
 reads them (``_index``); the zip's directory (arrays: ``_zip``) is dropped before D. GC
 tactics: the collector is off for the whole ``with`` (the index holds millions of acyclic
 records, built here and read by every step).
@@ -53,6 +55,7 @@ import mmap
 import os
 import re
 import struct
+import zlib
 from array import array
 from operator import itemgetter, methodcaller
 from pathlib import Path
@@ -65,8 +68,8 @@ from ..formats.records import (ENVELOPE_VERSION, GENESIS, MAX_LINE_BYTES, blob_r
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
-from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, Span,
-                     holds_bytes, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot,
+from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
+                     Spilled, holds_bytes, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot,
                      taken_facts)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, start
@@ -99,12 +102,32 @@ def reading(source: str | os.PathLike | bytes, limits: Limits,
     inside the ``with``. Raises UnreadableBundle."""
     paused = gc.isenabled()
     gc.disable()  # millions of acyclic records, read and then read again: GC passes only cost time
+    _fix_mmap_threshold()
     try:
-        with _archive(source, limits) as (data, read_at):
-            yield _read(_Pages(data), Archive(read_at), limits, registered)
+        with _archive(source, limits) as (data, read_at), contextlib.closing(Spill()) as spill:
+            yield _read(_Pages(data), Archive(read_at), spill, limits, registered)
     finally:
         if paused:
             gc.enable()
+
+
+_MMAP_THRESHOLD = 128 << 10  # glibc's default, kept fixed (M_MMAP_THRESHOLD is mallopt's -3)
+
+
+def _fix_mmap_threshold() -> None:
+    """Keep glibc's malloc giving blocks above ``_MMAP_THRESHOLD`` (an inflated entry, a
+    worker's result) their own mapping, returned to the kernel when freed. By default it
+    raises the threshold to the largest block freed so far, so that each of this stage's
+    megabyte-sized buffers lands in the heap after the first, and the heap's free space
+    (between the index's long-lived values) stays resident. For this process and its
+    workers, once set; elsewhere (another libc, no ctypes) nothing changes."""
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (ImportError, OSError, AttributeError):
+        return
+    mallopt(-3, _MMAP_THRESHOLD)
 
 
 # ------------------------------------------------------------------------------ the archive
@@ -176,11 +199,11 @@ class _Pages:
 
 # ------------------------------------------------------------------------------ the stage
 
-def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
+def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registered) -> Index:
     view = ZipView(pages.data, limits, pages.walked)  # its walk touches every local header's page
     pages.release()
     unread: dict[str, VerificationError] = {}
-    run_logs, ledgers, content = {}, {}, {}
+    run_logs, ledgers, content = RunLogs(spill, archive), {}, {}
     roles: dict[str, int] = {}  # object digest -> what the run records need of it (_ROLES)
     shared: dict = {}  # the values the kept run.start and run.end records share (_shared)
     objects = [n for n in view.names if n.startswith("objects/")]
@@ -207,22 +230,27 @@ def _read(pages: _Pages, archive: Archive, limits: Limits, registered) -> Index:
             content.pop(name, None)
     ix = Index(limits=limits, names=tuple(view.names), sizes=view.sizes(),
                manifest=manifest, digests=Digests(digests), unread=frozen(unread),
-               run_logs=frozen({n: run_logs[n] for n in view.names if n in run_logs}),
+               run_logs=run_logs.ordered(view.names),
                objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
                content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
     del view, run_logs  # the directory (its arrays, ~50 bytes an entry), before D's facts join the index
-    facts = _facts(ix)  # D: on two cores
-    return dataclasses.replace(ix, objects=frozen(_untaken(readings, ix.run_logs, facts)), facts=frozen(facts))
+    facts = _facts(ix, Spilled(spill))  # D: on two cores
+    return dataclasses.replace(ix, objects=frozen(_untaken(readings, ix.run_logs, facts)), facts=facts)
 
 
 def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
-                unread: dict, run_logs: dict, ledgers: dict, content: dict, roles: dict, shared: dict) -> None:
+                unread: dict, run_logs: RunLogs, ledgers: dict, content: dict, roles: dict, shared: dict) -> None:
     """An entry that is not an object, inflated, hashed and read into its mapping."""
+    if name.startswith("ledgers/"):
+        got = _streamed_ledger(pages, view, archive, name)
+        if got is not None:
+            ledgers[name], digests[name] = got
+            return
     raw, data = _inflate(pages, view, name, digests, unread)
     if data is None:
         return
     if name.startswith("runs/"):
-        run_logs[name] = _run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)
+        run_logs.put(name, _run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared))
     elif name.startswith("ledgers/"):
         ledgers[name] = _ledger(name, data, _packed(view, archive, name, raw))
     elif not name.startswith("site/"):  # the pages: hashed for step 1, read by no step
@@ -238,13 +266,56 @@ def _manifest(view: ZipView):
         data = view.read(MANIFEST)
     except VerificationError as e:
         raise UnreadableBundle(MANIFEST, e.message) from None
+    names = {n: n for n in view.names}
+    got = _canonical_manifest(data, names)
+    if got is not None:
+        return got
     m = parse_manifest(data)
     del data
     try:
-        rows = ManifestRows(m.files, {n: n for n in view.names})
+        rows = ManifestRows.of(m.files, names)
     except OverflowError:  # a size no array holds: kept as parsed, for step 1 to refuse
         return m
     return Manifest(m.experiments, rows, m.digest, m.exploratory)
+
+
+# A manifest as ``benchclaw export`` writes it (canonical JSON: keys sorted, no spaces): its
+# rows are read one at a time, straight into ``ManifestRows``, where parsing it whole held
+# every row as a dict of three strings (40 bytes of JSON become 700 of objects).
+_FILES_AT = re.compile(rb'\{"experiments":\[[^\]]*\],(?:"exploratory":true,)?"files":\[')
+_ROW = re.compile(rb'\{"digest":"sha256:([0-9a-f]{64})","path":"([^"\\\x00-\x1f]+)","size":(0|[1-9][0-9]{0,18})\}')
+
+
+def _canonical_manifest(data: bytes, names: dict) -> Manifest | None:
+    """The manifest of ``data`` with its rows read one at a time, or None when it is not
+    in the canonical form (``parse_manifest`` then reads it whole, and says what is wrong).
+    Everything but the rows is ``parse_manifest``'s own reading of the manifest without
+    them; each row matched is one it accepts (a path, a ``sha256:<hex>``, a size)."""
+    head = _FILES_AT.match(data)
+    if head is None:
+        return None
+    paths, digests, sizes, pos = [], bytearray(), array("Q"), head.end()
+    match, end = _ROW.match, len(data)
+    while pos < end and data[pos] != 0x5D:  # ]
+        if paths:
+            if data[pos] != 0x2C:  # ,
+                return None
+            pos += 1
+        row = match(data, pos)
+        if row is None:
+            return None
+        hexd, path, size = row.groups()
+        try:
+            path = path.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        paths.append(names.get(path, path))
+        digests += bytes.fromhex(hexd.decode("ascii"))
+        sizes.append(int(size))
+        pos = row.end()
+    m = parse_manifest(data[:head.end()] + data[pos:])  # the rest, rows aside (an empty list)
+    rows = ManifestRows(paths, bytes(digests), sizes)
+    return Manifest(m.experiments, rows, "sha256:" + hashlib.sha256(data).hexdigest(), m.exploratory)
 
 
 def _inflate(pages: _Pages, view: ZipView, name: str, digests: dict, unread: dict) -> tuple[bytes | None, bytes | None]:
@@ -333,7 +404,7 @@ def _error(d: dict | None) -> VerificationError | None:
 
 
 def _adopt_logs(names: frozenset, got: Raw, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
-                digests: dict, unread: dict, run_logs: dict, roles: dict, shared: dict) -> None:
+                digests: dict, unread: dict, run_logs: RunLogs, roles: dict, shared: dict) -> None:
     """The worker's run logs (``_run_logs_in_worker``'s lines, parsed one at a time) into
     this process's mappings, their first and last records' values held once with this
     process's (as ``_kept`` holds them); a log it could not write is read here."""
@@ -371,14 +442,14 @@ def _lines(data: bytes, stop: int):
 
 
 def _adopt_log(name: str, log, hexd: str, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
-               digests: dict, unread: dict, run_logs: dict, roles: dict, shared: dict) -> None:
+               digests: dict, unread: dict, run_logs: RunLogs, roles: dict, shared: dict) -> None:
     if name in unread:
         return
     if log is None:
         _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, {}, {}, roles, shared)
         return
     digests[name] = "sha256:" + hexd
-    run_logs[name] = _error(log[1]) if log[0] == "error" else _log_from_json(log, archive, shared)
+    run_logs.put(name, _error(log[1]) if log[0] == "error" else _log_from_json(log, archive, shared))
 
 
 def _log_from_json(row: list, archive: Archive, shared: dict) -> RunLog:
@@ -584,19 +655,71 @@ def _ledger(name: str, data: bytes, packed: tuple[Span, bool]) -> LedgerLog | Ve
     return LedgerLog(*packed, count, first, last, earliest)
 
 
+def _streamed_ledger(pages: _Pages, view: ZipView, archive: Archive, name: str) -> tuple[LedgerLog, str] | None:
+    """(the ledger as ``_ledger`` reads it, its digest), inflated, hashed and chain-checked a
+    piece at a time: a grid's ledger is the largest entry of its bundle (60 MB at 20,000
+    runs), never held whole. None at any defect, of its zip entry or of its chain: the
+    whole entry is then read as any other, which says what is wrong."""
+    e = view.entry(name)
+    raw = view.data[e.data_offset:e.end]  # as the zip holds it (deflated: a fifth of the size)
+    sha, sums = hashlib.sha256(), [0, 0]  # CRC-32, bytes
+
+    def pieces():
+        for piece in _inflated(raw, e.method == _STORED, e.usize):
+            sha.update(piece)
+            sums[0], sums[1] = zlib.crc32(piece, sums[0]), sums[1] + len(piece)
+            yield piece
+
+    try:
+        count, first, last, earliest = _chain_stream(name, pieces())
+    except (BenchClawError, _Broken):
+        return None
+    pages.walked(e.csize)
+    if sums != [e.crc, e.usize]:
+        return None
+    return LedgerLog(archive.span(e.data_offset, raw), e.method == _STORED, count, first, last, earliest), \
+        "sha256:" + sha.hexdigest()
+
+
+def _inflated(raw: bytes, stored: bool, usize: int):
+    """``raw``'s bytes inflated, a ``_PIECE`` at most at a time; ``_Broken`` past ``usize``
+    bytes, or at a corrupt, truncated or overlong deflate stream."""
+    if stored:
+        yield from (raw[at:at + _PIECE] for at in range(0, len(raw), _PIECE))
+        return
+    d, tail, n = zlib.decompressobj(-15), raw, 0
+    while not d.eof:
+        try:
+            out = d.decompress(tail, _PIECE)
+        except zlib.error:
+            raise _Broken() from None
+        tail = d.unconsumed_tail
+        if not out and not tail:
+            raise _Broken()  # truncated
+        n += len(out)
+        if n > usize:
+            raise _Broken()
+        yield out
+    if d.unused_data or tail:
+        raise _Broken()
+
+
+_PIECE = 1 << 20  # inflated bytes of a ledger handled at a time
+
+
 class _Broken(Exception):
     """A ledger line that does not chain: ``chain_records`` says where and why."""
 
 
-def _chain_stream(name: str, data: bytes) -> tuple[int, Rec | None, Rec | None, str | None]:
-    """(count, first, last, the earliest ``at``) of a chained JSONL entry, the chain checked
-    as ``verify_chain`` checks it, a megabyte of lines at a time (each line parsed and hashed
-    alone, at C level). Raises ``_Broken`` at the first defect (``chain_records`` then says
-    which)."""
-    if data and not data.endswith(b"\n"):
-        raise _Broken()  # torn last line
+def _chain_stream(name: str, data) -> tuple[int, Rec | None, Rec | None, str | None]:
+    """(count, first, last, the earliest ``at``) of a chained JSONL entry (its bytes, or an
+    iterable of pieces of them), the chain checked as ``verify_chain`` checks it, a quarter
+    megabyte of lines at a time (each line parsed and hashed alone, at C level). Raises
+    ``_Broken`` at the first defect (``chain_records`` then says which)."""
     prev, first, obj, i, earliest = GENESIS, None, None, 0, None
     for chunk in line_chunks(data, True):
+        if not chunk.endswith(b"\n"):
+            raise _Broken()  # torn last line
         lines = chunk[:-1].split(b"\n")
         if max(map(len, lines)) > MAX_LINE_BYTES:
             raise _Broken()
@@ -779,8 +902,8 @@ def _adopt(names: list[str], got: tuple, digests: dict, unread: dict, readings: 
 
 # ------------------------------------------------------------------------------ D: per-run facts
 
-def _facts(ix: Index) -> dict[str, bytes]:
-    """Each run log's ``RunFacts`` (marshalled), the first runs (half their compressed
+def _facts(ix: Index, out: Spilled) -> Spilled:
+    """Each run log's ``RunFacts`` (marshalled, into ``out``), the first runs (half their compressed
     bytes) taken in a forked worker while this process takes the rest."""
     from . import _checks, _costs, _summary  # noqa: F401 - the steps' modules (and the checks, sqlite3...),
     # imported here, before the fork, so that the worker inherits them rather than import them again
@@ -791,18 +914,16 @@ def _facts(ix: Index) -> dict[str, bytes]:
         cut += 1
     pending = start(_facts_in_worker, ix, names[:cut], timeout=ix.limits.worker_seconds)
     try:
-        here = [_packed_facts(f) for f in _taken(ix, names[cut:])]  # now, while the worker takes its half
+        for name, facts in zip(names[cut:], _taken(ix, names[cut:])):  # now, while the worker takes its half
+            _keep(out, name, _packed_facts(facts))
         there = pending.result()
     finally:
         pending.cancel()
-    out: dict[str, bytes] = {}
     try:
         for name, packed in zip(names[:cut], _frames(there.data, cut), strict=True):
             _keep(out, name, packed)
     except ValueError:
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
-    for name, packed in zip(names[cut:], here):
-        _keep(out, name, packed)
     return out
 
 
@@ -825,25 +946,24 @@ def _facts_in_worker(ix: Index, names: list[str]) -> Raw:
     return Raw(out)
 
 
-def _frames(data: bytes, count: int) -> list[bytes | None]:
-    """The ``count`` frames of ``_facts_in_worker``'s bytes, which they must tile (else
-    ValueError)."""
-    got, pos, end = [], 0, len(data)
+def _frames(data: bytes, count: int):
+    """The ``count`` frames of ``_facts_in_worker``'s bytes, one at a time, which they must
+    tile (else ValueError)."""
+    pos, end = 0, len(data)
     for _ in range(count):
         if pos + 4 > end:
             raise ValueError("truncated")
         (n,) = _FRAME.unpack_from(data, pos)
         pos += 4
         if n == _NO_FACTS:
-            got.append(None)
+            yield None
             continue
         if pos + n > end:
             raise ValueError("truncated")
-        got.append(bytes(data[pos:pos + n]))
+        yield bytes(data[pos:pos + n])
         pos += n
     if pos != end:
         raise ValueError("extra bytes")
-    return got
 
 
 def _taken(ix: Index, names: list[str]):
@@ -854,7 +974,7 @@ def _taken(ix: Index, names: list[str]):
     checks, costs, slot = {}, {}, recent_slot()  # each step's pure recomputations; the run held
     summary = not ix.manifest.exploratory  # an exploratory bundle's step 6 is another (``_exploratory``)
     for name in names:
-        run = Run(RUN_PATH.match(name).group(2), name, ix.run_logs[name], slot)
+        run = Run(RUN_PATH.match(name).group(2), name, ix.run_logs, slot)
         try:
             records = run.records  # parsed once, read by the three
         except Exception:  # noqa: BLE001 - the steps read it again and say why
@@ -896,6 +1016,6 @@ def _untaken(readings: dict, run_logs, facts: dict) -> dict:
     return {name: got for name, got in readings.items() if name in needed or holds_bytes(got)}
 
 
-def _keep(out: dict, name: str, packed: bytes | None) -> None:
+def _keep(out: Spilled, name: str, packed: bytes | None) -> None:
     if packed is not None:
-        out[name] = packed
+        out.put(name, packed)

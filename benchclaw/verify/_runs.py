@@ -98,7 +98,7 @@ def _check_run(ix: Index, name: str, good: set, digests: dict, accepted: dict, r
     _check_records(ix, name, parsed, good, sec)
     _check_task(ix, name, parsed.first.body.get("task"), digests)
     rejected.discard(run_id)
-    accepted[run_id] = Run(run_id, name, parsed, ix.recent)
+    accepted[run_id] = Run(run_id, name, ix.run_logs, ix.recent)
     sec.count("records", parsed.count)
 
 

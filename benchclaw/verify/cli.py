@@ -26,7 +26,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="benchclaw-verify", epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Verify a BenchClaw evidence bundle offline: recompute every digest, hash "
                     "chain, check result, cost, ledger, summary table and decision, and the "
-                    "pre-registration order. Reads the zip in memory; no network, no disk writes.")
+                    "pre-registration order. Reads the zip in memory; no network, no files written "
+                    "(an unlinked temporary one aside).")
     p.add_argument("bundle", help="the bundle zip written by `benchclaw export`")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the verdict and failures")

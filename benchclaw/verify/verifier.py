@@ -30,7 +30,9 @@ everything (exit 2). An unexpected exception inside a step is recorded as a fail
 step, never a traceback: a crafted bundle that trips a recomputation has, by definition,
 not been verified. A step that did not run counts as a failure too (fail closed).
 
-No network, no disk writes: the bundle is read once, bounded by ``Limits``.
+No network, and nothing written but an unlinked temporary file the reading stage spills
+per-run values to (``_index.Spill``, gone when the verification ends): the bundle is read
+once, bounded by ``Limits``.
 
 ``BENCHCLAW_VERIFY_TIMINGS=1`` in the environment writes one line per stage to stderr
 (``verify-timing <stage> wall=S cpu=S workers_cpu=S rss_mb=R peak_mb=P``: this process's CPU
