@@ -264,11 +264,13 @@ def test_digest_set_gives_every_digest_once_in_order_across_spilled_batches(monk
 
     monkeypatch.setattr(DigestSet, "BATCH", 7)  # several batches written to its file
     digests = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(40)]
+    digests += ["sha256:" + d for d in digests[::3]]  # the pages' own form, held as raw bytes too
+    odd = ["sha256:odd", "ABC", "sha256:" + "A" * 64, "sha256:" + "0" * 63, "sha1:" + "0" * 64]
     rng = random.Random(5)
     ds = DigestSet()
-    for d in rng.choices(digests, k=120) + digests + ["sha256:odd", "ABC"]:
+    for d in rng.choices(digests, k=120) + digests + odd:
         ds.add(d)
-    want = sorted(set(digests) | {"sha256:odd", "ABC"})
+    want = sorted(set(digests) | set(odd))
     assert list(ds.sorted()) == want and list(ds.sorted()) == want  # one pass at a time, repeatable
     old = sorted(digests[:5] + ["0" * 64, "f" * 64])
     assert list(_not_in(old, ds.sorted())) == ["0" * 64, "f" * 64]
