@@ -250,9 +250,30 @@ def test_the_cache_state_written_in_slices_is_the_whole_objects_sorted_json(tmp_
         entry = {"s": {"id": f"{i:064x}", "z": [i, None, "é"], "a": {"y": 1, "b": True}}, "l": [objects[i]]}
         runs[f"{i:064x}"], want_runs[f"{i:064x}"] = compact_dumps(entry), entry
     experiments = {"E": {"key": "k", "summary": {"b": 1, "a": [1, 2]}}}
-    got = b"".join(cache._state(pages, runs, experiments, objects))
+    got = b"".join(cache._state(iter(sorted(pages.items())), runs, experiments, objects))
     assert got == fast_dumps({"experiments": experiments, "objects": objects, "pages": pages,
                               "renderer": "r" * 64, "runs": want_runs, "v": CACHE_VERSION})
+
+
+def test_page_writer_lists_the_run_pages_it_keeps_as_ids_among_the_other_pages_in_path_order(tmp_path):
+    """Run pages are recorded by run id alone (``record_run``); ``items()`` gives them as
+    (``run_url``, id) merged with every other page, in path order, as one dict sorted would."""
+    import hashlib
+
+    from benchclaw.site._cache import PageWriter
+    from benchclaw.site._render import run_url
+
+    pw = PageWriter(tmp_path, None, None, {}, {})
+    ids = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(50)]
+    want = {}
+    for i, run_id in enumerate(ids):
+        pw.record_run(run_id, written=i % 2 == 0)
+        want[run_url(run_id)] = run_id
+    for rel in ("index.html", "runs/page-1.html", "runs/page-10.html", "runs/zz.html", "tasks/a-v1.html"):
+        pw.record(rel, "k" + rel, written=True)
+        want[rel] = "k" + rel
+    assert list(pw.items()) == sorted(want.items()) and list(pw.items()) == sorted(want.items())
+    assert (pw.written, pw.skipped) == (30, 25)
 
 
 def test_digest_set_gives_every_digest_once_in_order_across_spilled_batches(monkeypatch):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 from typing import Iterator
 
@@ -121,14 +122,14 @@ def _stage2_runs(b: Build) -> None:
         entry = b.cache.runs.pop(run_id, None)  # kept in the spill, not twice in memory
         if entry is not None and os.path.isfile(base + run_url(run_id)):
             _keep(b, run_id, entry, facts)
-            b.pages.record(run_url(run_id), run_id, written=False)
+            b.pages.record_run(run_id, written=False)
         else:
             todo.append(run_id)
     fresh = render_runs(b.workers, todo)
     for run_id, entry, payload in fresh:  # as they come: the cache and pages are sorted when saved
         _keep(b, run_id, entry, facts)
         b.new_records[run_id] = payload
-        b.pages.record(run_url(run_id), run_id, written=True)
+        b.pages.record_run(run_id, written=True)
     b.rendered = len(todo)
     facts.sort(key=lambda f: (f.at, f.id))
     b.summaries = Summaries(b.runs, facts)
@@ -140,7 +141,8 @@ def _keep(b: Build, run_id: str, entry: dict, facts: list[RunFacts]) -> None:
     is its run id.)"""
     s = entry["s"]
     b.runs[run_id] = compact_dumps(entry)
-    facts.append(RunFacts(s["at"], run_id, s["policy"].get("experiment"), s["simulated"]))
+    exp = s["policy"].get("experiment")  # one string for all its runs (a few experiments), not one per run
+    facts.append(RunFacts(s["at"], run_id, sys.intern(exp) if type(exp) is str else exp, s["simulated"]))
 
 
 # ---------------------------------------------------------------------------- 6. static files and blobs
@@ -169,20 +171,20 @@ def _stage6_static(b: Build) -> None:
 # ---------------------------------------------------------------------------- 7. clean-up
 
 def _stage7_cleanup(b: Build) -> None:
-    for rel in sorted(b.cache.previous_pages - set(b.pages.pages)):
+    for rel in _not_in(sorted(b.cache.previous_pages), (rel for rel, _ in b.pages.items())):
         _unlink(b.out / rel)
     for digest in _not_in(sorted(set(b.cache.objects)), b.objects.sorted()):
         _unlink(b.out / object_url(digest))
     keep = b.objects.sorted()
     experiments = {k: v for k, v in sorted(b.experiments.items())}
-    b.cache.save(dict(sorted(b.pages.pages.items())), b.runs, experiments, keep,
-                 b.new_records)
+    b.cache.save(b.pages.items(), b.runs, experiments, keep, b.new_records)
     b.new_records.close()
     b.runs.close()
 
 
 def _not_in(old: list[str], new) -> Iterator[str]:
-    """The digests of sorted ``old`` that sorted iterator ``new`` does not give."""
+    """The strings (digests, page paths) of sorted ``old`` that sorted iterator ``new`` does
+    not give."""
     new = iter(new)
     cur = next(new, None)
     for d in old:

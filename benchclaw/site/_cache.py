@@ -15,6 +15,7 @@ change, so a static host or a browser never sees half a page.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import itertools
 import os
 import tempfile
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..formats import jsonio
+from ._render import run_url
 
 __all__ = ["BuildCache", "PageWriter", "Spill", "compact_dumps", "write_atomic", "fast_dumps", "CACHE_DIR"]
 
@@ -134,10 +136,11 @@ class BuildCache:
         except (ValueError, TypeError):
             pass
 
-    def save(self, pages: dict[str, str], runs: "Spill", experiments: dict[str, dict],
+    def save(self, pages: Iterable[tuple[str, str]], runs: "Spill", experiments: dict[str, dict],
              objects: Iterable[str], new_records: "Spill") -> None:
-        """Write the cache; ``runs``: every run's cache entry (``compact_dumps`` bytes) by run
-        id; ``new_records``: this build's analysis payloads (JSON bytes) by run id."""
+        """Write the cache; ``pages``: (path, key) of every page, in path order (each once);
+        ``runs``: every run's cache entry (``compact_dumps`` bytes) by run id;
+        ``new_records``: this build's analysis payloads (JSON bytes) by run id."""
         # line by line, in run id order: joined, a 20,000-run build held them twice at once
         lines = (b'["' + k.encode("ascii") + b'",' + new_records[k] + b"]\n" for k in sorted(new_records))
         path = self.dir / "records.jsonl"
@@ -148,7 +151,7 @@ class BuildCache:
             write_atomic(path, lines)
         write_atomic(self.dir / "state.json", self._state(pages, runs, experiments, objects))
 
-    def _state(self, pages: dict, runs: "Spill", experiments: dict, objects: Iterable[str]) -> Iterator[bytes]:
+    def _state(self, pages: Iterable[tuple[str, str]], runs: "Spill", experiments: dict, objects: Iterable[str]) -> Iterator[bytes]:
         """``state.json``'s bytes (sorted-key JSON, as ``fast_dumps`` of the whole object would
         give) in pieces: the run summaries one by one, never the whole text at once."""
         # (The blob list and the pages, one per run or blob, are written in slices too: each
@@ -159,9 +162,10 @@ class BuildCache:
             yield (b"," if i else b"") + fast_dumps(chunk)[1:-1]
             i += 1
         yield b'],"pages":{'
-        items = sorted(pages.items())
-        for i in range(0, len(items), _SLICE):
-            yield (b"," if i else b"") + fast_dumps(dict(items[i:i + _SLICE]))[1:-1]
+        pages, i = iter(pages), 0
+        while chunk := dict(itertools.islice(pages, _SLICE)):
+            yield (b"," if i else b"") + fast_dumps(chunk)[1:-1]
+            i += 1
         yield b'},"renderer":' + fast_dumps(self.renderer) + b',"runs":{'
         for i, run_id in enumerate(sorted(runs)):
             yield (b"," if i else b"") + fast_dumps(run_id) + b":" + fast_dumps(jsonio.loads(runs[run_id]))
@@ -205,13 +209,18 @@ class Spill:
 
 
 class PageWriter:
-    """Renders templates into the output folder, skipping pages whose inputs did not change."""
+    """Renders templates into the output folder, skipping pages whose inputs did not change.
+
+    ``pages``: each page's key by its path, but for the run pages (``record_run``), kept as
+    their run ids alone (a run page's path is ``run_url`` of its id, its key the id): as
+    entries of ``pages`` they were some 180 bytes a run. ``items()`` gives them all."""
 
     def __init__(self, out: Path, env, scrub, old_pages: dict[str, str], common: dict):
         self.out, self.env, self.scrub = out, env, scrub
         self._base = str(out) + os.sep  # string paths: pathlib costs ~10 us a page at 10,000 pages
         self.old = old_pages
         self.pages: dict[str, str] = {}
+        self._run_ids: list[str] = []
         self.common = common
         self.written = self.skipped = 0
 
@@ -250,3 +259,20 @@ class PageWriter:
             self.written += 1
         else:
             self.skipped += 1
+
+    def record_run(self, run_id: str, written: bool) -> None:
+        """Account for the replay page of run ``run_id`` (``run_url``; its key is the id),
+        written by a worker process or kept; each run once."""
+        self._run_ids.append(run_id)
+        if written:
+            self.written += 1
+        else:
+            self.skipped += 1
+
+    def items(self) -> Iterator[tuple[str, str]]:
+        """Every page of this build as (path, key), in path order (one pass at a time)."""
+        # A run id is 64 hex digits (``Store.read_run`` checks it): run_url's order is the ids'.
+        odd = any(len(r) != 64 for r in self._run_ids)
+        self._run_ids.sort(key=run_url if odd else None)
+        runs = ((run_url(r), r) for r in self._run_ids)
+        return heapq.merge(sorted(self.pages.items()), runs)
