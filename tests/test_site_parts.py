@@ -233,6 +233,13 @@ def test_spill_gives_back_each_runs_bytes_and_summaries_read_them_in_run_order()
     want = sorted((e["s"] for e in entries.values()), key=lambda s: (s["at"], s["id"]))
     assert list(summaries) == want and summaries[100:200] == want[100:200] and summaries[-1] == want[-1]
     assert list(summaries[7]["usage"]) == list(want[7]["usage"])  # key order kept: pages iterate dicts
+    for i, run_id in enumerate(entries):  # a second value (the analysis payload), for some runs
+        if i % 3:
+            spill.put(run_id, compact_dumps(entries[run_id]), b"[%d]" % i)
+    assert all(spill[k] == compact_dumps(v) for k, v in entries.items())
+    assert sorted(spill.second) == sorted(k for i, k in enumerate(entries) if i % 3)
+    assert all(spill.second[k] == b"[%d]" % i for i, k in enumerate(entries) if i % 3)
+    assert "0" * 64 not in spill.second and f"{1:064x}" in spill.second and "x" not in spill.second
     spill.close()
 
 

@@ -14,7 +14,7 @@ Same inputs, same bytes: nothing reads a clock or the machine's paths into a pag
 list is sorted, and pages are rewritten only when their bytes change.
 
 Memory: what is kept of every run between stages is small (``RunFacts``); its summary
-and its analysis payload wait in temporary files (``Spill``) until a page or the analysis
+and its analysis payload wait in a temporary file (``Spill``) until a page or the analysis
 reads them, so the build's peak is mostly the analysis of its largest experiment. The
 worker processes that render pages are forked in stage 1, before any of that exists
 (``_runpages.Workers``), so none of it is counted again in each worker.
@@ -127,20 +127,19 @@ def _stage2_runs(b: Build) -> None:
             todo.append(run_id)
     fresh = render_runs(b.workers, todo)
     for run_id, entry, payload in fresh:  # as they come: the cache and pages are sorted when saved
-        _keep(b, run_id, entry, facts)
-        b.new_records[run_id] = payload
+        _keep(b, run_id, entry, facts, payload)
         b.pages.record_run(run_id, written=True)
     b.rendered = len(todo)
     facts.sort(key=lambda f: (f.at, f.id))
     b.summaries = Summaries(b.runs, facts)
 
 
-def _keep(b: Build, run_id: str, entry: dict, facts: list[RunFacts]) -> None:
-    """Spill a run's cache entry (``{"s": summary, "l": linked blobs}``), keeping in memory
-    only its ``RunFacts``: the blobs it links are read back in stage 6. (A summary's ``id``
-    is its run id.)"""
+def _keep(b: Build, run_id: str, entry: dict, facts: list[RunFacts], payload: bytes | None = None) -> None:
+    """Spill a run's cache entry (``{"s": summary, "l": linked blobs}``) and the analysis
+    payload rendering it gave (None: a cached run), keeping in memory only its ``RunFacts``:
+    the blobs it links are read back in stage 6. (A summary's ``id`` is its run id.)"""
     s = entry["s"]
-    b.runs[run_id] = compact_dumps(entry)
+    b.runs.put(run_id, compact_dumps(entry), payload)
     exp = s["policy"].get("experiment")  # one string for all its runs (a few experiments), not one per run
     facts.append(RunFacts(s["at"], run_id, sys.intern(exp) if type(exp) is str else exp, s["simulated"]))
 
@@ -178,7 +177,6 @@ def _stage7_cleanup(b: Build) -> None:
     keep = b.objects.sorted()
     experiments = {k: v for k, v in sorted(b.experiments.items())}
     b.cache.save(b.pages.items(), b.runs, experiments, keep, b.new_records)
-    b.new_records.close()
     b.runs.close()
 
 

@@ -137,10 +137,10 @@ class BuildCache:
             pass
 
     def save(self, pages: Iterable[tuple[str, str]], runs: "Spill", experiments: dict[str, dict],
-             objects: Iterable[str], new_records: "Spill") -> None:
+             objects: Iterable[str], new_records: "_Second") -> None:
         """Write the cache; ``pages``: (path, key) of every page, in path order (each once);
         ``runs``: every run's cache entry (``compact_dumps`` bytes) by run id;
-        ``new_records``: this build's analysis payloads (JSON bytes) by run id."""
+        ``new_records``: this build's analysis payloads (JSON bytes) by run id (``runs.second``)."""
         # line by line, in run id order: joined, a 20,000-run build held them twice at once
         lines = (b'["' + k.encode("ascii") + b'",' + new_records[k] + b"]\n" for k in sorted(new_records))
         path = self.dir / "records.jsonl"
@@ -173,27 +173,42 @@ class BuildCache:
 
 
 class Spill:
-    """Run id -> bytes, kept in a temporary file rather than in memory: the build's analysis
-    payloads (about 1.3 KB a run, read once more when the experiment is analysed and once
-    when the cache is saved) and its run summaries (about 1.6 KB, read by the few pages
-    that list runs). Held, 20,000 runs' of them cost about 90 MB from the run pages to the
-    end of the build. What is held per run is its id and one int (offset and length)."""
+    """Run id -> bytes, kept in a temporary file rather than in memory: the build's run
+    summaries (about 1.6 KB, read by the few pages that list runs) and, as a run's second
+    value (``put``, read through ``second``), its analysis payload (about 1.3 KB a run, read
+    once more when the experiment is analysed and once when the cache is saved). Held,
+    20,000 runs' of them cost about 90 MB from the run pages to the end of the build. What
+    is held per run is its id and one int (offset and both lengths): one index for both, as
+    a second index of the same run ids was some 100 bytes a run."""
 
     def __init__(self):
         self._file = tempfile.TemporaryFile()
-        self._where: dict[str, int] = {}  # run id -> offset << 32 | length
+        self._where: dict[str, int] = {}  # run id -> offset << 64 | length << 32 | second's length + 1 (0: none)
         self._end = 0
+        self.second = _Second(self)
+
+    def put(self, run_id: str, payload: bytes, second: bytes | None = None) -> None:
+        """Keep ``payload`` (and ``second``, or none) for ``run_id``; a later put wins."""
+        data = payload if second is None else payload + second
+        self._file.seek(self._end)
+        self._file.write(data)
+        self._where[run_id] = self._end << 64 | len(payload) << 32 | (0 if second is None else len(second) + 1)
+        self._end += len(data)
 
     def __setitem__(self, run_id: str, payload: bytes) -> None:
-        self._file.seek(self._end)
-        self._file.write(payload)
-        self._where[run_id] = self._end << 32 | len(payload)
-        self._end += len(payload)
+        self.put(run_id, payload)
 
     def __getitem__(self, run_id: str) -> bytes:
         where = self._where[run_id]
-        self._file.seek(where >> 32)
-        return self._file.read(where & 0xFFFFFFFF)
+        self._file.seek(where >> 64)
+        return self._file.read(where >> 32 & 0xFFFFFFFF)
+
+    def _second(self, run_id: str) -> bytes | None:
+        where = self._where.get(run_id, 0)
+        if not where & 0xFFFFFFFF:
+            return None
+        self._file.seek((where >> 64) + (where >> 32 & 0xFFFFFFFF))
+        return self._file.read((where & 0xFFFFFFFF) - 1)
 
     def __contains__(self, run_id) -> bool:
         return run_id in self._where
@@ -206,6 +221,25 @@ class Spill:
 
     def close(self) -> None:
         self._file.close()
+
+
+class _Second:
+    """A ``Spill``'s second values, by run id (only the runs that have one)."""
+
+    def __init__(self, spill: Spill):
+        self._spill = spill
+
+    def __contains__(self, run_id) -> bool:
+        return bool(self._spill._where.get(run_id, 0) & 0xFFFFFFFF)
+
+    def __getitem__(self, run_id: str) -> bytes:
+        got = self._spill._second(run_id)
+        if got is None:
+            raise KeyError(run_id)
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, where in self._spill._where.items() if where & 0xFFFFFFFF)
 
 
 class PageWriter:

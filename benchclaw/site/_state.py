@@ -90,14 +90,19 @@ class Build:
     cache: BuildCache
     pages: PageWriter
     scrub: Scrubber
-    runs: Spill = field(default_factory=Spill)  # run id -> its cache entry ({"s": summary, "l": blobs}), on disk
+    runs: Spill = field(default_factory=Spill)  # run id -> its cache entry ({"s": summary, "l": blobs}) and
+    # (second) this build's analysis payload, on disk
     summaries: Summaries = field(default_factory=Summaries)
     experiments: dict[str, dict] = field(default_factory=dict)
-    new_records: Spill = field(default_factory=Spill)  # run id -> analysis payload (JSON), on disk
     objects: "DigestSet" = field(default_factory=lambda: DigestSet())  # blobs pages link; run pages' added in stage 6
     warnings: list[str] = field(default_factory=list)
     rendered: int = 0
     comparison: dict | None = None  # stage 4b's, when the runs hold more than one experiment
+
+    @property
+    def new_records(self):
+        """Run id -> this build's analysis payload (JSON bytes): ``runs``' second values."""
+        return self.runs.second
 
     def reader(self) -> Store:
         """The ``Store`` a stage reads blobs from: ``store``, a ``BuildStore``, which keeps
