@@ -233,6 +233,13 @@ def test_spill_gives_back_each_runs_bytes_and_summaries_read_them_in_run_order()
     want = sorted((e["s"] for e in entries.values()), key=lambda s: (s["at"], s["id"]))
     assert list(summaries) == want and summaries[100:200] == want[100:200] and summaries[-1] == want[-1]
     assert list(summaries[7]["usage"]) == list(want[7]["usage"])  # key order kept: pages iterate dicts
+    for i, run_id in enumerate(entries):  # a second value (the analysis payload), for some runs
+        if i % 3:
+            spill.put(run_id, compact_dumps(entries[run_id]), b"[%d]" % i)
+    assert all(spill[k] == compact_dumps(v) for k, v in entries.items())
+    assert sorted(spill.second) == sorted(k for i, k in enumerate(entries) if i % 3)
+    assert all(spill.second[k] == b"[%d]" % i for i, k in enumerate(entries) if i % 3)
+    assert "0" * 64 not in spill.second and f"{1:064x}" in spill.second and "x" not in spill.second
     spill.close()
 
 
@@ -250,9 +257,30 @@ def test_the_cache_state_written_in_slices_is_the_whole_objects_sorted_json(tmp_
         entry = {"s": {"id": f"{i:064x}", "z": [i, None, "é"], "a": {"y": 1, "b": True}}, "l": [objects[i]]}
         runs[f"{i:064x}"], want_runs[f"{i:064x}"] = compact_dumps(entry), entry
     experiments = {"E": {"key": "k", "summary": {"b": 1, "a": [1, 2]}}}
-    got = b"".join(cache._state(pages, runs, experiments, objects))
+    got = b"".join(cache._state(iter(sorted(pages.items())), runs, experiments, objects))
     assert got == fast_dumps({"experiments": experiments, "objects": objects, "pages": pages,
                               "renderer": "r" * 64, "runs": want_runs, "v": CACHE_VERSION})
+
+
+def test_page_writer_lists_the_run_pages_it_keeps_as_ids_among_the_other_pages_in_path_order(tmp_path):
+    """Run pages are recorded by run id alone (``record_run``); ``items()`` gives them as
+    (``run_url``, id) merged with every other page, in path order, as one dict sorted would."""
+    import hashlib
+
+    from benchclaw.site._cache import PageWriter
+    from benchclaw.site._render import run_url
+
+    pw = PageWriter(tmp_path, None, None, {}, {})
+    ids = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(50)]
+    want = {}
+    for i, run_id in enumerate(ids):
+        pw.record_run(run_id, written=i % 2 == 0)
+        want[run_url(run_id)] = run_id
+    for rel in ("index.html", "runs/page-1.html", "runs/page-10.html", "runs/zz.html", "tasks/a-v1.html"):
+        pw.record(rel, "k" + rel, written=True)
+        want[rel] = "k" + rel
+    assert list(pw.items()) == sorted(want.items()) and list(pw.items()) == sorted(want.items())
+    assert (pw.written, pw.skipped) == (30, 25)
 
 
 def test_digest_set_gives_every_digest_once_in_order_across_spilled_batches(monkeypatch):
@@ -264,11 +292,13 @@ def test_digest_set_gives_every_digest_once_in_order_across_spilled_batches(monk
 
     monkeypatch.setattr(DigestSet, "BATCH", 7)  # several batches written to its file
     digests = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(40)]
+    digests += ["sha256:" + d for d in digests[::3]]  # the pages' own form, held as raw bytes too
+    odd = ["sha256:odd", "ABC", "sha256:" + "A" * 64, "sha256:" + "0" * 63, "sha1:" + "0" * 64]
     rng = random.Random(5)
     ds = DigestSet()
-    for d in rng.choices(digests, k=120) + digests + ["sha256:odd", "ABC"]:
+    for d in rng.choices(digests, k=120) + digests + odd:
         ds.add(d)
-    want = sorted(set(digests) | {"sha256:odd", "ABC"})
+    want = sorted(set(digests) | set(odd))
     assert list(ds.sorted()) == want and list(ds.sorted()) == want  # one pass at a time, repeatable
     old = sorted(digests[:5] + ["0" * 64, "f" * 64])
     assert list(_not_in(old, ds.sorted())) == ["0" * 64, "f" * 64]

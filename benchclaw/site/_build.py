@@ -14,7 +14,7 @@ Same inputs, same bytes: nothing reads a clock or the machine's paths into a pag
 list is sorted, and pages are rewritten only when their bytes change.
 
 Memory: what is kept of every run between stages is small (``RunFacts``); its summary
-and its analysis payload wait in temporary files (``Spill``) until a page or the analysis
+and its analysis payload wait in a temporary file (``Spill``) until a page or the analysis
 reads them, so the build's peak is mostly the analysis of its largest experiment. The
 worker processes that render pages are forked in stage 1, before any of that exists
 (``_runpages.Workers``), so none of it is counted again in each worker.
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 from typing import Iterator
 
@@ -121,26 +122,26 @@ def _stage2_runs(b: Build) -> None:
         entry = b.cache.runs.pop(run_id, None)  # kept in the spill, not twice in memory
         if entry is not None and os.path.isfile(base + run_url(run_id)):
             _keep(b, run_id, entry, facts)
-            b.pages.record(run_url(run_id), run_id, written=False)
+            b.pages.record_run(run_id, written=False)
         else:
             todo.append(run_id)
     fresh = render_runs(b.workers, todo)
     for run_id, entry, payload in fresh:  # as they come: the cache and pages are sorted when saved
-        _keep(b, run_id, entry, facts)
-        b.new_records[run_id] = payload
-        b.pages.record(run_url(run_id), run_id, written=True)
+        _keep(b, run_id, entry, facts, payload)
+        b.pages.record_run(run_id, written=True)
     b.rendered = len(todo)
     facts.sort(key=lambda f: (f.at, f.id))
     b.summaries = Summaries(b.runs, facts)
 
 
-def _keep(b: Build, run_id: str, entry: dict, facts: list[RunFacts]) -> None:
-    """Spill a run's cache entry (``{"s": summary, "l": linked blobs}``), keeping in memory
-    only its ``RunFacts``: the blobs it links are read back in stage 6. (A summary's ``id``
-    is its run id.)"""
+def _keep(b: Build, run_id: str, entry: dict, facts: list[RunFacts], payload: bytes | None = None) -> None:
+    """Spill a run's cache entry (``{"s": summary, "l": linked blobs}``) and the analysis
+    payload rendering it gave (None: a cached run), keeping in memory only its ``RunFacts``:
+    the blobs it links are read back in stage 6. (A summary's ``id`` is its run id.)"""
     s = entry["s"]
-    b.runs[run_id] = compact_dumps(entry)
-    facts.append(RunFacts(s["at"], run_id, s["policy"].get("experiment"), s["simulated"]))
+    b.runs.put(run_id, compact_dumps(entry), payload)
+    exp = s["policy"].get("experiment")  # one string for all its runs (a few experiments), not one per run
+    facts.append(RunFacts(s["at"], run_id, sys.intern(exp) if type(exp) is str else exp, s["simulated"]))
 
 
 # ---------------------------------------------------------------------------- 6. static files and blobs
@@ -169,20 +170,19 @@ def _stage6_static(b: Build) -> None:
 # ---------------------------------------------------------------------------- 7. clean-up
 
 def _stage7_cleanup(b: Build) -> None:
-    for rel in sorted(b.cache.previous_pages - set(b.pages.pages)):
+    for rel in _not_in(sorted(b.cache.previous_pages), (rel for rel, _ in b.pages.items())):
         _unlink(b.out / rel)
     for digest in _not_in(sorted(set(b.cache.objects)), b.objects.sorted()):
         _unlink(b.out / object_url(digest))
     keep = b.objects.sorted()
     experiments = {k: v for k, v in sorted(b.experiments.items())}
-    b.cache.save(dict(sorted(b.pages.pages.items())), b.runs, experiments, keep,
-                 b.new_records)
-    b.new_records.close()
+    b.cache.save(b.pages.items(), b.runs, experiments, keep, b.new_records)
     b.runs.close()
 
 
 def _not_in(old: list[str], new) -> Iterator[str]:
-    """The digests of sorted ``old`` that sorted iterator ``new`` does not give."""
+    """The strings (digests, page paths) of sorted ``old`` that sorted iterator ``new`` does
+    not give."""
     new = iter(new)
     cur = next(new, None)
     for d in old:

@@ -15,6 +15,7 @@ change, so a static host or a browser never sees half a page.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import itertools
 import os
 import tempfile
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..formats import jsonio
+from ._render import run_url
 
 __all__ = ["BuildCache", "PageWriter", "Spill", "compact_dumps", "write_atomic", "fast_dumps", "CACHE_DIR"]
 
@@ -134,10 +136,11 @@ class BuildCache:
         except (ValueError, TypeError):
             pass
 
-    def save(self, pages: dict[str, str], runs: "Spill", experiments: dict[str, dict],
-             objects: Iterable[str], new_records: "Spill") -> None:
-        """Write the cache; ``runs``: every run's cache entry (``compact_dumps`` bytes) by run
-        id; ``new_records``: this build's analysis payloads (JSON bytes) by run id."""
+    def save(self, pages: Iterable[tuple[str, str]], runs: "Spill", experiments: dict[str, dict],
+             objects: Iterable[str], new_records: "_Second") -> None:
+        """Write the cache; ``pages``: (path, key) of every page, in path order (each once);
+        ``runs``: every run's cache entry (``compact_dumps`` bytes) by run id;
+        ``new_records``: this build's analysis payloads (JSON bytes) by run id (``runs.second``)."""
         # line by line, in run id order: joined, a 20,000-run build held them twice at once
         lines = (b'["' + k.encode("ascii") + b'",' + new_records[k] + b"]\n" for k in sorted(new_records))
         path = self.dir / "records.jsonl"
@@ -148,7 +151,7 @@ class BuildCache:
             write_atomic(path, lines)
         write_atomic(self.dir / "state.json", self._state(pages, runs, experiments, objects))
 
-    def _state(self, pages: dict, runs: "Spill", experiments: dict, objects: Iterable[str]) -> Iterator[bytes]:
+    def _state(self, pages: Iterable[tuple[str, str]], runs: "Spill", experiments: dict, objects: Iterable[str]) -> Iterator[bytes]:
         """``state.json``'s bytes (sorted-key JSON, as ``fast_dumps`` of the whole object would
         give) in pieces: the run summaries one by one, never the whole text at once."""
         # (The blob list and the pages, one per run or blob, are written in slices too: each
@@ -159,9 +162,10 @@ class BuildCache:
             yield (b"," if i else b"") + fast_dumps(chunk)[1:-1]
             i += 1
         yield b'],"pages":{'
-        items = sorted(pages.items())
-        for i in range(0, len(items), _SLICE):
-            yield (b"," if i else b"") + fast_dumps(dict(items[i:i + _SLICE]))[1:-1]
+        pages, i = iter(pages), 0
+        while chunk := dict(itertools.islice(pages, _SLICE)):
+            yield (b"," if i else b"") + fast_dumps(chunk)[1:-1]
+            i += 1
         yield b'},"renderer":' + fast_dumps(self.renderer) + b',"runs":{'
         for i, run_id in enumerate(sorted(runs)):
             yield (b"," if i else b"") + fast_dumps(run_id) + b":" + fast_dumps(jsonio.loads(runs[run_id]))
@@ -169,27 +173,42 @@ class BuildCache:
 
 
 class Spill:
-    """Run id -> bytes, kept in a temporary file rather than in memory: the build's analysis
-    payloads (about 1.3 KB a run, read once more when the experiment is analysed and once
-    when the cache is saved) and its run summaries (about 1.6 KB, read by the few pages
-    that list runs). Held, 20,000 runs' of them cost about 90 MB from the run pages to the
-    end of the build. What is held per run is its id and one int (offset and length)."""
+    """Run id -> bytes, kept in a temporary file rather than in memory: the build's run
+    summaries (about 1.6 KB, read by the few pages that list runs) and, as a run's second
+    value (``put``, read through ``second``), its analysis payload (about 1.3 KB a run, read
+    once more when the experiment is analysed and once when the cache is saved). Held,
+    20,000 runs' of them cost about 90 MB from the run pages to the end of the build. What
+    is held per run is its id and one int (offset and both lengths): one index for both, as
+    a second index of the same run ids was some 100 bytes a run."""
 
     def __init__(self):
         self._file = tempfile.TemporaryFile()
-        self._where: dict[str, int] = {}  # run id -> offset << 32 | length
+        self._where: dict[str, int] = {}  # run id -> offset << 64 | length << 32 | second's length + 1 (0: none)
         self._end = 0
+        self.second = _Second(self)
+
+    def put(self, run_id: str, payload: bytes, second: bytes | None = None) -> None:
+        """Keep ``payload`` (and ``second``, or none) for ``run_id``; a later put wins."""
+        data = payload if second is None else payload + second
+        self._file.seek(self._end)
+        self._file.write(data)
+        self._where[run_id] = self._end << 64 | len(payload) << 32 | (0 if second is None else len(second) + 1)
+        self._end += len(data)
 
     def __setitem__(self, run_id: str, payload: bytes) -> None:
-        self._file.seek(self._end)
-        self._file.write(payload)
-        self._where[run_id] = self._end << 32 | len(payload)
-        self._end += len(payload)
+        self.put(run_id, payload)
 
     def __getitem__(self, run_id: str) -> bytes:
         where = self._where[run_id]
-        self._file.seek(where >> 32)
-        return self._file.read(where & 0xFFFFFFFF)
+        self._file.seek(where >> 64)
+        return self._file.read(where >> 32 & 0xFFFFFFFF)
+
+    def _second(self, run_id: str) -> bytes | None:
+        where = self._where.get(run_id, 0)
+        if not where & 0xFFFFFFFF:
+            return None
+        self._file.seek((where >> 64) + (where >> 32 & 0xFFFFFFFF))
+        return self._file.read((where & 0xFFFFFFFF) - 1)
 
     def __contains__(self, run_id) -> bool:
         return run_id in self._where
@@ -204,14 +223,38 @@ class Spill:
         self._file.close()
 
 
+class _Second:
+    """A ``Spill``'s second values, by run id (only the runs that have one)."""
+
+    def __init__(self, spill: Spill):
+        self._spill = spill
+
+    def __contains__(self, run_id) -> bool:
+        return bool(self._spill._where.get(run_id, 0) & 0xFFFFFFFF)
+
+    def __getitem__(self, run_id: str) -> bytes:
+        got = self._spill._second(run_id)
+        if got is None:
+            raise KeyError(run_id)
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, where in self._spill._where.items() if where & 0xFFFFFFFF)
+
+
 class PageWriter:
-    """Renders templates into the output folder, skipping pages whose inputs did not change."""
+    """Renders templates into the output folder, skipping pages whose inputs did not change.
+
+    ``pages``: each page's key by its path, but for the run pages (``record_run``), kept as
+    their run ids alone (a run page's path is ``run_url`` of its id, its key the id): as
+    entries of ``pages`` they were some 180 bytes a run. ``items()`` gives them all."""
 
     def __init__(self, out: Path, env, scrub, old_pages: dict[str, str], common: dict):
         self.out, self.env, self.scrub = out, env, scrub
         self._base = str(out) + os.sep  # string paths: pathlib costs ~10 us a page at 10,000 pages
         self.old = old_pages
         self.pages: dict[str, str] = {}
+        self._run_ids: list[str] = []
         self.common = common
         self.written = self.skipped = 0
 
@@ -250,3 +293,20 @@ class PageWriter:
             self.written += 1
         else:
             self.skipped += 1
+
+    def record_run(self, run_id: str, written: bool) -> None:
+        """Account for the replay page of run ``run_id`` (``run_url``; its key is the id),
+        written by a worker process or kept; each run once."""
+        self._run_ids.append(run_id)
+        if written:
+            self.written += 1
+        else:
+            self.skipped += 1
+
+    def items(self) -> Iterator[tuple[str, str]]:
+        """Every page of this build as (path, key), in path order (one pass at a time)."""
+        # A run id is 64 hex digits (``Store.read_run`` checks it): run_url's order is the ids'.
+        odd = any(len(r) != 64 for r in self._run_ids)
+        self._run_ids.sort(key=run_url if odd else None)
+        runs = ((run_url(r), r) for r in self._run_ids)
+        return heapq.merge(sorted(self.pages.items()), runs)

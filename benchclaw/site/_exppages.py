@@ -8,6 +8,7 @@ cell page of the previous build is kept as it is.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 
 from ..analysis import experiment_facts
@@ -132,11 +133,13 @@ def _cell_pages(b: Build, exp: str, result: dict, runs: list[RunFacts], summary:
         s = b.summaries.get(f.id)
         if s["policy"].get("policy") != "grid":
             live_runs.setdefault(str(s["policy"].get("cell")), []).append(f.id)
-    ids = {f.id for f in runs}
+    ids = _SortedIds(f.id for f in runs)
     order = {f"{p}/{m}": i for i, (p, m) in enumerate(
         (r["policy"], r["mode"]) for r in ((summary.get("primary") or {}).get("policies") or []))}
-    rows, jobs = [], []
-    for cell, slot, trials in result["cells"]:  # one batch's run summaries held at a time
+    cells = result["cells"]
+    pages = max(1, -(-cells.count // CELLS_PER_PAGE))  # a cell list page per CELLS_PER_PAGE cells
+    rows, jobs, page = [], [], 0
+    for cell, slot, trials in cells:  # one batch's run summaries and one list page's rows held at a time
         row, job = _cell(b, exp, cell, slot, trials, tiers, order, ids, live_runs)
         rows.append(row)
         if job is not None:
@@ -144,17 +147,33 @@ def _cell_pages(b: Build, exp: str, result: dict, runs: list[RunFacts], summary:
         if len(jobs) >= CELL_BATCH:
             render_pages(b.workers, jobs)
             jobs = []
+        if len(rows) == CELLS_PER_PAGE:
+            page += 1
+            _cells_list(b, exp, rows, page, pages, tiers)
+            rows = []
     render_pages(b.workers, jobs)
-    pages = max(1, -(-len(rows) // CELLS_PER_PAGE))
-    for i in range(pages):
-        chunk = rows[i * CELLS_PER_PAGE:(i + 1) * CELLS_PER_PAGE]
-        rel = cells_list_url(exp, i + 1)
-        b.pages.render(rel, "cells.html", key=digest_of({"rows": chunk, "pages": pages, "tiers": tiers}),
-                       title=f"{exp}: cells", exp_id=exp, rows=chunk, page=i + 1, pages=pages, tiers=tiers,
-                       simulated=False)
+    if rows or not page:
+        _cells_list(b, exp, rows, page + 1, pages, tiers)
 
 
-def _cell(b: Build, exp: str, cell: str, slot: dict, trials: list, tiers: list, order: dict, ids: set,
+def _cells_list(b: Build, exp: str, rows: list[dict], page: int, pages: int, tiers: list) -> None:
+    b.pages.render(cells_list_url(exp, page), "cells.html", key=digest_of({"rows": rows, "pages": pages, "tiers": tiers}),
+                   title=f"{exp}: cells", exp_id=exp, rows=rows, page=page, pages=pages, tiers=tiers,
+                   simulated=False)
+
+
+class _SortedIds:
+    """``in`` over run ids, held as one sorted list (a set of 20,000 ids was about 1 MB)."""
+
+    def __init__(self, ids):
+        self._ids = sorted(ids)
+
+    def __contains__(self, run_id) -> bool:
+        i = bisect.bisect_left(self._ids, run_id)
+        return i < len(self._ids) and self._ids[i] == run_id
+
+
+def _cell(b: Build, exp: str, cell: str, slot: dict, trials: list, tiers: list, order: dict, ids: "_SortedIds",
           live_runs: dict) -> tuple[dict, tuple | None]:
     """A cell's row on the cells list, and its page's job (None when the page is unchanged).
     ``slot``: its grid runs' ids by tier; ``trials``: its policy trials (``CellSpool``)."""

@@ -90,14 +90,19 @@ class Build:
     cache: BuildCache
     pages: PageWriter
     scrub: Scrubber
-    runs: Spill = field(default_factory=Spill)  # run id -> its cache entry ({"s": summary, "l": blobs}), on disk
+    runs: Spill = field(default_factory=Spill)  # run id -> its cache entry ({"s": summary, "l": blobs}) and
+    # (second) this build's analysis payload, on disk
     summaries: Summaries = field(default_factory=Summaries)
     experiments: dict[str, dict] = field(default_factory=dict)
-    new_records: Spill = field(default_factory=Spill)  # run id -> analysis payload (JSON), on disk
     objects: "DigestSet" = field(default_factory=lambda: DigestSet())  # blobs pages link; run pages' added in stage 6
     warnings: list[str] = field(default_factory=list)
     rendered: int = 0
     comparison: dict | None = None  # stage 4b's, when the runs hold more than one experiment
+
+    @property
+    def new_records(self):
+        """Run id -> this build's analysis payload (JSON bytes): ``runs``' second values."""
+        return self.runs.second
 
     def reader(self) -> Store:
         """The ``Store`` a stage reads blobs from: ``store``, a ``BuildStore``, which keeps
@@ -120,13 +125,17 @@ def digest_of(obj) -> str:
 
 
 class DigestSet:
-    """Hex SHA-256 digests (the blobs the pages link), each kept once, in bounded memory: at
-    most ``BATCH`` are held as raw bytes in a set; each full batch is written, sorted, to a
-    temporary file, and ``sorted()`` merges the batches. As a set of hex strings a 20,000-run
-    site's ~200,000 linked blobs cost about 30 MB. A digest that is not 64 hex digits is kept
-    as it is (``_odd``)."""
+    """SHA-256 digests (the blobs the pages link: ``sha256:<hex>``, or bare hex), each kept
+    once, in bounded memory: at most ``BATCH`` are held as raw bytes in a set; each full
+    batch is written, sorted, to a temporary file, and ``sorted()`` merges the batches. As a
+    set of strings a 20,000-run site's ~130,000 linked blobs cost about 25 MB. A digest is
+    held as a tag byte (bare hex 0, ``sha256:`` 1: the strings' own order, as "s" sorts
+    after every hex digit) and its 32 bytes; one of another shape is kept as it is
+    (``_odd``)."""
 
     BATCH = 16384
+    _PREFIX = ("", "sha256:")  # by tag byte
+    _SIZE = 33
 
     def __init__(self):
         self._recent: set[bytes] = set()
@@ -135,11 +144,8 @@ class DigestSet:
         self._batches: list[tuple[int, int]] = []
 
     def add(self, digest: str) -> None:
-        try:
-            raw = bytes.fromhex(digest) if len(digest) == 64 else None
-        except (TypeError, ValueError):
-            raw = None
-        if raw is None or raw.hex() != digest:
+        raw = self._raw(digest)
+        if raw is None:
             self._odd.add(digest)
             return
         self._recent.add(raw)
@@ -151,23 +157,40 @@ class DigestSet:
             self._spill.write(b"".join(sorted(self._recent)))
             self._recent = set()
 
+    def _raw(self, digest) -> bytes | None:
+        """Tag byte and raw digest, or None when ``_text`` would not give ``digest`` back."""
+        if not isinstance(digest, str):
+            return None
+        tag = 1 if len(digest) == 71 and digest.startswith("sha256:") else 0
+        hexd = digest[7:] if tag else digest
+        try:
+            raw = bytes.fromhex(hexd) if len(hexd) == 64 else None
+        except ValueError:
+            return None
+        if raw is None or raw.hex() != hexd:
+            return None
+        return bytes((tag,)) + raw
+
+    def _text(self, raw: bytes) -> str:
+        return self._PREFIX[raw[0]] + raw[1:].hex()
+
     def update(self, digests) -> None:
         for d in digests:
             self.add(d)
 
     def _batch(self, offset: int, n: int) -> Iterator[bytes]:
-        done = 0
+        done, size = 0, self._SIZE
         while done < n:
-            self._spill.seek(offset + 32 * done)
-            chunk = self._spill.read(32 * min(n - done, 2048))
-            done += len(chunk) // 32
-            yield from (chunk[i:i + 32] for i in range(0, len(chunk), 32))
+            self._spill.seek(offset + size * done)
+            chunk = self._spill.read(size * min(n - done, 2048))
+            done += len(chunk) // size
+            yield from (chunk[i:i + size] for i in range(0, len(chunk), size))
 
     def sorted(self) -> Iterator[str]:
         """Every digest once, in order (one pass at a time)."""
         batches = [self._batch(o, n) for o, n in self._batches] + [iter(sorted(self._recent))]
-        raws, last = (raw.hex() for raw in heapq.merge(*batches)), None
-        for d in heapq.merge(raws, iter(sorted(self._odd))):
+        texts, last = (self._text(raw) for raw in heapq.merge(*batches)), None
+        for d in heapq.merge(texts, iter(sorted(self._odd))):
             if d != last:
                 yield d
                 last = d
