@@ -573,8 +573,11 @@ class _Staged:
         self.mine.add(digest)
         return digest
 
-    def put_json_blob(self, obj) -> str:
-        return self.put_blob(jsonio.dumps(obj))
+    def put_blobs(self, datas: list[bytes]) -> list[str]:
+        """``put_blob`` of each, in one pack write (``Store.stage_blobs``)."""
+        digests = self.store.stage_blobs(datas)
+        self.mine.update(digests)
+        return digests
 
     def has_blob(self, digest: str) -> bool:
         return digest in self.mine or self.store.has_blob(digest)

@@ -585,6 +585,21 @@ class Store:
     def stage_json_blob(self, obj) -> str:
         return self.stage_blob(jsonio.dumps(obj))
 
+    def stage_blobs(self, datas: list[bytes]) -> list[str]:
+        """``stage_blob`` of each of ``datas`` (their digests, in order), the new ones
+        appended to the pack in one write: a call record's reply, usage and request."""
+        digests, new = [], []
+        present = self._present
+        for data in datas:
+            hexd = hashlib.sha256(data).hexdigest()
+            digests.append("sha256:" + hexd)
+            if hexd not in present:
+                new.append((hexd, data))
+        if new:
+            self.ensure()
+            self._writer().add_many(new)
+        return digests
+
     def _stage(self, data: bytes) -> tuple[str, int]:
         """Append a blob to this process's pack (once: the pack remembers what it holds);
         returns the digest and the ticket to wait for (0: nothing to wait for). A copy in
