@@ -158,6 +158,7 @@ class _Run:
         self.calls: list[dict] = []
         self.turns = self.denials = self.invalid = self.injections = 0
         self.writer: RunWriter | None = None
+        self.run_name = ""
         self.start = 0.0
         self.ended = False
         self.blobs = _Staged(self.store)
@@ -172,6 +173,7 @@ class _Run:
     async def execute(self) -> AgentResult:
         self._store_inputs()
         self.writer = self.store.open_run()
+        self.run_name = self.writer.path.stem  # what its reservations name
         if self.on_open is not None:
             self.on_open(self.writer)
         self.writer.awaits_commits = True  # we await Store.commit ourselves (module docstring)
@@ -331,7 +333,7 @@ class _Run:
         if self.ledger is None:
             return None
         usd = cost_upper_bound(estimate, self.max_tokens, self.tier.prices)
-        return self.ledger.reserve(run=self.writer.path.stem, key=f"{turn}.{attempt}",
+        return self.ledger.reserve(run=self.run_name, key=f"{turn}.{attempt}",
                                    tokens=estimate + self.max_tokens, usd=usd)
 
     def _record_call(self, turn: int, attempt: int, req: ChatRequest, estimate: int, resp: ChatResponse,

@@ -124,6 +124,7 @@ class ChainFile:
 
     def __init__(self, path: Path, *, fsync: bool = True, clock: Callable[[], str] = utc_now):
         self.path = path
+        self._name = str(path)  # the path as the committer keys it and ``stat`` takes it, made once
         self._fsync = fsync
         self._clock = clock
         self._size = 0          # bytes of whole lines folded in so far
@@ -215,7 +216,7 @@ class ChainFile:
         append_whole(self._fd, self.path, self._size, line + b"\n",  # type: ignore[arg-type]
                      f"append record {seq}")
         if self._fsync:
-            self.ticket = committer().mark_file(self._fd, self.path)  # type: ignore[arg-type]
+            self.ticket = committer().mark_file(self._fd, self._name)  # type: ignore[arg-type]
             if wait:
                 self._wait_durable(self._size, seq)
         rec = Record(seq, prev, at, kind, body, line)
@@ -237,7 +238,7 @@ class ChainFile:
         can the inode be reused), so a path naming that same inode reports our file's size."""
         fd = self._fd
         try:
-            st = os.stat(self.path)
+            st = os.stat(self._name)
         except FileNotFoundError:
             st = None
         self._check_same_file(st, self._ident)
@@ -438,7 +439,8 @@ class RunWriter(ChainFile):
         self._check_last_line(os.pread(self._fd, self._last_len, self._size - self._last_len))  # type: ignore[arg-type]
 
     def _fold(self, rec: Record) -> None:
-        self._hash.update(rec.line + b"\n")
+        self._hash.update(rec.line)
+        self._hash.update(b"\n")
         self.records.append(rec)
         if self.on_append is not None:
             self.on_append(rec)
