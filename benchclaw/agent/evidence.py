@@ -21,7 +21,7 @@ from ..formats import jsonio
 from ..formats.money import fmt_usd
 from ..providers.base import ChatRequest, ChatResponse
 from ..providers.vault import redact
-from ..formats.records import DIGEST_RE, blob_refs
+from ..formats.records import DIGEST_RE, refs_and_floats
 
 __all__ = ["lit", "append", "call_body", "LITERAL_PREFIX"]
 
@@ -40,10 +40,11 @@ def append(writer, store, kind: str, body: dict):
 
     Raises ``IntegrityError`` naming the missing blob (a runtime bug, never model input).
     """
-    for ref in blob_refs(body):
+    refs, floats = refs_and_floats(body)  # one walk: the refs to check, and whether dumps must look for floats
+    for ref in refs:
         if not store.has_blob(ref):
             raise IntegrityError(f"{kind} record would reference {ref}, which is not stored")
-    return writer.append(kind, body)
+    return writer.append(kind, body, floatless=not floats)
 
 
 def _error_body(resp: ChatResponse) -> dict | None:
