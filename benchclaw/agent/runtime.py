@@ -54,7 +54,7 @@ from ..checks.digest import task_listing
 from ..errors import BenchClawError, BudgetError, IntegrityError, UsageError
 from ..formats.ledger import DOUBTED_PREFIX
 from ..formats.money import (ZERO_USAGE, CostBounds, Usage, call_cost_of, cost_upper_bound,
-                             estimate_prompt_tokens, fmt_usd, message_bytes, stream_floor,
+                             REQUEST_OVERHEAD_TOKENS, fmt_usd, message_bytes, message_tokens, stream_floor,
                              usage_unread)
 from ..providers.base import ChatRequest, ChatResponse, Provider, error_response
 from ..providers.retry import backoff_delay
@@ -150,6 +150,7 @@ class _Run:
         self.ws = Workspace(self.task.inputs)
         self.messages: list[dict] = [{"role": "system", "content": p.system_prompt},
                                      {"role": "user", "content": self._first_message()}]
+        self._estimated = (0, 0)  # (messages counted, their message_tokens): ``_estimate``
         self.simulated = bool(getattr(self.tier, "simulated", False) or getattr(self.provider, "simulated", False))
         self.claimed_simulated = self.simulated
         rules = getattr(provider, "usage_rules", None)  # only the in-process simulator has them
@@ -270,9 +271,18 @@ class _Run:
         return _End("limit_time", f"{what}: the run's {self.limits.seconds} s were used up")
 
     # -- one turn's model call, with retries ----------------------------------------------
+    def _estimate(self, messages: tuple) -> int:
+        """``estimate_prompt_tokens(messages)``, counting only the messages added since the
+        last call (``self.messages`` only grows, and a message is never changed once sent)."""
+        done, total = self._estimated
+        for m in messages[done:]:
+            total += message_tokens(m)
+        self._estimated = (len(messages), total)
+        return REQUEST_OVERHEAD_TOKENS + total
+
     async def _call(self, turn: int) -> ChatResponse | _End:
         messages = tuple(self.messages)
-        estimate = estimate_prompt_tokens(messages)
+        estimate = self._estimate(messages)
         for attempt in range(self.retries + 1):
             remaining = self._remaining()
             if remaining <= 0:
