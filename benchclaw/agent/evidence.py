@@ -44,7 +44,8 @@ def append(writer, store, kind: str, body: dict):
     for ref in refs:
         if not store.has_blob(ref):
             raise IntegrityError(f"{kind} record would reference {ref}, which is not stored")
-    return writer.append(kind, body, floatless=not floats)
+    writer.floatless = None if floats else body  # ``ChainFile.floatless``: this body needs no second walk
+    return writer.append(kind, body)
 
 
 def _error_body(resp: ChatResponse) -> dict | None:

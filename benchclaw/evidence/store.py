@@ -153,15 +153,13 @@ class ChainFile:
         fcntl.flock(self._lock_fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
 
     # -- appending -----------------------------------------------------------------------
-    def append(self, kind: str, body: dict, *, durable: bool = True, floatless: bool = False) -> Record:
+    def append(self, kind: str, body: dict, *, durable: bool = True) -> Record:
         """Append one record; on disk (its group commit done) when this returns unless
-        ``durable=False``. ``floatless``: the caller knows ``body`` holds no float
-        (``records.refs_and_floats``). Raises StorageError (disk full, read-only) or
-        IntegrityError (the file was shrunk, replaced or rewritten by someone else)."""
-        return self.append_with(lambda: (kind, body), durable=durable, floatless=floatless)
+        ``durable=False``. Raises StorageError (disk full, read-only) or IntegrityError
+        (the file was shrunk, replaced or rewritten by someone else)."""
+        return self.append_with(lambda: (kind, body), durable=durable)
 
-    def append_with(self, make: Callable[[], tuple[str, dict]], *, durable: bool = True,
-                    floatless: bool = False) -> Record:
+    def append_with(self, make: Callable[[], tuple[str, dict]], *, durable: bool = True) -> Record:
         """As ``append``, with ``make() -> (kind, body)`` called under the lock after every
         other writer's records were folded in (so a decision sees all of them)."""
         with self._mutex:  # ``locked()``, spelt out: this runs for every record
@@ -170,7 +168,7 @@ class ChainFile:
             try:
                 self._refresh()
                 kind, body = make()
-                return self._write(kind, body, durable and not self.awaits_commits, floatless)
+                return self._write(kind, body, durable and not self.awaits_commits)
             finally:
                 self._unlock()
 
@@ -212,9 +210,15 @@ class ChainFile:
             self.release()
             raise storage_error(self.path, "open for appending", e) from None
 
-    def _write(self, kind: str, body: dict, wait: bool, floatless: bool = False) -> Record:
+    floatless: object = None
+    """The body object (by identity) its caller walked and found without a float
+    (``records.refs_and_floats``; ``agent.evidence.append`` sets it before appending it):
+    serialised without ``jsonio``'s own walk for floats. Any other body is walked."""
+
+    def _write(self, kind: str, body: dict, wait: bool) -> Record:
         seq, prev, at = self._seq, self._prev, self._clock()
-        line = encode_fields(seq, prev, at, kind, body, floatless=floatless)
+        line = encode_fields(seq, prev, at, kind, body, floatless=body is self.floatless)
+        self.floatless = None
         append_whole(self._fd, self.path, self._size, line + b"\n",  # type: ignore[arg-type]
                      f"append record {seq}")
         if self._fsync:
@@ -447,11 +451,11 @@ class RunWriter(ChainFile):
         if self.on_append is not None:
             self.on_append(rec)
 
-    def append(self, kind: str, body: dict, *, durable: bool = True, floatless: bool = False) -> Record:
+    def append(self, kind: str, body: dict, *, durable: bool = True) -> Record:
         """Append one record; durable when this returns, unless ``awaits_commits`` (then
         written, and durable with the next commit)."""
         try:
-            return super().append(kind, body, durable=durable, floatless=floatless)
+            return super().append(kind, body, durable=durable)
         except StorageError as e:
             if self._fd is not None:
                 self._failure = e
