@@ -408,6 +408,8 @@ class RunWriter(ChainFile):
             new.unlink(missing_ok=True)
             raise storage_error(path, "create the run file", e) from None
         self._fd = self._lock_fd = fd
+        if self._fsync:  # its name is durable with its first records (the pass that fsyncs them)
+            committer().mark_dir(path.parent)
 
     # The lock is held for the run's life, so an append only takes the thread mutex.
     def _lock(self) -> None:
@@ -744,14 +746,20 @@ class Store:
     def seal_after_sync(self, fd: int, open_path: Path, hexd: str) -> int:
         """``seal_file`` in one commit pass: the run file (``fd``, its flock held until then)
         is fsynced, renamed to ``runs/<aa>/<hexd>.jsonl`` (or dropped when those bytes are
-        sealed already), then both directories fsynced. Returns the ticket to wait for; until
-        it is done the run is still in ``open/``, locked."""
+        sealed already), then the new name's directory fsynced. Returns the ticket to wait
+        for; until it is done the run is still in ``open/``, locked.
+
+        ``open/`` is not fsynced for the rename: no promise needs the old name gone (FORMAT.md
+        "Durability"). A power cut may bring ``open/<uuid>.jsonl`` back beside the sealed run;
+        its bytes are the sealed run's, ``run.end`` last, so recovery seals it to the same
+        name and drops it. (``open/`` is fsynced when a run file is created, by the pass
+        that makes its first records durable.)"""
         target = self.root / "runs" / hexd[:2] / f"{hexd}.jsonl"
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise storage_error(target, "seal the run", e) from None
-        return committer().rename_after_sync(fd, open_path, target, dirs=(target.parent, open_path.parent))
+        return committer().rename_after_sync(fd, open_path, target, dirs=(target.parent,))
 
     def run_path(self, run_id: str) -> Path:
         return self.root / "runs" / run_id[:2] / f"{run_id}.jsonl"
