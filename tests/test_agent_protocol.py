@@ -1,5 +1,7 @@
 """Parsing model replies: every malformed shape gets a reason the model can act on."""
 
+import json
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -40,6 +42,8 @@ def test_well_formed_replies_become_actions(reply, action):
     ('{"action": "read", "path": "a.md", "path": "../x"}', "duplicate key 'path'"),
     ('{"action": "read", "path": "\\ud800"}', "lone surrogate"),
     ("[" * 5000 + "]" * 5000, "nested too deeply"),
+    ('{"action": "read", "path": "\ud800"}', "lone surrogate"),  # the character itself, not an escape
+    ('{"action": "read", "path": "a.md", "x": ' + "[" * 40 + "]" * 40 + "}", "nested too deeply"),
 ])
 def test_malformed_replies_say_what_was_wrong(reply, says):
     got = parse_reply(reply, ALL)
@@ -69,3 +73,11 @@ def test_parse_reply_is_total(reply):
     assert isinstance(got, (Action, Invalid))
     if isinstance(got, Action):
         assert got.name in DIRECT
+
+
+def test_brackets_and_escapes_inside_strings_are_only_text():
+    """The nesting and surrogate checks look at the parsed value; the text's brackets and
+    ``\\u`` escapes only decide whether they must look."""
+    content = "{[" * 40 + " \\u00e9 \\ud83d\\ude00 \u00e9"
+    got = parse_reply('{"action": "write", "path": "o.md", "content": ' + json.dumps(content) + "}", ALL)
+    assert got == Action("write", {"path": "o.md", "content": content})

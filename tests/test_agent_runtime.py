@@ -96,6 +96,17 @@ def test_the_model_sees_the_system_prompt_the_task_and_the_readable_files_only(t
     assert prov.requests[0].json_mode and prov.requests[0].seed == 1 and prov.requests[0].max_tokens == 256
 
 
+def test_each_calls_prompt_estimate_counts_the_whole_conversation_it_sent(tmp_path):
+    """The runtime keeps a running estimate (only new messages counted); a retried turn and
+    later turns must still record the estimate of every message the request carried."""
+    from benchclaw.formats.money import estimate_prompt_tokens
+    _, run, prov, _ = go(tmp_path, [READ_A, error("server", status=503), WRITE_GOOD, FINISH])
+    calls = [r.body for r in run.of_kind("call")]
+    assert len(calls) == len(prov.requests) == 4
+    assert [c["prompt_estimate"] for c in calls] == [estimate_prompt_tokens(r.messages) for r in prov.requests]
+    assert calls[1]["prompt_estimate"] == calls[2]["prompt_estimate"] < calls[3]["prompt_estimate"]
+
+
 def test_each_turn_resends_the_conversation_with_the_observation(tmp_path):
     _, _, prov, _ = go(tmp_path, [READ_A, FINISH])
     second = prov.requests[1].messages

@@ -85,6 +85,27 @@ def test_a_run_is_renamed_only_after_its_records_are_fsynced(tmp_path, monkeypat
     assert disk.index("fsync", f"open/{writer.path.name}") < disk.index("rename", f"{run_id}.jsonl")
 
 
+def test_a_new_run_files_name_is_durable_with_its_first_records_and_a_sealed_runs_name_before_seal_returns(
+        tmp_path, monkeypatch):
+    """``open/`` is fsynced by the first commit after a run file is created (its records are
+    durable by the next commit: so must its name be); the sealed run's directory is fsynced
+    after its rename. ``open/`` is not fsynced again for the rename (no promise needs the old
+    name gone: recovery drops it, test_store.py)."""
+    disk = DiskLog(monkeypatch)
+    store = Store(tmp_path / "runs")
+    writer = store.open_run()
+    writer.awaits_commits = True
+    writer.append("run.start", {})
+    store.commit_sync()
+    assert ("fsync", str(store.root / "open")) in disk.events
+    assert ("fsync", str(writer.path)) in disk.events
+    writer.append("run.end", {"status": "failed"})
+    run_id = writer.seal()
+    sealed = store.run_path(run_id)
+    after = disk.events[disk.index("rename", f"{run_id}.jsonl"):]
+    assert ("fsync", str(sealed.parent)) in after and ("fsync", str(store.root / "open")) not in after
+
+
 def test_a_cancelled_waiter_does_not_stop_later_commits(tmp_path):
     store = Store(tmp_path / "runs")
 

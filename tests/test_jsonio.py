@@ -56,3 +56,23 @@ def test_dumps_is_the_stdlib_canonical_form():
         want = json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False).encode("utf-8")
         assert jsonio.dumps(v) == want, v
+
+
+def test_refs_and_floats_is_blob_refs_and_the_float_walk_in_one():
+    """``agent.evidence.append`` walks a body once for both; the record's bytes are those
+    ``dumps`` writes (a float found means the canonical float path)."""
+    from benchclaw.formats.records import blob_refs, encode_fields, refs_and_floats
+
+    class F(float):
+        pass
+
+    class I(int):
+        pass
+    d = "sha256:" + "ab" * 32
+    bodies = [{"a": 1}, {"a": 1.5}, {"a": [d, {"b": 2.0}]}, {"a": (1, 2.0)}, {"a": (1, 2)},
+              {"x": d, "y": [None, True, "s", "literal:" + d]}, {"a": {"b": [{"c": d}]}},
+              {"a": F(1)}, {"a": I(3)}, {"big": 1 << 70}]
+    for body in bodies:
+        refs, floats = refs_and_floats(body)
+        assert refs == list(blob_refs(body)) and floats == jsonio._has_float(body), body
+        assert encode_fields(1, "p", "t", "k", body, floatless=not floats) == encode_fields(1, "p", "t", "k", body)

@@ -239,3 +239,22 @@ def test_the_pack_index_finds_every_blob_as_packs_grow_and_keeps_the_first_copy(
     write_index(str(first), [("zz" * 32, o, n) for _, o, n in entries], first.stat().st_size)
     assert read_index(str(first)) is not None  # read_index does not check the digests' hex...
     assert PackIndex(str(objects)).find(entries[7][0]).read() == b"blob 7"  # ...the index falls back to a scan
+
+
+def test_a_records_blobs_go_into_the_pack_in_one_write_each_once(tmp_path, monkeypatch):
+    """``Store.stage_blobs`` (a call record's reply, usage and request): the new ones are one
+    append, in order, a repeat and a blob the pack holds already are not written again, and
+    the pack reads as if they had been appended one by one."""
+    store = Store(tmp_path / "runs")
+    old = store.put_blob(b"held already")
+    writes = []
+    real = packs_module.append_whole
+    monkeypatch.setattr(packs_module, "append_whole", lambda *a: (writes.append(a[3]), real(*a))[1])
+    got = store.stage_blobs([b"reply", b"held already", b"request", b"reply"])
+    assert got == [digest(b"reply"), old, digest(b"request"), digest(b"reply")]
+    assert writes == [entry_bytes(digest(b"reply")[7:], b"reply") + entry_bytes(digest(b"request")[7:], b"request")]
+    assert store.stage_blobs([b"request"]) == [digest(b"request")] and len(writes) == 1
+    store.commit_sync()
+    [pack] = packs(store)
+    assert [e[0] for e in scan_pack(pack).entries] == [h[7:] for h in (old, digest(b"reply"), digest(b"request"))]
+    assert Store(store.root).get_blob(digest(b"request")) == b"request" and check_store(store).ok

@@ -531,6 +531,25 @@ def test_recovery_leaves_a_live_run_alone_and_seals_it_once_its_writer_is_gone(t
     assert store.read_run(done.run_id).end["status"] == "aborted"
 
 
+def test_a_sealed_runs_open_name_brought_back_by_a_power_cut_is_dropped_by_recovery(tmp_path):
+    """A seal does not fsync ``open/`` after its rename (FORMAT.md "Durability"): a power cut
+    may keep the old name beside the sealed run. Recovery seals those bytes to the same id
+    and drops the old name; nothing is sealed twice or changed."""
+    store = Store(tmp_path / "runs")
+    w = store.open_run()
+    w.append("run.start", {"task": {}})
+    w.append("run.end", {"status": "failed"})
+    open_path = w.path
+    run_id = w.seal()
+    sealed = store.run_path(run_id).read_bytes()
+    open_path.write_bytes(sealed)  # the old name, as the disk may show it after the cut
+    (done,) = recover_store(Store(store.root))
+    assert done.run_id == run_id and not open_path.exists()
+    assert store.run_path(run_id).read_bytes() == sealed
+    report = check_store(Store(store.root))
+    assert report.ok and report.open_runs == 0
+
+
 def test_a_run_file_whose_writer_died_before_naming_it_is_dropped(tmp_path):
     store = Store(tmp_path / "runs", fsync=False)
     store.ensure()

@@ -17,10 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import IntegrityError
+from ..formats import jsonio
 from ..formats.money import fmt_usd
 from ..providers.base import ChatRequest, ChatResponse
 from ..providers.vault import redact
-from ..formats.records import DIGEST_RE, blob_refs
+from ..formats.records import DIGEST_RE, refs_and_floats
 
 __all__ = ["lit", "append", "call_body", "LITERAL_PREFIX"]
 
@@ -39,9 +40,11 @@ def append(writer, store, kind: str, body: dict):
 
     Raises ``IntegrityError`` naming the missing blob (a runtime bug, never model input).
     """
-    for ref in blob_refs(body):
+    refs, floats = refs_and_floats(body)  # one walk: the refs to check, and whether dumps must look for floats
+    for ref in refs:
         if not store.has_blob(ref):
             raise IntegrityError(f"{kind} record would reference {ref}, which is not stored")
+    writer.floatless = None if floats else body  # ``ChainFile.floatless``: this body needs no second walk
     return writer.append(kind, body)
 
 
@@ -53,30 +56,37 @@ def _error_body(resp: ChatResponse) -> dict | None:
     return body
 
 
-def _raw_blob(store, raw: Any) -> str:
+def _raw_bytes(raw: Any) -> bytes:
     try:
-        return store.put_json_blob(raw)
+        return jsonio.dumps(raw)
     except (TypeError, ValueError):  # NaN or an odd type from a provider: keep its text
-        return store.put_blob(repr(raw).encode("utf-8", "backslashreplace"))
+        return repr(raw).encode("utf-8", "backslashreplace")
 
 
-def _text_blob(store, text: str | None) -> str | None:
-    return None if text is None else store.put_blob(text.encode("utf-8", "surrogatepass"))
+def _text_bytes(text: str | None) -> bytes | None:
+    return None if text is None else text.encode("utf-8", "surrogatepass")
+
+
+def _blobs(store, *datas: bytes | None) -> list[str | None]:
+    """The digests of ``datas`` (None stays None), stored with one pack write (``put_blobs``)."""
+    stored = iter(store.put_blobs([d for d in datas if d is not None]))
+    return [None if d is None else next(stored) for d in datas]
 
 
 def call_body(*, store, turn: int, attempt: int, req: ChatRequest, prompt_estimate: int,
               resp: ChatResponse, priced, simulated: bool) -> dict:
     """The body of one ``call`` record; stores the request, reply, reasoning and raw usage
-    blobs. ``priced`` is the call's ``money.CallCost``. Fields added for provider truth
+    blobs (one pack write). ``priced`` is the call's ``money.CallCost``. Fields added for provider truth
     (``reasoning``, ``headers``, ``model_upstream``, ``usage_doubts``, ``cost_note``,
     ``truncated``) are written only when they say something, so older readers and the
     records of plain calls are unchanged."""
-    reply = _text_blob(store, resp.content)
-    usage_raw = None if resp.usage_raw is None else _raw_blob(store, resp.usage_raw)
+    reply, usage_raw, reasoning, request = _blobs(
+        store, _text_bytes(resp.content), None if resp.usage_raw is None else _raw_bytes(resp.usage_raw),
+        _text_bytes(resp.reasoning), req.body_bytes)
     timeout_ms = None if req.timeout_s is None else int(req.timeout_s * 1000)
     cost = priced.cost
     optional = {
-        "reasoning": _text_blob(store, resp.reasoning),
+        "reasoning": reasoning,
         "headers": {k: lit(v) for k, v in resp.headers.items()} or None,
         "model_upstream": lit(resp.model_upstream),
         "usage_doubts": list(priced.doubts) or None,
@@ -86,7 +96,7 @@ def call_body(*, store, turn: int, attempt: int, req: ChatRequest, prompt_estima
     }
     return {**{k: v for k, v in optional.items() if v is not None},
         "turn": turn, "attempt": attempt,
-        "request": store.put_blob(req.body_bytes),
+        "request": request,
         "params": {"model": req.model, "max_tokens": req.max_tokens, "temperature": fmt_usd(req.temperature),
                    "seed": req.seed, "json_mode": req.json_mode, "timeout_ms": timeout_ms,
                    **({} if req.stall_s is None else {"stall_ms": int(req.stall_s * 1000)})},

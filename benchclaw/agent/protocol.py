@@ -99,6 +99,17 @@ def _decode(text: str) -> object | Invalid:
         return Invalid(f"invalid reply: not valid JSON ({str(e).split(':')[0][:200]})")
 
 
+def _encodes(text: str) -> bool:
+    """True when ``text`` is valid Unicode (no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _not_unicode(obj: object) -> bool:
     """True when a string in ``obj`` holds a lone surrogate (JSON allows ``"\\ud800"``)."""
     stack = [obj]
@@ -133,14 +144,18 @@ def parse_reply(content: str | None, offered: Collection[str]) -> Action | Inval
         return Invalid("invalid reply: empty reply; answer with one JSON object naming an action")
     if len(content) > MAX_REPLY_CHARS:
         return Invalid(f"invalid reply: longer than {MAX_REPLY_CHARS} characters")
-    obj = _decode(content.strip())
+    text = content.strip()
+    obj = _decode(text)
     if isinstance(obj, Invalid):
         return obj
     if not isinstance(obj, dict):
         return Invalid(f"invalid reply: expected one JSON object, got a JSON {type(obj).__name__}")
-    if _too_deep(obj):
+    # Each walk below runs only when the text could hold what it looks for: a value nests no
+    # deeper than the text has brackets, and a lone surrogate is either in the text itself
+    # (it does not encode) or written as a ``\u`` escape (scans in C, each one pass).
+    if text.count("{") + text.count("[") > _MAX_DEPTH and _too_deep(obj):
         return Invalid("invalid reply: JSON nested too deeply")
-    if _not_unicode(obj):
+    if ("\\u" in text or not _encodes(text)) and _not_unicode(obj):
         return Invalid("invalid reply: a string holds a lone surrogate (not valid Unicode)")
     name = obj.get("action")
     if "action" not in obj:

@@ -54,7 +54,7 @@ from ..checks.digest import task_listing
 from ..errors import BenchClawError, BudgetError, IntegrityError, UsageError
 from ..formats.ledger import DOUBTED_PREFIX
 from ..formats.money import (ZERO_USAGE, CostBounds, Usage, call_cost_of, cost_upper_bound,
-                             estimate_prompt_tokens, fmt_usd, message_bytes, stream_floor,
+                             REQUEST_OVERHEAD_TOKENS, fmt_usd, message_bytes, message_tokens, stream_floor,
                              usage_unread)
 from ..providers.base import ChatRequest, ChatResponse, Provider, error_response
 from ..providers.retry import backoff_delay
@@ -150,6 +150,7 @@ class _Run:
         self.ws = Workspace(self.task.inputs)
         self.messages: list[dict] = [{"role": "system", "content": p.system_prompt},
                                      {"role": "user", "content": self._first_message()}]
+        self._estimated = (0, 0)  # (messages counted, their message_tokens): ``_estimate``
         self.simulated = bool(getattr(self.tier, "simulated", False) or getattr(self.provider, "simulated", False))
         self.claimed_simulated = self.simulated
         rules = getattr(provider, "usage_rules", None)  # only the in-process simulator has them
@@ -158,6 +159,7 @@ class _Run:
         self.calls: list[dict] = []
         self.turns = self.denials = self.invalid = self.injections = 0
         self.writer: RunWriter | None = None
+        self.run_name = ""
         self.start = 0.0
         self.ended = False
         self.blobs = _Staged(self.store)
@@ -172,6 +174,7 @@ class _Run:
     async def execute(self) -> AgentResult:
         self._store_inputs()
         self.writer = self.store.open_run()
+        self.run_name = self.writer.path.stem  # what its reservations name
         if self.on_open is not None:
             self.on_open(self.writer)
         self.writer.awaits_commits = True  # we await Store.commit ourselves (module docstring)
@@ -268,9 +271,18 @@ class _Run:
         return _End("limit_time", f"{what}: the run's {self.limits.seconds} s were used up")
 
     # -- one turn's model call, with retries ----------------------------------------------
+    def _estimate(self, messages: tuple) -> int:
+        """``estimate_prompt_tokens(messages)``, counting only the messages added since the
+        last call (``self.messages`` only grows, and a message is never changed once sent)."""
+        done, total = self._estimated
+        for m in messages[done:]:
+            total += message_tokens(m)
+        self._estimated = (len(messages), total)
+        return REQUEST_OVERHEAD_TOKENS + total
+
     async def _call(self, turn: int) -> ChatResponse | _End:
         messages = tuple(self.messages)
-        estimate = estimate_prompt_tokens(messages)
+        estimate = self._estimate(messages)
         for attempt in range(self.retries + 1):
             remaining = self._remaining()
             if remaining <= 0:
@@ -331,7 +343,7 @@ class _Run:
         if self.ledger is None:
             return None
         usd = cost_upper_bound(estimate, self.max_tokens, self.tier.prices)
-        return self.ledger.reserve(run=self.writer.path.stem, key=f"{turn}.{attempt}",
+        return self.ledger.reserve(run=self.run_name, key=f"{turn}.{attempt}",
                                    tokens=estimate + self.max_tokens, usd=usd)
 
     def _record_call(self, turn: int, attempt: int, req: ChatRequest, estimate: int, resp: ChatResponse,
@@ -573,8 +585,11 @@ class _Staged:
         self.mine.add(digest)
         return digest
 
-    def put_json_blob(self, obj) -> str:
-        return self.put_blob(jsonio.dumps(obj))
+    def put_blobs(self, datas: list[bytes]) -> list[str]:
+        """``put_blob`` of each, in one pack write (``Store.stage_blobs``)."""
+        digests = self.store.stage_blobs(datas)
+        self.mine.update(digests)
+        return digests
 
     def has_blob(self, digest: str) -> bool:
         return digest in self.mine or self.store.has_blob(digest)

@@ -221,7 +221,8 @@ def list_packs(objects: str) -> list[str]:
 class PackWriter:
     """This process's pack in one runs directory: created on the first blob, locked
     (``flock``, exclusive) for the process's life so recovery knows it is live, appended
-    one entry per write. Thread-safe. ``own`` indexes what this process wrote."""
+    one write per blob, or per record's blobs (``add_many``). Thread-safe. ``own`` indexes
+    what this process wrote."""
 
     def __init__(self, objects: str, fsync: bool):
         self.objects, self.fsync = objects, fsync
@@ -235,20 +236,40 @@ class PackWriter:
         """Append blob ``hexd`` (its bytes ``data``) unless this pack has it; returns the
         group-commit ticket that makes it durable (0: nothing to wait for). Raises
         StorageError naming the pack (the entry is cut back off)."""
+        return self.add_many(((hexd, data),))
+
+    def add_many(self, blobs) -> int:
+        """``add`` of several ``(hexd, data)`` in one write (the blobs of one record): the
+        entries this pack lacks, in order, each once; returns the ticket that makes them all
+        durable. On a failed write none of them is kept (the pack is cut back)."""
         with self._mutex:
-            got = self.own.get(hexd)
-            if got is not None:
-                return got[2]  # a ticket already durable costs its waiter nothing
+            ticket, new = 0, {}
+            for hexd, data in blobs:
+                got = self.own.get(hexd)
+                if got is not None:
+                    ticket = max(ticket, got[2])  # one already durable costs its waiter nothing
+                else:
+                    new.setdefault(hexd, data)
+            if not new:
+                return ticket
             if self.fd is None:
                 self._create()
-            entry = entry_bytes(hexd, data)
-            append_whole(self.fd, self.path, self.size, entry, f"store blob sha256:{hexd}")  # type: ignore[arg-type]
-            ticket = committer().mark_file(self.fd, self.path) if self.fsync else 0  # type: ignore[arg-type]
-            self.own[hexd] = (self.size + len(entry) - len(data) - 1, len(data), ticket)
-            self.size += len(entry)
+            entries, at, where = [], self.size, {}
+            for hexd, data in new.items():
+                entry = entry_bytes(hexd, data)
+                entries.append(entry)
+                at += len(entry)
+                where[hexd] = (at - len(data) - 1, len(data))
+            what = f"store blob sha256:{next(iter(new))}" + (f" and {len(new) - 1} more" if len(new) > 1 else "")
+            append_whole(self.fd, self.path, self.size, entries[0] if len(entries) == 1 else b"".join(entries),  # type: ignore[arg-type]
+                         what)
+            mark = committer().mark_file(self.fd, self.path) if self.fsync else 0  # type: ignore[arg-type]
+            for hexd, (offset, n) in where.items():
+                self.own[hexd] = (offset, n, mark)
+            self.size = at
             if len(self.own) >= _PACK_ENTRIES:
                 self._finish()  # the next blob starts a new pack; this one is read by its index
-            return ticket
+            return max(ticket, mark)
 
     def close(self) -> None:
         """Finish this pack: write its index, close it (its lock goes with the last

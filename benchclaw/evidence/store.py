@@ -124,6 +124,7 @@ class ChainFile:
 
     def __init__(self, path: Path, *, fsync: bool = True, clock: Callable[[], str] = utc_now):
         self.path = path
+        self._name = str(path)  # the path as the committer keys it and ``stat`` takes it, made once
         self._fsync = fsync
         self._clock = clock
         self._size = 0          # bytes of whole lines folded in so far
@@ -209,13 +210,19 @@ class ChainFile:
             self.release()
             raise storage_error(self.path, "open for appending", e) from None
 
+    floatless: object = None
+    """The body object (by identity) its caller walked and found without a float
+    (``records.refs_and_floats``; ``agent.evidence.append`` sets it before appending it):
+    serialised without ``jsonio``'s own walk for floats. Any other body is walked."""
+
     def _write(self, kind: str, body: dict, wait: bool) -> Record:
         seq, prev, at = self._seq, self._prev, self._clock()
-        line = encode_fields(seq, prev, at, kind, body)
+        line = encode_fields(seq, prev, at, kind, body, floatless=body is self.floatless)
+        self.floatless = None
         append_whole(self._fd, self.path, self._size, line + b"\n",  # type: ignore[arg-type]
                      f"append record {seq}")
         if self._fsync:
-            self.ticket = committer().mark_file(self._fd, self.path)  # type: ignore[arg-type]
+            self.ticket = committer().mark_file(self._fd, self._name)  # type: ignore[arg-type]
             if wait:
                 self._wait_durable(self._size, seq)
         rec = Record(seq, prev, at, kind, body, line)
@@ -237,7 +244,7 @@ class ChainFile:
         can the inode be reused), so a path naming that same inode reports our file's size."""
         fd = self._fd
         try:
-            st = os.stat(self.path)
+            st = os.stat(self._name)
         except FileNotFoundError:
             st = None
         self._check_same_file(st, self._ident)
@@ -401,6 +408,8 @@ class RunWriter(ChainFile):
             new.unlink(missing_ok=True)
             raise storage_error(path, "create the run file", e) from None
         self._fd = self._lock_fd = fd
+        if self._fsync:  # its name is durable with its first records (the pass that fsyncs them)
+            committer().mark_dir(path.parent)
 
     # The lock is held for the run's life, so an append only takes the thread mutex.
     def _lock(self) -> None:
@@ -438,7 +447,8 @@ class RunWriter(ChainFile):
         self._check_last_line(os.pread(self._fd, self._last_len, self._size - self._last_len))  # type: ignore[arg-type]
 
     def _fold(self, rec: Record) -> None:
-        self._hash.update(rec.line + b"\n")
+        self._hash.update(rec.line)
+        self._hash.update(b"\n")
         self.records.append(rec)
         if self.on_append is not None:
             self.on_append(rec)
@@ -585,6 +595,21 @@ class Store:
     def stage_json_blob(self, obj) -> str:
         return self.stage_blob(jsonio.dumps(obj))
 
+    def stage_blobs(self, datas: list[bytes]) -> list[str]:
+        """``stage_blob`` of each of ``datas`` (their digests, in order), the new ones
+        appended to the pack in one write: a call record's reply, usage and request."""
+        digests, new = [], []
+        present = self._present
+        for data in datas:
+            hexd = hashlib.sha256(data).hexdigest()
+            digests.append("sha256:" + hexd)
+            if hexd not in present:
+                new.append((hexd, data))
+        if new:
+            self.ensure()
+            self._writer().add_many(new)
+        return digests
+
     def _stage(self, data: bytes) -> tuple[str, int]:
         """Append a blob to this process's pack (once: the pack remembers what it holds);
         returns the digest and the ticket to wait for (0: nothing to wait for). A copy in
@@ -721,14 +746,20 @@ class Store:
     def seal_after_sync(self, fd: int, open_path: Path, hexd: str) -> int:
         """``seal_file`` in one commit pass: the run file (``fd``, its flock held until then)
         is fsynced, renamed to ``runs/<aa>/<hexd>.jsonl`` (or dropped when those bytes are
-        sealed already), then both directories fsynced. Returns the ticket to wait for; until
-        it is done the run is still in ``open/``, locked."""
+        sealed already), then the new name's directory fsynced. Returns the ticket to wait
+        for; until it is done the run is still in ``open/``, locked.
+
+        ``open/`` is not fsynced for the rename: no promise needs the old name gone (FORMAT.md
+        "Durability"). A power cut may bring ``open/<uuid>.jsonl`` back beside the sealed run;
+        its bytes are the sealed run's, ``run.end`` last, so recovery seals it to the same
+        name and drops it. (``open/`` is fsynced when a run file is created, by the pass
+        that makes its first records durable.)"""
         target = self.root / "runs" / hexd[:2] / f"{hexd}.jsonl"
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise storage_error(target, "seal the run", e) from None
-        return committer().rename_after_sync(fd, open_path, target, dirs=(target.parent, open_path.parent))
+        return committer().rename_after_sync(fd, open_path, target, dirs=(target.parent,))
 
     def run_path(self, run_id: str) -> Path:
         return self.root / "runs" / run_id[:2] / f"{run_id}.jsonl"

@@ -89,7 +89,7 @@ class Ledger(ChainFile):
         self._mine: dict[str, Reservation] = {}
 
     def _fold(self, rec: Record) -> None:
-        _apply(self._state, rec, str(self.path))
+        _apply(self._state, rec, self._name)
 
     # -- construction ------------------------------------------------------------------
     @classmethod

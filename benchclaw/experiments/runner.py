@@ -337,7 +337,8 @@ class _Grid:
             while self.queue and not self.halted():
                 unit = self.queue.popleft()
                 passed = await (self._grid_unit(unit) if unit.policy == "grid" else self._trial_unit(unit))
-                self.progress.update(done=1, passes=int(bool(passed)), spend=self.ledger.state().spent_usd)
+                # the spend as of the ledger's last append (no read of the file: ``_tick`` reads it)
+                self.progress.update(done=1, passes=int(bool(passed)), spend=self.ledger.cached_state.spent_usd)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a bug or a config error: stop the grid, report after the cleanup
@@ -452,6 +453,8 @@ class _Grid:
         if body["status"] == "budget_stop":
             self._stop("budget", f"the ledger refused a call (run {body['run_id'][:12]})")
         self.provider_error_streak = self.provider_error_streak + 1 if body["status"] == "provider_error" else 0
+        if not self.spec.stopping:
+            return  # no rule to judge: the ledger need not be read
         st = self.ledger.state()  # every writer's records (a remote executor reserves too)
         for rule in self.spec.stopping:
             detail = STOP_CHECKS[rule.rule](self, st, rule.params)

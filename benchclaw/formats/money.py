@@ -48,6 +48,7 @@ __all__ = [
     "sum_usage",
     "read_usage",
     "estimate_prompt_tokens",
+    "message_tokens",
     "PER_MILLION",
     "usage_unread",
     "usage_doubts",
@@ -647,9 +648,12 @@ def estimate_prompt_tokens(messages: Iterable[Mapping]) -> int:
     reservations and for the ``high`` bound of a call whose usage is unknown, wrong as a
     guess of the count. Non-string content is counted by its ``str``.
     """
-    total = REQUEST_OVERHEAD_TOKENS
-    for m in messages:
-        content = m.get("content")
-        text = content if isinstance(content, str) else ("" if content is None else str(content))
-        total += MESSAGE_OVERHEAD_TOKENS + len(str(m.get("role", "")).encode()) + len(text.encode("utf-8"))
-    return total
+    return REQUEST_OVERHEAD_TOKENS + sum(map(message_tokens, messages))
+
+
+def message_tokens(m: Mapping) -> int:
+    """One message's share of ``estimate_prompt_tokens`` (the request's overhead aside): a
+    caller whose message list only grows adds the new messages' shares to a running total."""
+    content = m.get("content")
+    text = content if isinstance(content, str) else ("" if content is None else str(content))
+    return MESSAGE_OVERHEAD_TOKENS + len(str(m.get("role", "")).encode()) + len(text.encode("utf-8"))

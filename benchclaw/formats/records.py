@@ -23,6 +23,7 @@ __all__ = [
     "Record",
     "encode",
     "encode_fields",
+    "refs_and_floats",
     "line_hash",
     "parse_line",
     "envelope_problem",
@@ -94,10 +95,12 @@ def encode(record: Record) -> bytes:
     return jsonio.dumps(record.to_dict())
 
 
-def encode_fields(seq: int, prev: str, at: str, kind: str, body: dict) -> bytes:
+def encode_fields(seq: int, prev: str, at: str, kind: str, body: dict, *, floatless: bool = False) -> bytes:
     """``encode`` of the record these fields make, without making it first (a writer
-    makes the ``Record`` once, with its line)."""
-    return jsonio.dumps({"v": ENVELOPE_VERSION, "seq": seq, "prev": prev, "at": at, "kind": kind, "body": body})
+    makes the ``Record`` once, with its line). ``floatless``: the caller walked ``body`` and
+    found no float (``refs_and_floats``), so ``jsonio.dumps_floatless`` skips that walk."""
+    obj = {"v": ENVELOPE_VERSION, "seq": seq, "prev": prev, "at": at, "kind": kind, "body": body}
+    return jsonio.dumps_floatless(obj) if floatless else jsonio.dumps(obj)
 
 
 def line_hash(line: bytes) -> str:
@@ -200,6 +203,42 @@ def blob_refs(body, _depth: int = 0) -> Iterator[str]:
     elif isinstance(body, (dict, list)):
         _collect_refs(body, _depth, out)
     return iter(out)
+
+
+def refs_and_floats(body: dict) -> tuple[list[str], bool]:
+    """``blob_refs`` of a record body, and whether a float sits anywhere in it, in one walk
+    (an agent checks both for every record it writes: ``agent.evidence.append``). The float
+    test is ``jsonio._has_float``'s: exact types first, subclasses as ``isinstance`` finds
+    them; a container beyond ``MAX_DEPTH`` counts as holding a float (the walk that would
+    decide is not made), which only costs the slower canonical ``dumps``."""
+    out: list[str] = []
+    return out, _walk_refs_floats(body, 0, out)
+
+
+def _walk_refs_floats(node, depth: int, out: list[str]) -> bool:
+    child = depth + 1
+    if child > jsonio.MAX_DEPTH:
+        return True
+    floats = False
+    for v in (node.values() if isinstance(node, dict) else node):
+        t = type(v)
+        if t is str:
+            if v.startswith("sha256:") and DIGEST_RE.match(v):
+                out.append(v)
+        elif t is int or t is bool or v is None:
+            pass
+        elif t is dict or t is list:
+            floats = _walk_refs_floats(v, child, out) or floats
+        elif isinstance(v, str):
+            if v.startswith("sha256:") and DIGEST_RE.match(v):
+                out.append(v)
+        elif isinstance(v, (dict, list)):
+            floats = _walk_refs_floats(v, child, out) or floats
+        elif isinstance(v, tuple):
+            floats = floats or jsonio._has_float(v, child)
+        else:
+            floats = floats or isinstance(v, float) or not isinstance(v, int)
+    return floats
 
 
 def _collect_refs(node, depth: int, out: list[str]) -> None:
