@@ -220,3 +220,23 @@ def test_a_ledger_streamed_from_the_zip_reads_as_the_ledger_inflated_whole(monke
     assert list(got) == list(whole)
     for other in ("b", "c"):  # a broken chain, a wrong CRC: read whole
         assert _reading._streamed_ledger(_reading._Pages(zipped), view, archive, other) is None
+
+
+def test_a_journal_with_its_runs_spilled_reads_as_its_records():
+    from benchclaw.verify._index import Journal, Spill
+
+    items = [("journals/E/a.jsonl", 1, Rec(0, "2026-01-01T00:00:00.000000Z", "grid.start", {"ledger": "L1"})),
+             ("journals/E/a.jsonl", 2, Rec(1, "2026-01-01T00:00:01.000000Z", "run",
+                                           {"run_id": "r1", "cost": {"low": "0.1", "known": True}, "trial": None})),
+             ("journals/E/a.jsonl", 3, Rec(2, "2026-01-01T00:00:02.000000Z", "run", {"x": object()})),  # not marshalled
+             ("journals/E/a.jsonl", 4, Rec(3, "2026-01-01T00:00:03.000000Z", "grid.end", {"runs": 1}))]
+    spill = Spill()
+    try:
+        journal = Journal(spill, iter(items))
+        assert list(journal) == items and len(journal) == 4 and journal[-1] == items[-1]
+        assert journal[1:3] == items[1:3] and journal[1] is not journal[1]  # a run's record, read again
+        assert journal[0] is items[0] and journal[2] is items[2]  # held as it is: the same object
+        with pytest.raises(IndexError):
+            journal[4]
+    finally:
+        spill.close()

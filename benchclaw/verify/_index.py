@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
+import sys
 import tempfile
 import zlib
 from array import array
@@ -41,14 +42,14 @@ from itertools import starmap
 from operator import itemgetter
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Mapping, NamedTuple
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 from ..formats import jsonio
 from ._errors import UnreadableBundle, VerificationError
 from ._zip import Limits
 from .manifest import FileEntry, Manifest, object_path
 
-__all__ = ["Index", "Archive", "Span", "Digests", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
+__all__ = ["Index", "Archive", "Span", "Digests", "Journal", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
            "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "recent_slot",
            "packed_facts", "taken_facts", "Spill", "Spilled", "RunLogs"]
 
@@ -487,6 +488,61 @@ class Spilled(Mapping):
         return len(self._at)
 
 
+class Journal(Sequence):
+    """An experiment's journal as read: its (entry, line, ``Rec``) in reader order,
+    read-only. The records of kind ``run`` (one a run, twenty fields each: a kilobyte and a
+    half as objects) lie in a ``Spill``, marshalled, and are made again each time they are
+    read, so two readings of one are equal but not the same object; every other record (a
+    handful: the registrations, grid starts and ends, corrections...) is held as it is, read
+    as the same object each time. A record with a value ``marshal`` does not take is held."""
+
+    __slots__ = ("_spill", "_held", "_at")
+
+    def __init__(self, spill: Spill, items):
+        self._spill, self._held, self._at = spill, {}, array("Q")
+        for i, item in enumerate(items):
+            name, line, rec = item
+            data = None
+            if rec.kind == "run":
+                try:
+                    data = marshal.dumps((name, line, rec.seq, rec.at, _interned(rec.kind), _keys_interned(rec.body)))
+                except (ValueError, TypeError):
+                    pass
+            if data is None:
+                self._held[i] = item
+                self._at.append(0)
+            else:
+                self._at.append(spill.put(data) << 32 | len(data))
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        at = self._at[i]  # IndexError as a list's
+        if at == 0:
+            return self._held[i % len(self._at)]
+        name, line, *rec = marshal.loads(self._spill.get(at >> 32, at & 0xFFFFFFFF))
+        return name, line, Rec(*rec)
+
+    def __iter__(self):
+        for i in range(len(self._at)):
+            yield self[i]
+
+
+def _keys_interned(value, depth: int = 0):
+    """``value`` with its dicts' keys (two levels down) interned, so that ``marshal`` writes
+    them so and each record read back shares them (twenty keys a run record: a kilobyte)."""
+    if type(value) is not dict or depth > 1:
+        return value
+    return {_interned(k): _keys_interned(v, depth + 1) for k, v in value.items()}
+
+
+def _interned(s):
+    return sys.intern(s) if type(s) is str else s
+
+
 class RunLogs(Mapping):
     """runs/... entry -> its ``RunLog`` (or the error its parse stopped at), read-only once
     the reading stage has filled it. A log's first record is held (its values shared with
@@ -576,7 +632,7 @@ class Index:
     run_logs: Mapping[str, RunLog | VerificationError]   # runs/... entry -> its parse (RunLogs)
     objects: Mapping[str, bytes]                 # objects/... entry -> what is kept of it (kept())
     ledgers: Mapping[str, LedgerLog | VerificationError]  # ledgers/... entry -> its chained records
-    journals: Mapping[str, list | VerificationError]     # experiment -> (entry, line, Rec)
+    journals: Mapping[str, Journal | VerificationError]  # experiment -> (entry, line, Rec)
     content: Mapping[str, bytes]                 # every other entry's bytes (not a parsed journal's)
     task_files: Mapping[str, Mapping[str, bytes]]  # tasks/<id>/v<N> -> {relative path: bytes}
     registered: frozenset | None                 # registration digests the auditor holds

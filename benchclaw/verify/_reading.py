@@ -13,8 +13,8 @@ B. the objects (most of a bundle's bytes) are inflated, hashed and read in two h
    once: a forked worker (``_workers``) takes the first half and returns its results as
    bytes (the digests, then the kept readings back to back, sliced out here one at a
    time), this process the second;
-C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, its
-   files' bytes then dropped: step 6 reads the records);
+C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, those
+   of its runs spilled (``Journal``), its files' bytes then dropped: step 6 reads the records);
 D. each run's records are parsed once more and the per-run functions of steps 3, 4 and 6
    (``per_run`` in ``_checks``, ``_costs``, ``_summary``: pure, on that run alone) are
    taken on them, a forked worker taking the first runs (half their compressed bytes) and
@@ -32,8 +32,8 @@ megabyte at a time (never held whole); a run log's and a ledger's records are
 dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
 again with ``pread`` when a step parses them); the values the runs' first and last records
 repeat are held once, the last record marshalled; the manifest's rows and the objects'
-readings are kept in compact forms, the per-run facts and each run log but its first record spilled to
-an unlinked temporary file (``Spill``, ``RunLogs``) and read back with ``pread``; an object's bytes are dropped once hashed unless a step
+readings are kept in compact forms, the per-run facts, each run log but its first record and each journal's run records spilled to
+an unlinked temporary file (``Spill``, ``RunLogs``, ``Journal``) and read back with ``pread``; an object's bytes are dropped once hashed unless a step
 reads them (``_index``); the zip's directory (arrays: ``_zip``) is dropped before D. GC
 tactics: the collector is off for the whole ``with`` (the index holds millions of acyclic
 records, built here and read by every step).
@@ -68,7 +68,7 @@ from ..formats.records import (ENVELOPE_VERSION, GENESIS, MAX_LINE_BYTES, blob_r
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
-from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
+from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, Journal, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
                      Spilled, holds_bytes, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot,
                      taken_facts)
 from ._shape import JOURNAL, RUN, check_body
@@ -224,9 +224,9 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     readings = _read_objects(pages, view, objects, roles, digests, unread)  # B: on two cores
     pages.release()
     del roles, shared  # what B needed of the run logs
-    journals = {exp: _journal(content, unread, exp) for exp in manifest.experiments}  # C
+    journals = {exp: _journal(content, unread, exp, spill) for exp in manifest.experiments}  # C
     for journal in journals.values():  # its bytes were for this parse (step 6 reads the records)
-        for name in {name for name, _, _ in journal} if isinstance(journal, list) else ():
+        for name in {name for name, _, _ in journal} if isinstance(journal, Journal) else ():
             content.pop(name, None)
     ix = Index(limits=limits, names=tuple(view.names), sizes=view.sizes(),
                manifest=manifest, digests=Digests(digests), unread=frozen(unread),
@@ -744,10 +744,11 @@ _AT = itemgetter("at")
 _hexdigest = methodcaller("hexdigest")
 
 
-def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
+def _journal(content: dict, unread: dict, exp: str, spill: Spill) -> Journal | VerificationError:
     """The experiment's journal (entry, line, record) in reader order, chains verified and
     every body's shape checked, or the first error (an unreadable journal file's included).
-    Its records are kept as ``Rec`` (no line bytes, no link: read by no step)."""
+    Its records are kept as ``Rec`` (no line bytes, no link: read by no step), those of its
+    runs spilled (``Journal``)."""
     prefix = f"journals/{exp}/"
     broken = sorted(n for n in unread if n.startswith(prefix) and n.endswith(".jsonl"))
     if broken:
@@ -759,8 +760,9 @@ def _journal(content: dict, unread: dict, exp: str) -> list | VerificationError:
     except VerificationError as e:
         return e
     shared: dict = {}  # the strings its records repeat (cell, tier, invocation, status...), held once
-    return [(name, line, Rec(r.seq, r.at, _shared(r.kind, shared), {k: _once(v, shared) for k, v in r.body.items()}))
-            for name, line, r in journal]
+    return Journal(spill, ((name, line, Rec(r.seq, r.at, _shared(r.kind, shared),
+                                            {k: _once(v, shared) for k, v in r.body.items()}))
+                           for name, line, r in journal))
 
 
 def _once(value, shared: dict):

@@ -124,7 +124,7 @@ def _compare(ix: Index, exp: str, claimed, sec: Section) -> None:
     journal = ix.journals.get(exp)  # as the reading stage read it (its error: read again, to raise it)
     try:
         data = experiment_data_from_files(files, exp, chains=lambda name: _chain(ix, files, name),
-                                          journal=journal if isinstance(journal, list) else None,
+                                          journal=None if journal is None or isinstance(journal, VerificationError) else journal,
                                           condensed=lambda name: _condensed(ix, name))
         recomputed = jsonio.loads(jsonio.dumps(summarise(data)))  # the JSON value, as written
     except BenchClawError as e:
