@@ -180,11 +180,15 @@ class WorkerStore(Store):
     ``SharedIndex``; a digest it does not hold (a blob missing from the runs, or packed
     after the build started) is looked up as a plain ``Store`` would (a whole ``PackIndex``)."""
 
-    shared: SharedIndex | None = None
+    shared: SharedIndex | None = None  # set by the parent around the fork
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._shared = type(self).shared
 
     def _pack_index(self):
         if self._packs is None:
-            self._packs = _SharedLookup(self.shared, self._objects_dir())
+            self._packs = _SharedLookup(self._shared, self._objects_dir())
         return self._packs
 
 
