@@ -137,6 +137,7 @@ class SharedIndex:
     def __init__(self, objects: str):
         whole = PackIndex(objects)
         whole.refresh()
+        whole._slots = None  # not looked up again: only its entries are read
         keys, offs, locs = whole._keys, whole._offs, whole._locs
         self.paths = list(whole._paths)
         n = len(offs)
@@ -145,19 +146,21 @@ class SharedIndex:
             fan[(keys[32 * i] << 8 | keys[32 * i + 1]) + 1] += 1
         for p in range(65536):
             fan[p + 1] += fan[p]
-        at = array("I", fan[:65536])
-        out = bytearray(_REC * n)
+        at, order = array("I", fan[:65536]), array("I", bytes(4 * n))  # entry numbers, grouped
         for i in range(n):
-            k = keys[32 * i:32 * i + 32]
-            p = k[0] << 8 | k[1]
-            j = _REC * at[p]
+            p = keys[32 * i] << 8 | keys[32 * i + 1]
+            order[at[p]] = i
             at[p] += 1
-            out[j:j + 32] = k
-            out[j + 32:j + _REC] = struct.pack("<QQ", offs[i], locs[i])
-        del whole, keys, offs, locs, at
+        del at
         self._file = tempfile.TemporaryFile()
-        self._file.write(out)
+        for start in range(0, n, 1 << 14):  # written a slice at a time: no second copy held
+            chunk = bytearray()
+            for i in order[start:start + (1 << 14)]:
+                chunk += keys[32 * i:32 * i + 32]
+                chunk += struct.pack("<QQ", offs[i], locs[i])
+            self._file.write(chunk)
         self._file.flush()
+        del whole, keys, offs, locs, order
         self.fd = self._file.fileno()
         self.fan = fan
 
