@@ -335,3 +335,31 @@ def test_build_store_finds_packed_blobs_as_a_store_does_without_indexing_them_al
     many = BuildStore(tmp_path / "runs", fsync=False)
     assert [many.find_blob(d) for d in digests[:5]] == [plain.find_blob(d) for d in digests[:5]]
     assert len(built) == 1
+
+
+def test_worker_store_finds_packed_blobs_through_the_shared_index(tmp_path):
+    """A render worker's ``WorkerStore`` finds every packed blob through the parent's
+    ``SharedIndex`` (the same copy a ``Store`` finds, a blob in two packs included) and a
+    digest the index does not hold as a plain ``Store`` would."""
+    from benchclaw.evidence.packs import PACK_MAGIC, entry_bytes, finish_packs
+    from benchclaw.site._blobs import SharedIndex, WorkerStore
+
+    store = Store(tmp_path / "runs", fsync=False)
+    store.ensure()
+    digests = [store.stage_blob(b"blob %d" % i) for i in range(300)]
+    store.commit_sync()
+    objects = tmp_path / "runs" / "objects"
+    finish_packs(str(objects))
+    other = objects / "packs" / ("0" * 32 + ".pack")  # named first: its copy is the one found
+    other.write_bytes(PACK_MAGIC + entry_bytes(digests[5][7:], b"blob 5"))
+    shared = SharedIndex(str(objects))
+    plain = Store(tmp_path / "runs", fsync=False)
+    WorkerStore.shared = shared
+    try:
+        worker = WorkerStore(tmp_path / "runs", fsync=False)
+    finally:
+        WorkerStore.shared = None
+    assert [worker.find_blob(d) for d in digests] == [plain.find_blob(d) for d in digests]
+    assert worker.find_blob(digests[5]).path == str(other)
+    assert worker._packs._whole is None  # every one found in the shared index
+    assert worker.find_blob("sha256:" + "0" * 64) is None  # not there: looked up as a Store does

@@ -20,11 +20,14 @@ copied again) a whole ``PackIndex`` is built after all, as a plain ``Store`` wou
 from __future__ import annotations
 
 import os
+import struct
+import tempfile
+from array import array
 
 from ..evidence.packs import IDX_MAGIC, BlobLoc, PackIndex, list_packs, scan_pack
 from ..evidence.store import Store
 
-__all__ = ["BuildStore"]
+__all__ = ["BuildStore", "SharedIndex", "WorkerStore"]
 
 _CHUNK = 1 << 20       # bytes of an index file read at a time
 _LOOKUPS_MAX = 256     # lookups by reading index files before a whole PackIndex is built
@@ -117,3 +120,95 @@ def _from_index_file(pack: str, hexd: str):
             return found
     except (OSError, ValueError):
         return False
+
+
+_REC = 48  # a shared index record: raw digest (32), offset (8), pack no << 40 | size (8)
+
+
+class SharedIndex:
+    """Every packed blob's location, as the render workers look them up: built once in the
+    parent before the workers are forked, from a ``PackIndex`` (so the same copy is found),
+    then written to an unlinked temporary file as fixed records grouped by the digest's
+    first two bytes, and the ``PackIndex`` dropped. What stays in memory is the pack paths
+    and a table of 65,537 record numbers (256 KB); a lookup reads one group (a few records,
+    ``os.pread``: no mapped pages counted in a worker's memory). A worker used to build its
+    own ``PackIndex`` (about 56 bytes a blob, some 11 blobs a run, plus array slack)."""
+
+    def __init__(self, objects: str):
+        whole = PackIndex(objects)
+        whole.refresh()
+        whole._slots = None  # not looked up again: only its entries are read
+        keys, offs, locs = whole._keys, whole._offs, whole._locs
+        self.paths = list(whole._paths)
+        n = len(offs)
+        fan = array("I", bytes(4 * 65537))
+        for i in range(n):
+            fan[(keys[32 * i] << 8 | keys[32 * i + 1]) + 1] += 1
+        for p in range(65536):
+            fan[p + 1] += fan[p]
+        at, order = array("I", fan[:65536]), array("I", bytes(4 * n))  # entry numbers, grouped
+        for i in range(n):
+            p = keys[32 * i] << 8 | keys[32 * i + 1]
+            order[at[p]] = i
+            at[p] += 1
+        del at
+        self._file = tempfile.TemporaryFile()
+        for start in range(0, n, 1 << 14):  # written a slice at a time: no second copy held
+            chunk = bytearray()
+            for i in order[start:start + (1 << 14)]:
+                chunk += keys[32 * i:32 * i + 32]
+                chunk += struct.pack("<QQ", offs[i], locs[i])
+            self._file.write(chunk)
+        self._file.flush()
+        del whole, keys, offs, locs, order
+        self.fd = self._file.fileno()
+        self.fan = fan
+
+    def find(self, raw: bytes) -> BlobLoc | None:
+        p = raw[0] << 8 | raw[1]
+        lo, hi = self.fan[p], self.fan[p + 1]
+        if lo == hi:
+            return None
+        data = os.pread(self.fd, _REC * (hi - lo), _REC * lo)
+        for j in range(0, len(data), _REC):
+            if data[j:j + 32] == raw:
+                off, loc = struct.unpack_from("<QQ", data, j + 32)
+                return BlobLoc(self.paths[loc >> PackIndex._SIZE_BITS], off,
+                               loc & ((1 << PackIndex._SIZE_BITS) - 1))
+        return None
+
+
+class WorkerStore(Store):
+    """A render worker's ``Store``: packed blobs are found through the parent's
+    ``SharedIndex``; a digest it does not hold (a blob missing from the runs, or packed
+    after the build started) is looked up as a plain ``Store`` would (a whole ``PackIndex``)."""
+
+    shared: SharedIndex | None = None  # set by the parent around the fork
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._shared = type(self).shared
+
+    def _pack_index(self):
+        if self._packs is None:
+            self._packs = _SharedLookup(self._shared, self._objects_dir())
+        return self._packs
+
+
+class _SharedLookup:
+    def __init__(self, shared: SharedIndex, objects: str):
+        self.shared, self.objects = shared, objects
+        self._whole: PackIndex | None = None
+
+    def find(self, hexd: str) -> BlobLoc | None:
+        if self._whole is None:
+            loc = self.shared.find(bytes.fromhex(hexd))
+            if loc is not None:
+                return loc
+            self._whole = PackIndex(self.objects)
+        return self._whole.find(hexd)
+
+    def __iter__(self):
+        if self._whole is None:
+            self._whole = PackIndex(self.objects)
+        return iter(self._whole)

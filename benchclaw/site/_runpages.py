@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..evidence.store import Store
+from ._blobs import SharedIndex, WorkerStore
 from ._cache import fast_dumps, write_atomic
 from ._experiment import run_payload
 from ._render import Scrubber, make_env, object_url, run_url
@@ -29,7 +30,8 @@ _W: dict = {}
 
 def _init(runs_dir: str, templates: str, out: str, public: bool, scrub: Scrubber,
           renderer: str | None = None) -> None:
-    _W.update(store=Store(runs_dir, fsync=False), env=make_env(Path(templates), renderer), out=Path(out),
+    store = WorkerStore(runs_dir, fsync=False) if WorkerStore.shared is not None else Store(runs_dir, fsync=False)
+    _W.update(store=store, env=make_env(Path(templates), renderer), out=Path(out),
               public=public, scrub=scrub)
 
 
@@ -116,7 +118,14 @@ def start_workers(*, runs_dir: Path, templates: Path, out: Path, public: bool, s
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    return Workers(args, ctx.Pool(workers, initializer=_init_worker, initargs=args))
+    if ctx.get_start_method() == "fork":
+        # one index of every packed blob, shared by the forked workers through a file
+        # (``SharedIndex``), instead of a whole ``PackIndex`` built in each worker
+        WorkerStore.shared = SharedIndex(Store(runs_dir, fsync=False)._objects_dir())
+    try:
+        return Workers(args, ctx.Pool(workers, initializer=_init_worker, initargs=args))
+    finally:
+        WorkerStore.shared = None  # the workers have it (a worker started later reads as a Store)
 
 
 def render_pages(workers: Workers, jobs: list[tuple[str, str, dict]]) -> None:
