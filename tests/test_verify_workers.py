@@ -262,3 +262,32 @@ def test_the_fast_chain_check_reads_an_honest_chain_as_verify_chain_does(bundle)
     want = verify_chain(lines, name)
     got = _linked(lines)
     assert [(r.seq, r.at, r.kind, r.body, r.line) for r in got] == [(r.seq, r.at, r.kind, r.body, r.line) for r in want]
+
+
+def test_shares_give_every_item_to_one_side_or_both_where_they_meet():
+    from benchclaw.verify._workers import Shares, start
+
+    for n in (0, 1, 2, 50, 3000):
+        shares = Shares(n)
+        pending = start(lambda: list(shares.front()), timeout=60)
+        back = list(shares.back())
+        front = pending.result()
+        shares.close()
+        assert front == list(range(len(front)))  # a prefix from the worker, a suffix from here
+        assert back == list(range(n - 1, n - 1 - len(back), -1))
+        assert set(front) | set(back) == set(range(n)) and len(set(front) & set(back)) <= 1
+
+
+@pytest.mark.parametrize("slow", ["worker", "parent"])
+def test_the_report_is_the_same_whichever_side_takes_the_items(bundle, monkeypatch, slow):
+    from benchclaw.verify import _reading, _workers
+
+    want = verify_bundle(bundle).to_dict()
+    if slow == "worker":  # it starts late: this process takes every item of every phase
+        for name in ("_run_logs_in_worker", "_objects_in_worker", "_facts_in_worker"):
+            real = getattr(_reading, name)
+            monkeypatch.setattr(_reading, name, lambda *a, _real=real: (time.sleep(2), _real(*a))[1])
+    else:  # this process starts late: the worker takes every item
+        real_back = _workers.Shares.back
+        monkeypatch.setattr(_workers.Shares, "back", lambda self: (time.sleep(2), real_back(self))[1])
+    assert verify_bundle(bundle).to_dict() == want

@@ -567,6 +567,12 @@ class RunLogs(Mapping):
         """A ``RunLog`` given as its first record and ``packed_log``'s bytes of it."""
         self._at[name] = (first, self._spill.put(data) << 32 | len(data))
 
+    def is_log(self, name: str) -> bool:
+        """Whether ``name`` holds a ``RunLog`` (not the error its parse stopped at), told
+        without making it again."""
+        got = self._at[name]
+        return type(got) is tuple or isinstance(got, RunLog)
+
     def ordered(self, names) -> "RunLogs":
         """This mapping iterating in the order of ``names`` (the archive's)."""
         at = self._at

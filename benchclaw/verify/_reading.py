@@ -185,8 +185,9 @@ class _Pages:
 
     def read_raw(self, view: ZipView, name: str) -> tuple[bytes, bytes]:
         """(the entry's bytes as the zip holds them, inflated)."""
-        got = view.read_raw(name)
-        self.walked(view.csize(name))
+        i = view.index(name)
+        got = view.read_raw_at(i)
+        self.walked(view.csizes[i])
         return got
 
     def walked(self, nbytes: int) -> None:
@@ -839,7 +840,10 @@ def _from_worker(got: Raw) -> tuple[str, dict, "_Streamed"]:
     readings read out one at a time as ``_adopt`` asks (the worker's bytes are dropped as
     they are read, never held twice). Raises ValueError."""
     data = got.data
-    head = jsonio.loads(data.readline(1 << 30))
+    line = data.readline(1 << 30)
+    if not line.endswith(b"\n"):
+        raise ValueError("truncated")
+    head = jsonio.loads(line)
     errors, n = head["errors"], head["count"]
     hexes = data.read(64 * n).decode("ascii")
     lengths = array("Q")
@@ -926,7 +930,7 @@ def _facts(ix: Index, out: Spilled) -> Spilled:
     forked worker while this process takes the last ones (``Shares``)."""
     from . import _checks, _costs, _summary  # noqa: F401 - the steps' modules (and the checks, sqlite3...),
     # imported here, before the fork, so that the worker inherits them rather than import them again
-    names = [n for n, log in ix.run_logs.items() if isinstance(log, RunLog) and RUN_PATH.match(n)]
+    names = [n for n in ix.run_logs if ix.run_logs.is_log(n) and RUN_PATH.match(n)]
     shares, mine = Shares(len(names)), []
     pending = start(_facts_in_worker, ix, names, shares, timeout=ix.limits.worker_seconds)
     try:
@@ -1033,10 +1037,10 @@ def _untaken(readings: dict, run_logs, facts: dict) -> dict:
     whose step 3 and step 4 facts were taken name (those steps read them only of a run
     without). An object kept whole stays (catalogs, specs)."""
     needed = set()
-    for name, log in run_logs.items():
+    for name in run_logs:
         got = facts.get(name)
-        if isinstance(log, RunLog) and (got is None or not all(taken_facts(got)[:2])):
-            refs = log.refs
+        if (got is None or not all(taken_facts(got)[:2])) and run_logs.is_log(name):
+            refs = run_logs[name].refs
             needed.update(object_path("sha256:" + refs[i:i + 32].hex()) for i in range(0, len(refs), 32))
     return {name: got for name, got in readings.items() if name in needed or holds_bytes(got)}
 
