@@ -613,8 +613,10 @@ def _kept(rec, shared: dict) -> Rec:
     """A run's first or last record as the index keeps it: its body's values that equal one
     an earlier run's record had (the catalog, task, profile, settings and prices each
     ``run.start`` repeats, the strings of its policy) are that value, held once for the
-    bundle instead of once a run. They are read-only, as the whole index is."""
-    return Rec(rec.seq, rec.at, _shared(rec.kind, shared), {k: _shared(v, shared) for k, v in rec.body.items()})
+    bundle instead of once a run, and so are its keys (a record the worker read comes
+    unmarshalled: its keys are its own). They are read-only, as the whole index is."""
+    return Rec(rec.seq, rec.at, _shared(rec.kind, shared),
+               {_shared(k, shared): _shared(v, shared) for k, v in rec.body.items()})
 
 
 def _shared(value, shared: dict, depth: int = 0):
