@@ -63,6 +63,7 @@ import re
 import struct
 import zlib
 from array import array
+from binascii import unhexlify
 from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -491,7 +492,7 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         return log(fault=VerificationError(name, "a run must start with run.start", 1))
     if records[-1].kind != "run.end":
         return log(fault=VerificationError(name, "a sealed run must end with run.end", len(records)))
-    refs, ends, bad_line, bad, known = [], [], 0, None, True
+    refs, ends, bad_line, bad, known, end = [], [], 0, None, True, 0
     sim = records[0].body.get("sim") is not None  # its requests' readings add the simulator's facts
     for i, rec in enumerate(records, 1):
         try:
@@ -499,10 +500,15 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         except VerificationError as e:
             bad_line, bad = i, e
             break
-        mine = _refs(rec.line, rec.body)
-        refs.extend(bytes.fromhex(d[7:]) for d in mine)  # 32 bytes a digest, not 120
-        ends.append(32 * len(refs))
-        _note_roles(rec, mine, roles, sim)
+        mine = _refs(rec.line, rec.body)  # 32 bytes a digest, not 120
+        refs.append(mine)
+        end += len(mine)
+        ends.append(end)
+        if rec.kind == "run.start":  # what it names is read whole
+            for digest in _ref_strings(rec.line, rec.body):
+                roles[digest] = roles.get(digest, 0) | _WHOLE
+        else:
+            _note_roles(rec, roles, sim)
         known = known and rec.kind in RUN
     return log(bad_line, bad, b"".join(refs), ends, known=known)
 
@@ -516,12 +522,8 @@ def _call_params(records: list, shared: dict) -> tuple | None:
                  for line, values, e in got)
 
 
-def _note_roles(rec, refs, roles: dict, sim: bool) -> None:
+def _note_roles(rec, roles: dict, sim: bool) -> None:
     body = rec.body
-    if rec.kind == "run.start":
-        for digest in refs:
-            roles[digest] = roles.get(digest, 0) | _WHOLE
-        return
     for key, role in _ROLES.get(rec.kind, ()):
         digest = body.get(key)
         if isinstance(digest, str):
@@ -592,15 +594,23 @@ def _linked(lines: list[bytes]) -> list[_Line] | None:
     return out
 
 
-_REF = re.compile(rb'"(sha256:[0-9a-f]{64})"')
+_REF = re.compile(rb'"sha256:([0-9a-f]{64})"')
 
 
-def _refs(raw: bytes, body: dict):
-    """The digests a record references: a C-speed scan of its canonical line, or (when the
-    line uses \\u escapes, which could spell a digest the scan would miss) the full walk."""
+def _refs(raw: bytes, body: dict) -> bytes:
+    """The digests a record references, as raw 32-byte values one after another: a C-speed
+    scan of its canonical line, or (when the line uses \\u escapes, which could spell a
+    digest the scan would miss) the full walk."""
     if b"\\u" in raw:
-        return blob_refs(body)
-    return [m.decode() for m in _REF.findall(raw)]
+        return b"".join(bytes.fromhex(d[7:]) for d in blob_refs(body))
+    return unhexlify(b"".join(_REF.findall(raw)))
+
+
+def _ref_strings(raw: bytes, body: dict) -> list[str]:
+    """``_refs`` as the digest strings the record holds."""
+    if b"\\u" in raw:
+        return list(blob_refs(body))
+    return ["sha256:" + m.decode() for m in _REF.findall(raw)]
 
 
 def _compact(records: list) -> tuple[Rec, ...]:
