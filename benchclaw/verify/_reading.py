@@ -631,14 +631,18 @@ def _kept(rec, shared: dict) -> Rec:
 
 def _shared(value, shared: dict, depth: int = 0):
     """``value``, or the equal value ``shared`` already holds (keyed by the BLAKE2b of its
-    ``repr``, which tells ``1``, ``1.0`` and ``true`` apart where ``==`` does not); a new
+    ``marshal`` bytes, which tell ``1``, ``1.0`` and ``true`` apart where ``==`` does not, as
+    its ``repr`` does); a new
     container's own values are shared in turn, two levels down."""
     kind = type(value)
     if kind is str:
         return shared.setdefault(value, value) if len(value) <= 128 else value
     if (kind is not dict and kind is not list) or depth > 1:
         return value
-    key = hashlib.blake2b(repr(value).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    try:  # marshal (version 2: no back-references, which depend on the objects' sharing) is a repr at C speed
+        key = hashlib.blake2b(marshal.dumps(value, 2), digest_size=16).digest()
+    except ValueError:
+        key = hashlib.blake2b(repr(value).encode("utf-8", "surrogatepass"), digest_size=16, person=b"repr").digest()
     got = shared.get(key)
     if got is None:
         if kind is dict:
