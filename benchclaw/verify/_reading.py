@@ -569,15 +569,17 @@ class _Line(NamedTuple):
 
 
 def _linked(lines: list[bytes]) -> list[_Line] | None:
-    """``verify_chain(lines)`` when the chain holds, the lines parsed and hashed at C level
-    (``map``) and each envelope and link checked in one expression; None at any defect
+    """``verify_chain(lines)`` when the chain holds, the lines parsed (together) and hashed at
+    C level and each envelope and link checked in one expression; None at any defect
     (``verify_chain`` then says which, as it says it). A ``prev`` equal to the SHA-256 hex
     before it (or to ``GENESIS``) is 64 hex digits, as ``envelope_problem`` asks."""
     if lines and max(map(len, lines)) > MAX_LINE_BYTES:
         return None
-    try:
-        objs = list(map(jsonio.loads, lines))
+    try:  # one parse of the lines as a JSON array (each line is one value of it: counted below)
+        objs = jsonio.loads(b"[" + b",".join(lines) + b"]")
     except ValueError:
+        return None
+    if len(objs) != len(lines):
         return None
     out, prev, line_hex = [], GENESIS, map(_hexdigest, map(hashlib.sha256, lines))
     for i, obj, line in zip(range(len(objs)), objs, lines):
