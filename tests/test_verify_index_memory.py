@@ -208,14 +208,22 @@ def test_a_ledger_book_finds_an_id_reused_after_its_settlement_by_reading_the_id
 def test_digests_of_objects_named_by_their_hash_read_as_the_strings():
     from benchclaw.verify._index import NAMED, Digests
 
-    h = "ab" + "0" * 62
-    got = Digests({f"objects/ab/{h}": NAMED, "runs/x": "sha256:" + "1" * 64})
-    assert got[f"objects/ab/{h}"] == got.get(f"objects/ab/{h}") == "sha256:" + h
-    assert got.get("runs/x") == "sha256:" + "1" * 64 and got.get("nope") is None and got.get("nope", 3) == 3
-    assert "runs/x" in got and "nope" not in got and len(got) == 2
-    assert dict(got) == {f"objects/ab/{h}": "sha256:" + h, "runs/x": "sha256:" + "1" * 64}
-    with pytest.raises(KeyError):
-        got["nope"]
+    h, g, u = "ab" + "0" * 62, "cd" + "1" * 62, "ef" + "2" * 62
+    sizes = {f"objects/ab/{h}": 1, f"objects/cd/{g}": 2, f"objects/ef/{u}": 3, "runs/x": 4, "objects/zz": 5}
+    unread = {f"objects/ef/{u}": "could not inflate"}
+    odd = {"runs/x": "sha256:" + "1" * 64, "objects/zz": "sha256:" + "3" * 64, f"objects/cd/{g}": NAMED}
+    got = Digests(odd, sizes, unread)  # objects/ab: read, not in the dict, so named; objects/ef: unread
+    for name, want in ((f"objects/ab/{h}", h), (f"objects/cd/{g}", g)):
+        assert got[name] == got.get(name) == "sha256:" + want and name in got
+    assert got.get("runs/x") == "sha256:" + "1" * 64 and got["objects/zz"] == "sha256:" + "3" * 64
+    assert got.get("nope") is None and got.get("nope", 3) == 3 and got.get(f"objects/ef/{u}") is None
+    assert "nope" not in got and f"objects/ef/{u}" not in got and "objects/ab/" + "0" * 64 not in got
+    assert dict(got) == {"runs/x": "sha256:" + "1" * 64, "objects/zz": "sha256:" + "3" * 64,
+                         f"objects/cd/{g}": "sha256:" + g, f"objects/ab/{h}": "sha256:" + h}
+    assert len(got) == 4
+    for missing in ("nope", f"objects/ef/{u}", 7):
+        with pytest.raises(KeyError):
+            got[missing]
 
 
 @pytest.mark.parametrize("method", [0, 8])
