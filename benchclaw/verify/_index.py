@@ -254,34 +254,55 @@ class ObjectReading:
 
 
 NAMED = object()  # in ``Digests``' dict: the entry's bytes hash to the 64 hex its name ends with
+_OBJECTS = "objects/"
 
 
 class Digests(Mapping):
     """entry -> ``sha256:<hex>`` of its bytes, read-only. An object whose bytes hash to its
-    name (``objects/<aa>/<hex>``: all of them in an honest bundle) holds ``NAMED``, not a
-    string: its name already says it, and 200,000 digest strings are 25 MB."""
+    name (``objects/<aa>/<hex>``: all of them in an honest bundle) is not in the dict at all
+    (or holds ``NAMED``): the reading stage reads every object entry, and one it could not
+    read is in ``unread``, so an object entry of the zip (``sizes``) in neither is one
+    whose name already says its digest. 200,000 digest strings are 25 MB, and a dict entry
+    for each of them, with its table, ten more at 20,000 runs."""
 
-    __slots__ = ("_d",)
+    __slots__ = ("_d", "_sizes", "_unread")
 
-    def __init__(self, d: dict):
-        self._d = d
+    def __init__(self, d: dict, sizes: Mapping[str, int] = MappingProxyType({}),
+                 unread: Mapping = MappingProxyType({})):
+        self._d, self._sizes, self._unread = d, sizes, unread
+
+    def _named(self, name) -> bool:
+        return type(name) is str and name.startswith(_OBJECTS) and name in self._sizes and name not in self._unread
 
     def __getitem__(self, name: str) -> str:
-        got = self._d[name]
+        got = self._d.get(name)
+        if got is None:
+            if not self._named(name):
+                raise KeyError(name)
+            got = NAMED
         return "sha256:" + name[11:] if got is NAMED else got
 
     def get(self, name: str, default=None):
-        got = self._d.get(name, default)
+        got = self._d.get(name)
+        if got is None:
+            if not self._named(name):
+                return default
+            got = NAMED
         return "sha256:" + name[11:] if got is NAMED else got
 
     def __contains__(self, name) -> bool:
-        return name in self._d
+        return name in self._d or self._named(name)
 
     def __iter__(self):
-        return iter(self._d)
+        """The entries of the dict, then the named objects in archive order."""
+        yield from self._d
+        d, unread = self._d, self._unread
+        for name in self._sizes:
+            if name.startswith(_OBJECTS) and name not in d and name not in unread:
+                yield name
 
     def __len__(self) -> int:
-        return len(self._d)
+        return sum(1 for _ in self)
 
 
 class ManifestRows:
