@@ -403,7 +403,7 @@ class RunFacts:
     """What steps 3, 4 and 6 concluded about one run on their own (each None when not
     taken: the step reads the run itself). ``checks``: step 3 holds, with this many check
     results; ``costs``: step 4 holds, its confirmed calls as ``_costs.RunCalls.row``;
-    ``condensed``: step 6's ``analysis.fold.condensed_to_json`` of the run. Each is kept
+    ``condensed``: step 6's ``analysis.fold.condensed_to_packed`` of the run. Each is kept
     marshalled on its own (``packed_facts``) and unmarshalled when its step reads it: a
     step reads its own fact only, of every run."""
 
@@ -421,7 +421,7 @@ class RunFacts:
         return _unpacked(self._parts[1])
 
     @property
-    def condensed(self) -> list | None:
+    def condensed(self) -> tuple | None:
         return _unpacked(self._parts[2])
 
 
