@@ -107,8 +107,13 @@ class PackedCalls(Sequence):
         self._packed, self._n = zlib.compress(marshal.dumps(rows), 6), len(rows)
 
     def __iter__(self) -> Iterator[CallView]:
-        for o, k, u, lo, hi, *rest in marshal.loads(zlib.decompress(self._packed)):
+        for o, k, u, lo, hi, *rest in self.rows():
             yield CallView(o, k, u, Decimal(lo), Decimal(hi), *rest)
+
+    def rows(self) -> tuple:
+        """The calls as packed: (outcome, error_kind, usage, cost_low and cost_high as text,
+        known, model_mismatch, doubted, over_bound, latency_ms, ttft_ms, at), each a tuple."""
+        return marshal.loads(zlib.decompress(self._packed))
 
     def __len__(self) -> int:
         return self._n
