@@ -51,7 +51,7 @@ from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "Journal", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
            "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "recent_slot",
-           "packed_facts", "taken_facts", "Spill", "Spilled", "RunLogs"]
+           "packed_facts", "taken_facts", "Spill", "Spilled", "RunLogs", "held_records"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -373,8 +373,18 @@ class Run:
         return slot[2]
 
     @property
+    def first(self) -> Rec:
+        """``run.start``, without reading the rest of the log from the spill (``RunLogs``
+        holds every log's first record: steps 7 and 8 read little else of most runs)."""
+        slot = self._recent
+        if slot[0] == self.path:
+            return slot[1].first
+        first_of = getattr(self.logs, "first_of", None)
+        return self.log.first if first_of is None else first_of(self.path)
+
+    @property
     def start(self) -> dict:
-        return self.log.first.body
+        return self.first.body
 
     @property
     def end(self) -> dict:
@@ -388,7 +398,7 @@ class Run:
     @property
     def started_at(self) -> str:
         """``run.start``'s ``at``, without parsing the records."""
-        return self.log.first.at
+        return self.first.at
 
     @property
     def count(self) -> int:
@@ -414,7 +424,7 @@ class RunFacts:
     """What steps 3, 4 and 6 concluded about one run on their own (each None when not
     taken: the step reads the run itself). ``checks``: step 3 holds, with this many check
     results; ``costs``: step 4 holds, its confirmed calls as ``_costs.RunCalls.row``;
-    ``condensed``: step 6's ``analysis.fold.condensed_to_json`` of the run. Each is kept
+    ``condensed``: step 6's ``analysis.fold.condensed_to_packed`` of the run. Each is kept
     marshalled on its own (``packed_facts``) and unmarshalled when its step reads it: a
     step reads its own fact only, of every run."""
 
@@ -432,7 +442,7 @@ class RunFacts:
         return _unpacked(self._parts[1])
 
     @property
-    def condensed(self) -> list | None:
+    def condensed(self) -> tuple | None:
         return _unpacked(self._parts[2])
 
 
@@ -551,6 +561,17 @@ class Journal(Sequence):
         for i in range(len(self._at)):
             yield self[i]
 
+    def held(self) -> list:
+        """The records held, in journal order: every one but the spilled ``run`` records.
+        A step looking for records of another kind reads these, and no ``run`` record."""
+        return list(self._held.values())
+
+
+def held_records(journal) -> Sequence:
+    """Every record of ``journal`` a step looking for a kind other than ``run`` needs: a
+    ``Journal``'s held ones (its ``run`` records are not made again), else all of them."""
+    return journal.held() if isinstance(journal, Journal) else journal
+
 
 def _keys_interned(value, depth: int = 0):
     """``value`` with its dicts' keys (two levels down) interned, so that ``marshal`` writes
@@ -587,6 +608,13 @@ class RunLogs(Mapping):
             self._at[name] = log
             return
         self._at[name] = (log.first, self._spill.put(data) << 32 | len(data))
+
+    def first_of(self, name: str) -> Rec | None:
+        """Log ``name``'s first record, the rest of it left in the spill (None for an error)."""
+        got = self._at[name]
+        if type(got) is tuple:
+            return got[0]
+        return got.first if isinstance(got, RunLog) else None
 
     def ordered(self, names) -> "RunLogs":
         """This mapping iterating in the order of ``names`` (the archive's)."""
