@@ -12,7 +12,7 @@ from dataclasses import replace
 from benchclaw.formats import jsonio
 from benchclaw.analysis import experiment_data, summarise
 from benchclaw.analysis.fold import (ExperimentFold, condense_run, condensed_from_json,
-                                     condensed_to_json)
+                                     condensed_from_packed, condensed_to_json, condensed_to_packed)
 from benchclaw.formats.records import Record
 
 from tests.test_analysis_golden import random_data, random_experiment
@@ -86,6 +86,32 @@ def test_a_condensed_run_survives_the_json_cache():
             continue
         again = condensed_from_json(jsonio.loads(jsonio.dumps(condensed_to_json(c))))
         assert again == c
+
+
+def test_a_packed_condensed_run_is_the_same_run_and_folds_the_same():
+    """The verifier's form (``condensed_to_packed``, marshalled by its reading stage): an
+    equal run, whose view carries the same sums and tally, and a fold of these summarises
+    as a fold of the records."""
+    import marshal
+
+    data = random_experiment(30, 5).data()
+    fold, again = ExperimentFold("E01"), ExperimentFold("E01")
+    for rid in sorted(data.runs):
+        c = condense_run(rid, data.runs[rid])
+        fold.add_condensed(rid, c)
+        if c.view is None:
+            assert condensed_to_packed(c) is None
+            again.add_condensed(rid, c)
+            continue
+        back = condensed_from_packed(marshal.loads(marshal.dumps(condensed_to_packed(c))))
+        assert back == c
+        assert (back.view.cost_low, back.view.cost_high, back.view.tally) == (
+            c.view.cost_low, c.view.cost_high, c.view.tally)
+        again.add_condensed(rid, back)
+    journal = [("w", rec) for rec in data.journal]
+    get_blob = lambda d: SPEC  # noqa: E731
+    assert jsonio.dumps(summarise(again.data(journal, get_blob, tasks_with_lures=data.tasks_with_lures))) == \
+        jsonio.dumps(summarise(fold.data(journal, get_blob, tasks_with_lures=data.tasks_with_lures)))
 
 
 def test_every_version_of_a_task_key_is_read_for_lures():

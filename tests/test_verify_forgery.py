@@ -153,6 +153,28 @@ def test_ledger_close_totals_edited(bundle, tmp_path):
     caught(f.pack(tmp_path), "ledgers", "ledger.close spent")
 
 
+
+def test_ledger_reservation_id_reused_after_its_settlement(bundle, tmp_path):
+    """A reservation naming the id of one settled before is reported at its own line, not
+    at a later error of the ledger (the check is made once the ledger is read)."""
+    f = Forger.of(bundle)
+    at = {}
+
+    def edit(objs):
+        first = next(o for o in objs if o["kind"] == "settle")["body"]["id"]
+        settled = next(i for i, o in enumerate(objs) if o["kind"] == "settle")
+        i = next(i for i, o in enumerate(objs) if i > settled and o["kind"] == "reserve")
+        objs[i]["body"]["id"] = first
+        at["line"] = i + 1
+        objs[-1]["body"]["spent"]["usd"] = "0"  # a later error
+        return objs
+    f.edit_chain(_ledger_name(f), edit)
+    rep = verify_bundle(f.pack(tmp_path))
+    texts = [str(e) for e in rep.section("ledgers").failures]
+    assert rep.exit_code == 1 and any(t.startswith(f"{_ledger_name(f)}:{at['line']}: reservation id ")
+                                      and t.endswith("is not new") for t in texts), texts
+    assert not any("ledger.close" in t for t in texts)
+
 # -- the summary --------------------------------------------------------------------------------
 
 def test_summary_cell_edited(bundle, tmp_path):

@@ -169,30 +169,61 @@ def test_bytes_read_again_that_differ_from_those_hashed_stop_the_verifier(monkey
         list(log)
 
 
-def test_a_ledger_replay_keeps_the_fields_the_tie_reads_as_the_body_reads():
-    from benchclaw.verify._ledgers import Kept
+def test_a_ledger_book_keeps_the_fields_the_tie_reads_as_the_bodies_read():
+    from benchclaw.verify._ledgers import Book
 
-    body = {"attempt": "a", "id": "r1", "key": "0.0", "tokens": 7, "usd": "0.5", "known": False}
-    got = Kept(body, ("id", "tokens", "usd", "known", "reason"), 3)
-    assert (got["id"], got["tokens"], got["usd"], got["line"]) == ("r1", 7, "0.5", 3)
-    assert got.get("known") is False and got.get("reason") is None and got.get("attempt") is None
-    assert got.get("get") is None  # only the kept fields, never an attribute of the class
-    for missing in ("reason", "attempt", "get"):
-        with pytest.raises(KeyError):
-            got[missing]
+    book = Book()
+    book.reserve({"attempt": "a", "id": "r1", "key": "0.0", "tokens": 7, "usd": "0.5"}, 2)
+    book.reserve({"attempt": "a", "id": "r2", "key": "1.0", "tokens": 10 ** 30, "usd": "1"}, 3)
+    book.reserve({"attempt": None, "id": "r3", "key": "0.0", "tokens": 1, "usd": "2"}, 4)
+    book.settle({"id": "r1", "known": False, "tokens": 7, "usd": "0.5", "reason": {"why": [1.0]}}, 5)
+    book.reserve({"attempt": "a", "id": "r4", "key": "0.0", "tokens": 8, "usd": "0.6"}, 6)  # 0.0 again: this one
+    assert list(book.open) == ["r2", "r3", "r4"]
+    assert book.find("a", "1.0") == 1 and book.find(None, "0.0") == 2 and book.find("a", "0.0") == 3
+    assert book.find("a", "2.0") is None and book.find("b", "0.0") is None
+    assert book.reservation(1) == (3, 10 ** 30, "1") and book.reservation(3).usd == "0.6"
+    assert book.settlement(0) == (5, False, 7, "0.5", {"why": [1.0]}) and book.settlement(3) is None
+    assert list(book.keyed()) == [(1, "a", "1.0"), (2, None, "0.0"), (3, "a", "0.0")]
+    assert book.first_reused([]) is None
+
+
+def test_a_ledger_book_finds_an_id_reused_after_its_settlement_by_reading_the_ids_again():
+    from benchclaw.verify._index import Rec
+    from benchclaw.verify._ledgers import Book
+
+    bodies = [("reserve", {"attempt": "a", "id": "x", "key": "0.0", "tokens": 1, "usd": "1"}),
+              ("settle", {"id": "x", "known": True, "tokens": 1, "usd": "1"}),
+              ("reserve", {"attempt": "a", "id": "y", "key": "1.0", "tokens": 1, "usd": "1"}),
+              ("reserve", {"attempt": "a", "id": "x", "key": "2.0", "tokens": 1, "usd": "1"})]
+    records = [Rec(i, "", kind, body) for i, (kind, body) in enumerate(bodies)]
+    book = Book()
+    for line, rec in enumerate(records, 2):
+        (book.reserve if rec.kind == "reserve" else book.settle)(rec.body, line)
+    assert book.first_reused(records) == (5, "x")
+    book._id_hash[1] = book._id_hash[0]  # two ids hashed alike but not equal: read again, no reuse
+    book._id_hash[2] = 7
+    assert book.first_reused(records) is None
 
 
 def test_digests_of_objects_named_by_their_hash_read_as_the_strings():
     from benchclaw.verify._index import NAMED, Digests
 
-    h = "ab" + "0" * 62
-    got = Digests({f"objects/ab/{h}": NAMED, "runs/x": "sha256:" + "1" * 64})
-    assert got[f"objects/ab/{h}"] == got.get(f"objects/ab/{h}") == "sha256:" + h
-    assert got.get("runs/x") == "sha256:" + "1" * 64 and got.get("nope") is None and got.get("nope", 3) == 3
-    assert "runs/x" in got and "nope" not in got and len(got) == 2
-    assert dict(got) == {f"objects/ab/{h}": "sha256:" + h, "runs/x": "sha256:" + "1" * 64}
-    with pytest.raises(KeyError):
-        got["nope"]
+    h, g, u = "ab" + "0" * 62, "cd" + "1" * 62, "ef" + "2" * 62
+    sizes = {f"objects/ab/{h}": 1, f"objects/cd/{g}": 2, f"objects/ef/{u}": 3, "runs/x": 4, "objects/zz": 5}
+    unread = {f"objects/ef/{u}": "could not inflate"}
+    odd = {"runs/x": "sha256:" + "1" * 64, "objects/zz": "sha256:" + "3" * 64, f"objects/cd/{g}": NAMED}
+    got = Digests(odd, sizes, unread)  # objects/ab: read, not in the dict, so named; objects/ef: unread
+    for name, want in ((f"objects/ab/{h}", h), (f"objects/cd/{g}", g)):
+        assert got[name] == got.get(name) == "sha256:" + want and name in got
+    assert got.get("runs/x") == "sha256:" + "1" * 64 and got["objects/zz"] == "sha256:" + "3" * 64
+    assert got.get("nope") is None and got.get("nope", 3) == 3 and got.get(f"objects/ef/{u}") is None
+    assert "nope" not in got and f"objects/ef/{u}" not in got and "objects/ab/" + "0" * 64 not in got
+    assert dict(got) == {"runs/x": "sha256:" + "1" * 64, "objects/zz": "sha256:" + "3" * 64,
+                         f"objects/cd/{g}": "sha256:" + g, f"objects/ab/{h}": "sha256:" + h}
+    assert len(got) == 4
+    for missing in ("nope", f"objects/ef/{u}", 7):
+        with pytest.raises(KeyError):
+            got[missing]
 
 
 @pytest.mark.parametrize("method", [0, 8])

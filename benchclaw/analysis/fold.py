@@ -28,10 +28,11 @@ from ..errors import FormatError
 from ..formats.records import Record
 from .stream import RunGroups
 from .inputs import (ExperimentData, PackedCalls, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
-                     merge_journal, registered_digest, spec_from_bytes, task_key, view_from_json, view_run,
-                     view_to_json)
+                     merge_journal, registered_digest, spec_from_bytes, task_key, view_from_json, view_from_packed,
+                     view_run, view_to_json, view_to_packed)
 
 __all__ = ["CondensedRun", "condense_run", "ExperimentFold", "condensed_to_json", "condensed_from_json",
+           "condensed_to_packed", "condensed_from_packed",
            "in_experiment"]
 
 
@@ -90,6 +91,25 @@ def condensed_from_json(row) -> CondensedRun:
         raise FormatError(f"cached condensed run: {e}") from None
 
 
+def condensed_to_packed(c: CondensedRun) -> tuple | None:
+    """A readable run's ``CondensedRun`` as ``marshal`` takes it, its view packed
+    (``inputs.view_to_packed``: its calls packed, as the fold keeps them, and their sums
+    carried), None for an unreadable one. ``condensed_from_packed`` makes it again without
+    parsing a call: the verifier's reading stage takes it of each run on two cores."""
+    if c.view is None:
+        return None
+    return view_to_packed(c.view), c.attempt, tuple(c.keys), c.task, c.ledger
+
+
+def condensed_from_packed(row) -> CondensedRun:
+    """The inverse of ``condensed_to_packed``. Raises FormatError for another shape."""
+    try:
+        view, attempt, keys, task, ledger = row
+        return CondensedRun(view_from_packed(view), attempt, tuple(str(k) for k in keys), task, ledger)
+    except (TypeError, ValueError) as e:
+        raise FormatError(f"packed condensed run: {e}") from None
+
+
 @dataclass
 class ExperimentFold:
     """The runs of one experiment, added one at a time (in run id order), condensed.
@@ -129,7 +149,7 @@ class ExperimentFold:
         # interpreter's table of interned strings, which never shrinks)
         # (spilled, a view is pickled: interning its strings would only grow the interpreter's
         # table of interned strings, one entry per cell)
-        view = _shared(c.view) if not self.spill or c.view is None else _same_calls(c.view, calls=PackedCalls(c.view.calls))
+        view = _shared(c.view) if not self.spill or c.view is None else _same_calls(c.view, calls=_packed(c.view.calls))
         kept = CondensedRun(view, c.attempt, tuple(_intern(k) for k in c.keys), None,
                             _intern(c.ledger), c.records)
         if not self.spill:
@@ -325,7 +345,12 @@ def _shared(view: RunView | None) -> RunView | None:
     view held)."""
     if view is None:
         return None
-    return _same_calls(view, calls=PackedCalls(view.calls), **{k: _intern(getattr(view, k)) for k in _VIEW_STRINGS})
+    return _same_calls(view, calls=_packed(view.calls), **{k: _intern(getattr(view, k)) for k in _VIEW_STRINGS})
+
+
+def _packed(calls) -> PackedCalls:
+    """A view's calls packed (as they are, when they already are: ``condensed_from_packed``)."""
+    return calls if isinstance(calls, PackedCalls) else PackedCalls(calls)
 
 
 _VIEW_SLOTS = RunView.__slots__

@@ -29,7 +29,7 @@ from ..formats.records import Record
 __all__ = ["ExperimentData", "RunView", "RunTally", "CallView", "view_run", "lured_tasks", "parse_cell",
            "task_key", "usd", "spec_from_bytes", "registered_digest", "merge_journal",
            "experiment_data", "ledger_reservations", "SpecView", "spec_view", "view_to_json",
-           "view_from_json", "call_keys", "cut_off_calls", "reservations_of", "PackedCalls"]
+           "view_from_json", "view_to_packed", "view_from_packed", "call_keys", "cut_off_calls", "reservations_of", "PackedCalls"]
 
 _USD_RE = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
 _EXACT = decimal.Context(prec=60, traps=[decimal.Inexact, decimal.InvalidOperation])
@@ -107,8 +107,13 @@ class PackedCalls(Sequence):
         self._packed, self._n = zlib.compress(marshal.dumps(rows), 6), len(rows)
 
     def __iter__(self) -> Iterator[CallView]:
-        for o, k, u, lo, hi, *rest in marshal.loads(zlib.decompress(self._packed)):
+        for o, k, u, lo, hi, *rest in self.rows():
             yield CallView(o, k, u, Decimal(lo), Decimal(hi), *rest)
+
+    def rows(self) -> tuple:
+        """The calls as packed: (outcome, error_kind, usage, cost_low and cost_high as text,
+        known, model_mismatch, doubted, over_bound, latency_ms, ttft_ms, at), each a tuple."""
+        return marshal.loads(zlib.decompress(self._packed))
 
     def __len__(self) -> int:
         return self._n
@@ -129,6 +134,19 @@ class PackedCalls(Sequence):
 
     def __repr__(self) -> str:
         return f"PackedCalls({tuple(self)!r})"
+
+    @classmethod
+    def of_packed(cls, packed: bytes, n: int) -> "PackedCalls":
+        """The calls another ``PackedCalls`` packed (its ``packed``: bytes and count), not unpacked."""
+        if type(packed) is not bytes or type(n) is not int:
+            raise TypeError("packed calls are bytes and a count")
+        new = object.__new__(cls)
+        new._packed, new._n = packed, n
+        return new
+
+    @property
+    def packed(self) -> tuple[bytes, int]:
+        return self._packed, self._n
 
 
 def _bounds_text(c: CallView) -> tuple[str, str]:
@@ -444,6 +462,39 @@ def view_from_json(row: list) -> RunView:
         return RunView(*row)
     except (TypeError, ValueError, decimal.InvalidOperation) as e:
         raise FormatError(f"cached run view: {e}") from None
+
+
+def view_to_packed(view: RunView) -> tuple:
+    """A ``RunView`` as ``marshal`` takes it, its calls packed (``PackedCalls``) and what is
+    derived from them carried along, so that ``view_from_packed`` makes an equal view again
+    without parsing or summing a call: the verifier's reading stage keeps each run's so,
+    taken where the run's records are parsed (``view_to_json`` is the form a cache writes)."""
+    calls = view.calls if isinstance(view.calls, PackedCalls) else PackedCalls(view.calls)
+    row = [getattr(view, name) for name in _VIEW_FIELDS]
+    row[_CALLS_AT] = calls.packed
+    return tuple(row), str(view.cost_low), str(view.cost_high), tuple(view.tally)
+
+
+def view_from_packed(got) -> RunView:
+    """The inverse of ``view_to_packed`` (its calls a ``PackedCalls``). Raises FormatError
+    for a value of another shape."""
+    try:
+        row, low, high, tally = got
+        if len(row) != len(_VIEW_FIELDS):
+            raise ValueError("wrong length")
+        tally = RunTally(*tally)
+        view = object.__new__(RunView)
+        for name, value in zip(_VIEW_FIELDS, row):
+            object.__setattr__(view, name, value)
+        object.__setattr__(view, "calls", PackedCalls.of_packed(*row[_CALLS_AT]))
+        cost_low = Decimal(low)
+        object.__setattr__(view, "cost_low", cost_low)  # one object for equal bounds, as __post_init__
+        object.__setattr__(view, "cost_high", cost_low if high == low else Decimal(high))
+        object.__setattr__(view, "tally", tally._replace(outcomes=_shared_counts(tally.outcomes),
+                                                          errors=_shared_counts(tally.errors)))
+        return view
+    except (TypeError, ValueError, decimal.InvalidOperation) as e:
+        raise FormatError(f"packed run view: {e}") from None
 
 
 @dataclass(frozen=True)

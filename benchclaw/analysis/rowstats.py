@@ -15,10 +15,12 @@ from __future__ import annotations
 from array import array
 from decimal import Decimal
 from fractions import Fraction
+from math import gcd
+from operator import itemgetter, le, mul, truediv
 from typing import Iterable
 
-from .inputs import USAGE_KEYS, RunView, parse_cell, sum_exact
-from .metrics import Health, Sample, iso_micros, median_of_sorted, sorted_exact, speed_windows
+from .inputs import USAGE_KEYS, PackedCalls, RunView, parse_cell, sum_exact
+from .metrics import Health, PackedFractions, Sample, iso_micros, median_of_sorted, sorted_exact, speed_windows
 from ..formats.interval import POS_INF, UNKNOWN, Interval
 
 __all__ = ["RowStats"]
@@ -236,43 +238,49 @@ class _HealthAcc:
     def add(self, r: RunView) -> None:
         self.runs += 1
         timeout = cut = False
-        for c in r.calls:
+        for outcome, error_kind, usage, latency_ms, ttft_ms, at in _health_rows(r.calls):
             self.calls += 1
-            self.errors += c.outcome == "error"
-            cut = cut or c.outcome == "cut_off"
-            self.cut_off += c.outcome == "cut_off"
-            timeout = timeout or c.error_kind == "timeout"
-            if c.ttft_ms is not None:
+            self.errors += outcome == "error"
+            cut = cut or outcome == "cut_off"
+            self.cut_off += outcome == "cut_off"
+            timeout = timeout or error_kind == "timeout"
+            if ttft_ms is not None:
                 try:
-                    self.ttfts.append(c.ttft_ms)
+                    self.ttfts.append(ttft_ms)
                 except OverflowError:
-                    self.odd_ttfts.append(c.ttft_ms)
-            v = c.tokens_per_s
-            if v is None:
+                    self.odd_ttfts.append(ttft_ms)
+            # ``CallView.tokens_per_s``, in lowest terms as a Fraction has it, made one only
+            # where it is kept as one
+            if usage is None or outcome in ("error", "cut_off") or latency_ms <= 0:
                 continue
+            n, d = usage[3] * 1000, latency_ms
+            g = gcd(n, d)
+            n, d = n // g, d // g
+            v = None
             try:
-                self.num.append(v.numerator)
+                self.num.append(n)
                 try:
-                    self.den.append(v.denominator)
+                    self.den.append(d)
                 except OverflowError:
                     self.num.pop()
                     raise
             except OverflowError:
+                v = Fraction(n, d)
                 self.odd.append(v)
-            t = None if r.simulated else iso_micros(c.at)
-            if t is not None and not self._timed(t, v):
-                self.odd_timed.append((t, v))
+            t = None if r.simulated else iso_micros(at)
+            if t is not None and not self._timed(t, n, d):
+                self.odd_timed.append((t, Fraction(n, d) if v is None else v))
         self.timeout_runs += timeout
         self.maybe += cut and not timeout
 
-    def _timed(self, t: int, v: Fraction) -> bool:
+    def _timed(self, t: int, num: int, den: int) -> bool:
         try:
             self.t.append(t)
         except OverflowError:
             return False
         try:
-            self.tnum.append(v.numerator)
-            self.tden.append(v.denominator)
+            self.tnum.append(num)
+            self.tden.append(den)
         except OverflowError:
             del self.t[-1]
             if len(self.tnum) > len(self.t):
@@ -281,9 +289,34 @@ class _HealthAcc:
         return True
 
     def result(self, missing: int) -> Health:
-        speeds = [*map(Fraction, self.num, self.den), *self.odd]
+        speeds = _sorted_speeds(self.num, self.den) if not self.odd else \
+            sorted_exact([*map(Fraction, self.num, self.den), *self.odd])
         timed = [*zip(self.t, map(Fraction, self.tnum, self.tden)), *self.odd_timed]
         ttfts = array("q", sorted(self.ttfts)) if not self.odd_ttfts else tuple(sorted([*self.ttfts, *self.odd_ttfts]))
         return Health(calls=self.calls, errors=self.errors, cut_off=self.cut_off, runs=self.runs, missing=missing,
-                      timeout_runs=self.timeout_runs, maybe_timeout_runs=self.maybe, speeds=sorted_exact(speeds),
+                      timeout_runs=self.timeout_runs, maybe_timeout_runs=self.maybe, speeds=speeds,
                       ttfts_ms=ttfts, windows=speed_windows(timed))
+
+
+def _sorted_speeds(num: array, den: array):
+    """``sorted_exact`` of the Fractions ``num[i] / den[i]`` (each in lowest terms, ``den[i]``
+    positive), without making one: sorted by their floats (as ``float(Fraction)``, a
+    correctly rounded int division), checked pair by pair exactly by multiplying across,
+    every step C-level (a tier row holds every call's speed). Floats out of exact order
+    (two values too close to tell apart) fall back to ``sorted_exact``."""
+    got = sorted(zip(map(truediv, num, den), num, den))
+    ns, ds = array("q", [g[1] for g in got]), array("q", [g[2] for g in got])
+    if all(map(le, map(mul, ns, ds[1:]), map(mul, ns[1:], ds))):
+        return PackedFractions(ns, ds)
+    return sorted_exact(list(map(Fraction, num, den)))
+
+
+def _health_rows(calls):
+    """(outcome, error_kind, usage, latency_ms, ttft_ms, at) of each call: of packed calls
+    their rows as unpacked (no ``CallView``, no Decimal costs made, which health reads not)."""
+    if isinstance(calls, PackedCalls):
+        return map(_HEALTH_FIELDS, calls.rows())
+    return ((c.outcome, c.error_kind, c.usage, c.latency_ms, c.ttft_ms, c.at) for c in calls)
+
+
+_HEALTH_FIELDS = itemgetter(0, 1, 2, 9, 10, 11)  # of a ``PackedCalls`` row

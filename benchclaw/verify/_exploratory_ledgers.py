@@ -199,7 +199,7 @@ def _tie_run(tie: Tie, exp: str, run: Run, replays: dict, day_reps: list) -> Non
     prices = tie.costs.prices_of(run)
     for line, rec in run.of_kind("call"):
         key = f"{rec.body.get('turn')}.{rec.body.get('attempt')}"
-        day = next((r for r in day_reps if (attempt, key) in r.reserves), None)
+        day = next((r for r in day_reps if r.book.find(attempt, key) is not None), None)
         if day is None:
             raise VerificationError(run.path, f"call {key} has no reservation in any day ledger of {exp}", line)
         for rep in (session, day):
@@ -224,12 +224,11 @@ def _as_if_open(rep: LedgerReplay, attempt, key: str) -> LedgerReplay:
     reservations open, and the restart settles them at their upper bound (FORMAT.md "Studio
     journal"), which counts the call at no less than it cost. It is then tied as an open
     reservation is: at its bound (the replay checked that the settlement repeats it)."""
-    found = rep.reserves.get((attempt, key))  # a Kept, as its settlement (its line in .line)
-    settled = rep.settles.get(found["id"]) if found is not None else None
-    if settled is None or settled.get("known") is not False or settled.get("reason") != RESTARTED:
+    n = rep.book.find(attempt, key)
+    settled = rep.settlement(n) if n is not None else None
+    if settled is None or settled.known is not False or settled.reason != RESTARTED:
         return rep
-    rid = found["id"]
-    return dataclasses.replace(rep, settles={k: v for k, v in rep.settles.items() if k != rid})
+    return dataclasses.replace(rep, unsettled=n)
 
 
 def _orphans(runs, sessions: dict, days: dict, released: set, sec: Section) -> None:

@@ -51,7 +51,7 @@ from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "Journal", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
            "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "recent_slot",
-           "packed_facts", "taken_facts", "Spill", "Spilled", "RunLogs", "packed_log"]
+           "packed_facts", "taken_facts", "Spill", "Spilled", "RunLogs", "held_records", "packed_log"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -254,34 +254,55 @@ class ObjectReading:
 
 
 NAMED = object()  # in ``Digests``' dict: the entry's bytes hash to the 64 hex its name ends with
+_OBJECTS = "objects/"
 
 
 class Digests(Mapping):
     """entry -> ``sha256:<hex>`` of its bytes, read-only. An object whose bytes hash to its
-    name (``objects/<aa>/<hex>``: all of them in an honest bundle) holds ``NAMED``, not a
-    string: its name already says it, and 200,000 digest strings are 25 MB."""
+    name (``objects/<aa>/<hex>``: all of them in an honest bundle) is not in the dict at all
+    (or holds ``NAMED``): the reading stage reads every object entry, and one it could not
+    read is in ``unread``, so an object entry of the zip (``sizes``) in neither is one
+    whose name already says its digest. 200,000 digest strings are 25 MB, and a dict entry
+    for each of them, with its table, ten more at 20,000 runs."""
 
-    __slots__ = ("_d",)
+    __slots__ = ("_d", "_sizes", "_unread")
 
-    def __init__(self, d: dict):
-        self._d = d
+    def __init__(self, d: dict, sizes: Mapping[str, int] = MappingProxyType({}),
+                 unread: Mapping = MappingProxyType({})):
+        self._d, self._sizes, self._unread = d, sizes, unread
+
+    def _named(self, name) -> bool:
+        return type(name) is str and name.startswith(_OBJECTS) and name in self._sizes and name not in self._unread
 
     def __getitem__(self, name: str) -> str:
-        got = self._d[name]
+        got = self._d.get(name)
+        if got is None:
+            if not self._named(name):
+                raise KeyError(name)
+            got = NAMED
         return "sha256:" + name[11:] if got is NAMED else got
 
     def get(self, name: str, default=None):
-        got = self._d.get(name, default)
+        got = self._d.get(name)
+        if got is None:
+            if not self._named(name):
+                return default
+            got = NAMED
         return "sha256:" + name[11:] if got is NAMED else got
 
     def __contains__(self, name) -> bool:
-        return name in self._d
+        return name in self._d or self._named(name)
 
     def __iter__(self):
-        return iter(self._d)
+        """The entries of the dict, then the named objects in archive order."""
+        yield from self._d
+        d, unread = self._d, self._unread
+        for name in self._sizes:
+            if name.startswith(_OBJECTS) and name not in d and name not in unread:
+                yield name
 
     def __len__(self) -> int:
-        return len(self._d)
+        return sum(1 for _ in self)
 
 
 class ManifestRows:
@@ -352,8 +373,18 @@ class Run:
         return slot[2]
 
     @property
+    def first(self) -> Rec:
+        """``run.start``, without reading the rest of the log from the spill (``RunLogs``
+        holds every log's first record: steps 7 and 8 read little else of most runs)."""
+        slot = self._recent
+        if slot[0] == self.path:
+            return slot[1].first
+        first_of = getattr(self.logs, "first_of", None)
+        return self.log.first if first_of is None else first_of(self.path)
+
+    @property
     def start(self) -> dict:
-        return self.log.first.body
+        return self.first.body
 
     @property
     def end(self) -> dict:
@@ -367,7 +398,7 @@ class Run:
     @property
     def started_at(self) -> str:
         """``run.start``'s ``at``, without parsing the records."""
-        return self.log.first.at
+        return self.first.at
 
     @property
     def count(self) -> int:
@@ -393,7 +424,7 @@ class RunFacts:
     """What steps 3, 4 and 6 concluded about one run on their own (each None when not
     taken: the step reads the run itself). ``checks``: step 3 holds, with this many check
     results; ``costs``: step 4 holds, its confirmed calls as ``_costs.RunCalls.row``;
-    ``condensed``: step 6's ``analysis.fold.condensed_to_json`` of the run. Each is kept
+    ``condensed``: step 6's ``analysis.fold.condensed_to_packed`` of the run. Each is kept
     marshalled on its own (``packed_facts``) and unmarshalled when its step reads it: a
     step reads its own fact only, of every run."""
 
@@ -411,7 +442,7 @@ class RunFacts:
         return _unpacked(self._parts[1])
 
     @property
-    def condensed(self) -> list | None:
+    def condensed(self) -> tuple | None:
         return _unpacked(self._parts[2])
 
 
@@ -530,6 +561,17 @@ class Journal(Sequence):
         for i in range(len(self._at)):
             yield self[i]
 
+    def held(self) -> list:
+        """The records held, in journal order: every one but the spilled ``run`` records.
+        A step looking for records of another kind reads these, and no ``run`` record."""
+        return list(self._held.values())
+
+
+def held_records(journal) -> Sequence:
+    """Every record of ``journal`` a step looking for a kind other than ``run`` needs: a
+    ``Journal``'s held ones (its ``run`` records are not made again), else all of them."""
+    return journal.held() if isinstance(journal, Journal) else journal
+
 
 def _keys_interned(value, depth: int = 0):
     """``value`` with its dicts' keys (two levels down) interned, so that ``marshal`` writes
@@ -572,6 +614,13 @@ class RunLogs(Mapping):
         without making it again."""
         got = self._at[name]
         return type(got) is tuple or isinstance(got, RunLog)
+
+    def first_of(self, name: str) -> Rec | None:
+        """Log ``name``'s first record, the rest of it left in the spill (None for an error)."""
+        got = self._at[name]
+        if type(got) is tuple:
+            return got[0]
+        return got.first if isinstance(got, RunLog) else None
 
     def ordered(self, names) -> "RunLogs":
         """This mapping iterating in the order of ``names`` (the archive's)."""

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from typing import NamedTuple
 
 from ..errors import BenchClawError
 from ..formats.money import fmt_usd, parse_usd
 from ..formats.policies import Attempt, PolicyError, next_batch, outcome
 from ..formats.records import Record
 from ._errors import VerificationError
-from ._index import Index, Run
+from ._index import Index, Run, held_records
 from ._report import Section
 from ._simusage import pinned_profiles
 from ._stops import check_ledgers_after_registration, check_ledgers_closed, check_stop, ledger_chain, stop_notes
@@ -73,8 +74,8 @@ def verify_prereg(ix: Index, runs, sec: Section) -> None:
         for run in _runs_of(runs, exp):
             if sec.attempt(_run_registered, run, regs):
                 sec.count("runs after registration")
-        records = [(name, line, rec) for name, line, rec in journal if rec.kind in ("prereg", "deviation")]
-        for name, line, rec in journal:
+        records = [(name, line, rec) for name, line, rec in held_records(journal) if rec.kind in ("prereg", "deviation")]
+        for name, line, rec in held_records(journal):
             if rec.kind == "grid.start":
                 sec.attempt(_grid_registered, name, line, rec, regs)
                 sec.attempt(_grid_as_registered, ix, journal, name, line, rec, records)
@@ -152,12 +153,12 @@ def run_times(run: Run) -> None:
 
 def _regs(journal: list) -> list[tuple[str, str, str, int]]:
     """(at, digest, entry, line) of prereg and deviation records, in journal order."""
-    return [(rec.at, rec.body.get("spec_digest"), name, line) for name, line, rec in journal
+    return [(rec.at, rec.body.get("spec_digest"), name, line) for name, line, rec in held_records(journal)
             if rec.kind in ("prereg", "deviation")]
 
 
 def _registrations(ix: Index, exp: str, journal: list) -> None:
-    regs = [(name, line, rec) for name, line, rec in journal if rec.kind in ("prereg", "deviation")]
+    regs = [(name, line, rec) for name, line, rec in held_records(journal) if rec.kind in ("prereg", "deviation")]
     if not regs or regs[0][2].kind != "prereg":
         raise VerificationError(f"journals/{exp}/", "the experiment was never registered (no prereg "
                                 "record before its first deviation)")
@@ -195,7 +196,7 @@ def _run_registered(run: Run, regs: list) -> None:
 def registration_of(ix: Index, exp: str) -> str | None:
     """The registration digest of ``exp``'s first prereg record (None when unreadable)."""
     try:
-        first = next((rec for _, _, rec in journal_of(ix, exp) if rec.kind == "prereg"), None)
+        first = next((rec for _, _, rec in held_records(journal_of(ix, exp)) if rec.kind == "prereg"), None)
     except VerificationError:
         return None
     return registration_digest(first.body) if first is not None else None
@@ -214,7 +215,7 @@ def repinned(ix: Index, exp: str) -> list[str]:
     registration before it: the registration digest covers only the first ``prereg``, so
     these changes are shown to the auditor here (and listed in summary.json's deviations)."""
     try:
-        regs = [rec for _, _, rec in journal_of(ix, exp) if rec.kind in ("prereg", "deviation")]
+        regs = [rec for _, _, rec in held_records(journal_of(ix, exp)) if rec.kind in ("prereg", "deviation")]
     except VerificationError:
         return []
     out = []
@@ -339,7 +340,7 @@ def _earlier_ledgers(ix: Index, exp: str, rec: Record) -> list | None:
     except VerificationError:
         return None
     out = []
-    for _, _, r in journal:
+    for _, _, r in held_records(journal):
         if r is rec:
             return out
         if r.kind == "grid.start" and r.body.get("ledger"):
@@ -434,31 +435,44 @@ def verify_completeness(ix: Index, runs, sec: Section) -> None:
     for exp in ix.manifest.experiments:
         journal = journal_of(ix, exp)
         named: dict[str, dict] = {}
-        reserved = _reserved_attempts(ix, journal)
+        reserved = _Reserved(ix, journal)
         for name, line, rec in journal:
             if rec.kind == "run":
                 sec.attempt(_named_run, runs, name, line, rec.body, named, reserved)
         for run in _runs_of(runs, exp):
             if run.run_id not in named:
                 sec.fail(VerificationError(run.path, f"a sealed run of {exp} that the journal does not name"))
-        for name, line, rec in journal:
+        for name, line, rec in held_records(journal):
             if rec.kind == "trial":
                 sec.attempt(_trial, runs, name, line, rec.body, _tiers_of(journal, rec.body))
         sec.attempt(_planned, journal)
-        for name, line, rec in journal:
+        for name, line, rec in held_records(journal):
             if rec.kind == "stop" and sec.attempt(check_stop, ix, journal, name, line, rec):
                 sec.count("stops justified")
         sec.attempt(check_ledgers_closed, ix, journal)
         sec.count("runs named", len(named))
-        for name, line, rec in journal:
+        for name, line, rec in held_records(journal):
             if rec.kind == "correction" and sec.attempt(_correction, exp, name, line, rec, journal):
                 sec.count("corrections")
+
+
+class _Reserved:
+    """``_reserved_attempts``, read on first use: only a run that records no call asks (a
+    grid's ledger, read for it, is two records a call)."""
+
+    def __init__(self, ix: Index, journal: list):
+        self._of, self._got = (ix, journal), None
+
+    def __contains__(self, attempt) -> bool:
+        if self._got is None:
+            self._got = _reserved_attempts(*self._of)
+        return attempt in self._got
 
 
 def _reserved_attempts(ix: Index, journal: list) -> set:
     """The attempts any ledger of the experiment's invocations reserved a call for."""
     out: set = set()
-    for _, _, rec in journal:
+    for _, _, rec in held_records(journal):
         if rec.kind == "grid.start":
             for r in ledger_chain(ix, rec.body.get("ledger")) or ():
                 if r.kind == "reserve":
@@ -466,7 +480,15 @@ def _reserved_attempts(ix: Index, journal: list) -> set:
     return out
 
 
-def _named_run(runs, name: str, line: int, body: dict, named: dict, reserved: set) -> None:
+class _Held(NamedTuple):
+    """What ``_SAME`` and ``_CLAIMS`` read of a run, read from it once."""
+
+    policy: dict
+    start: dict
+    end: dict
+
+
+def _named_run(runs, name: str, line: int, body: dict, named: dict, reserved: "_Reserved") -> None:
     run_id = body.get("run_id")
     if not isinstance(run_id, str) or (run_id not in runs and run_id not in runs.rejected):
         raise VerificationError(name, f"names run {run_id}, which the bundle lacks", line)
@@ -474,23 +496,26 @@ def _named_run(runs, name: str, line: int, body: dict, named: dict, reserved: se
     run = runs.get(run_id)
     if run is None:
         return  # present but broken: step 2 reported it
+    held = _Held(run.policy, run.start, run.end)
     checks = _SAME + (_CLAIMS if "passed" in body else ())
-    if "invocation" in run.policy:
+    if "invocation" in held.policy:
         checks += (("invocation", lambda r: r.policy.get("invocation")),)
     for key, get in checks:
-        if key in body and body.get(key) != get(run):
+        if key in body and body.get(key) != get(held):
             raise VerificationError(name, f"run {run_id[:12]}: the journal says {key}={body.get(key)!r}, "
-                                    f"the run says {get(run)!r}", line)
+                                    f"the run says {get(held)!r}", line)
+    if "called_model" not in body:
+        return
     # called the model: it records a call, or a ledger reserved one for its attempt (a call
     # cut off in flight leaves no call record)
-    called = bool(run.end.get("calls")) or run.policy.get("attempt") in reserved
-    if "called_model" in body and body["called_model"] is not called:
+    called = bool(held.end.get("calls")) or held.policy.get("attempt") in reserved
+    if body["called_model"] is not called:
         raise VerificationError(name, f"run {run_id[:12]}: the journal says called_model={body['called_model']!r}, "
                                 f"the evidence says {called!r} (calls recorded or reserved for its attempt)", line)
 
 
 def _tiers_of(journal: list, trial: dict) -> list:
-    for _, _, rec in journal:
+    for _, _, rec in held_records(journal):
         if rec.kind == "grid.start" and rec.body.get("invocation") == trial.get("invocation"):
             return list(rec.body.get("tiers") or [])
     return []
@@ -560,11 +585,12 @@ def _fmt(d: Decimal) -> str:
 def _planned(journal: list) -> None:
     done_grid = {(r.body.get("cell"), r.body.get("tier")) for _, _, r in journal
                  if r.kind == "run" and r.body.get("policy") == "grid"}
-    done_live = {(r.body.get("cell"), r.body.get("policy")) for _, _, r in journal if r.kind == "trial"}
-    for name, line, rec in journal:
+    held = held_records(journal)
+    done_live = {(r.body.get("cell"), r.body.get("policy")) for _, _, r in held if r.kind == "trial"}
+    for name, line, rec in held:
         if rec.kind != "grid.start":
             continue
-        left = {c for _, _, s in journal if s.kind == "stop" and s.at >= rec.at
+        left = {c for _, _, s in held if s.kind == "stop" and s.at >= rec.at
                 for c in (s.body.get("cells_left") or [])}
         body = rec.body
         for cell in body.get("cells") or []:

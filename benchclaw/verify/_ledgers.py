@@ -20,20 +20,22 @@ are the ones step 4 confirmed (``Costs``); its bound is recomputed from those pr
 from __future__ import annotations
 
 import marshal
+from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import NamedTuple
 
 from ..errors import BenchClawError
 from ..formats.ledger import LedgerState, apply_record, refusal, totals
 from ..formats.money import CostBounds, Prices, Usage, call_cost, fmt_usd, parse_usd
 from ._costs import Confirmed, Costs, upper_bound
-from ._errors import VerificationError, from_error
+from ._errors import UnreadableBundle, VerificationError, from_error
 from ._index import Index, Run
 from ._journal import journal_of
 from ._report import Section
 from ._shape import LEDGER, check_body
 
-__all__ = ["verify_ledgers", "LedgerReplay", "Tie"]
+__all__ = ["verify_ledgers", "LedgerReplay", "Tie", "Book"]
 
 _PREFIX = "ledgers/"
 PREFIX = _PREFIX  # the entries step 5 reads
@@ -50,19 +52,23 @@ class Tie:
 
 @dataclass
 class LedgerReplay:
-    """One ledger replayed: the shared fold's ``state`` plus the indexes the tie to the runs needs."""
+    """One ledger replayed: the shared fold's ``state`` plus what the tie to the runs reads
+    (``book``). ``unsettled``: a reservation whose settlement the tie reads as absent
+    (``_exploratory_ledgers``' restarted calls), else -1."""
 
     name: str
     state: LedgerState = field(default_factory=LedgerState)
     carried_from: list = field(default_factory=list)
-    open: dict = field(default_factory=dict)        # reservation id -> reserve body (+ line)
-    reserves: dict = field(default_factory=dict)    # (attempt, key) -> reserve fields kept (and its line)
-    settles: dict = field(default_factory=dict)     # reservation id -> settle fields kept (and its line)
+    book: "Book" = field(default_factory=lambda: Book())
     refusals: list = field(default_factory=list)    # refuse bodies
-    strings: dict = field(default_factory=dict, repr=False)  # _once
+    unsettled: int = -1
 
     def spent(self) -> tuple[Decimal, int]:
         return self.state.spent_usd, self.state.spent_tokens
+
+    def settlement(self, n: int) -> "Settled | None":
+        """Reservation ``n``'s settlement (None: still open)."""
+        return None if n == self.unsettled else self.book.settlement(n)
 
 
 def verify_ledgers(ix: Index, runs, costs: Costs, sec: Section) -> None:
@@ -93,14 +99,25 @@ def ledger_records(ix: Index, name: str) -> tuple:
 def replay_into(ix: Index, name: str, lid: str, replays: dict) -> None:
     records = ledger_records(ix, name)
     rep = LedgerReplay(lid, LedgerState(ledger=lid))
-    for i, rec in enumerate(records, 1):
-        check_body(rec.kind, rec.body, LEDGER, name, i)
-        _CHECK.get(rec.kind, _no_check)(rep, rec.body, name, i)
-        try:
-            apply_record(rep.state, rec, name)
-        except BenchClawError as e:
-            raise from_error(e, name) from None
-        _INDEX.get(rec.kind, _no_check)(rep, rec.body, name, i)
+    line, err = 0, None
+    try:
+        for line, rec in enumerate(records, 1):
+            check_body(rec.kind, rec.body, LEDGER, name, line)
+            _CHECK.get(rec.kind, _no_check)(rep, rec.body, name, line)
+            try:
+                apply_record(rep.state, rec, name)
+            except BenchClawError as e:
+                raise from_error(e, name) from None
+            _INDEX.get(rec.kind, _no_check)(rep, rec.body, name, line)
+    except UnreadableBundle:
+        raise
+    except VerificationError as e:
+        err = e
+    reused = rep.book.first_reused(records)  # the check a reservation's id is new, made here
+    if reused is not None and (err is None or reused[0] < line):
+        raise VerificationError(name, f"reservation id {reused[1]!r} is not new", reused[0])
+    if err is not None:
+        raise err
     replays[lid] = rep
 
 
@@ -133,7 +150,7 @@ def _reserve_check(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
     if why is not None:
         raise VerificationError(name, _REFUSED[why[0]](st, tokens, usd), line)
     rid = body.get("id")
-    if not isinstance(rid, str) or rid in rep.open or rid in rep.settles:
+    if not isinstance(rid, str) or rid in rep.book.open:  # (an id settled before: Book.first_reused)
         raise VerificationError(name, f"reservation id {rid!r} is not new", line)
 
 
@@ -148,12 +165,13 @@ _REFUSED = {
 
 
 def _settle_check(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
-    res = rep.open.get(body.get("id"))
-    if res is None:
+    n = rep.book.open.get(body.get("id"))
+    if n is None:
         raise VerificationError(name, f"settles reservation {body.get('id')!r}, which is not open", line)
-    if body.get("known") is not True and (body.get("tokens") != res["tokens"] or body.get("usd") != res["usd"]):
+    res = rep.book.reservation(n)
+    if body.get("known") is not True and (body.get("tokens") != res.tokens or body.get("usd") != res.usd):
         raise VerificationError(name, "an unknown settlement does not repeat its reservation's bound "
-                                f"({res['tokens']} tokens, ${res['usd']})", line)
+                                f"({res.tokens} tokens, ${res.usd})", line)
 
 
 def _close_check(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
@@ -167,68 +185,148 @@ _CHECK = {"ledger.open": _open_check, "reserve": _reserve_check, "settle": _sett
           "ledger.close": _close_check}
 
 
-# What the tie to the runs reads of a reservation and of a settlement: only these fields
-# are held (a grid's ledger has two records a call, each body six or more strings).
-_RESERVE_KEPT = ("id", "tokens", "usd")
-_SETTLE_KEPT = ("known", "tokens", "usd", "reason")
+class Reserved(NamedTuple):
+    """What the tie to the runs reads of a reservation: its line, tokens and usd as written."""
+
+    line: int
+    tokens: object
+    usd: object
 
 
-class Kept(bytes):
-    """The fields of a reserve or settle body the tie to the runs reads (and its ``line``),
-    read as the body is (``res["usd"]``, ``s.get("reason")``), kept ``marshal``led: a
-    grid's ledger holds 230,000 of them at 20,000 runs, and as objects (a slot each, an int
-    and a string per field) they were three times the bytes."""
+class Settled(NamedTuple):
+    """What the tie to the runs reads of a settlement, as written."""
 
-    __slots__ = ()
-
-    def __new__(cls, body: dict, keys: tuple, line: int | None = None):
-        if keys not in _LAYOUTS:
-            _LAYOUTS.append(keys)
-        layout = _LAYOUTS.index(keys)
-        held = [k for k in keys if k in body]
-        mask = (1 << len(keys)) - 1 if len(held) == len(keys) else sum(1 << keys.index(k) for k in held)
-        return super().__new__(cls, marshal.dumps((layout, mask, line, *map(body.__getitem__, held))))
-
-    def fields(self) -> dict:
-        layout, mask, line, *values = marshal.loads(self)
-        names = _NAMES.get((layout, mask))
-        if names is None:
-            names = _NAMES[(layout, mask)] = tuple(k for i, k in enumerate(_LAYOUTS[layout]) if mask >> i & 1)
-        got = dict(zip(names, values))
-        if line is not None:
-            got["line"] = line
-        return got
-
-    def __getitem__(self, key: str):  # never bytes' own indexing
-        return self.fields()[key]
-
-    def get(self, key: str, default=None):
-        return self.fields().get(key, default)
-
-    @property
-    def line(self) -> int:
-        return marshal.loads(self)[2]
+    line: int
+    known: object
+    tokens: object
+    usd: object
+    reason: object
 
 
-_LAYOUTS: list[tuple] = [_RESERVE_KEPT, _SETTLE_KEPT]  # Kept's field names, by the index it keeps
-_NAMES: dict[tuple, tuple] = {}  # (layout, mask) -> the names of the fields a Kept holds
+class Book:
+    """One ledger's reservations and their settlements, as the tie to the runs reads them.
+    Reservation ``n`` (the n-th in the ledger, from 0) is found by its (attempt, key) and
+    read as ``Reserved`` and ``Settled``; each is kept ``marshal``led in one byte array,
+    the attempt and key as numbers into a table of each, the rest in arrays: a grid's
+    ledger has 120,000 reservations at 20,000 runs, and a dict entry, a key tuple, an id
+    string and an object a record were 400 bytes each.
+
+    A reservation's id is held only while it is open (``open``); that no id is reused is
+    ``first_reused``'s check, once the ledger is read, on the ids' hashes."""
+
+    def __init__(self):
+        self.open: dict[str, int] = {}        # an open reservation's id -> n
+        self._res, self._res_at = bytearray(), array("Q")  # Reserved of n at _res_at[n]
+        self._set, self._set_at = bytearray(), array("Q")  # Settled k at _set_at[k]
+        self._settled = array("i")            # n -> k (-1: open)
+        self._aid, self._kid = array("I"), array("I")  # n -> its attempt's and key's number
+        self._prev = array("i")               # n -> the reservation before it of its attempt (-1: none)
+        self._latest = array("i")             # attempt number -> its latest reservation
+        self._attempts: dict = {}             # attempt -> number (and back in _attempt_of)
+        self._attempt_of: list = []
+        self._keys: dict = {}
+        self._key_of: list = []
+        self._id_hash = array("q")            # n -> hash of its id
+
+    def __len__(self) -> int:
+        return len(self._res_at)
+
+    def reserve(self, body: dict, line: int) -> None:
+        n = len(self._res_at)
+        self._res_at.append(len(self._res))
+        self._res += marshal.dumps((line, body.get("tokens"), body.get("usd")))
+        self._settled.append(-1)
+        aid = _number(self._attempts, self._attempt_of, body.get("attempt"))
+        if aid == len(self._latest):
+            self._latest.append(-1)
+        self._aid.append(aid)
+        self._kid.append(_number(self._keys, self._key_of, body.get("key")))
+        self._prev.append(self._latest[aid])
+        self._latest[aid] = n
+        rid = body["id"]
+        self._id_hash.append(hash(rid))
+        self.open[rid] = n
+
+    def settle(self, body: dict, line: int) -> None:
+        n = self.open.pop(body["id"])
+        self._settled[n] = len(self._set_at)
+        self._set_at.append(len(self._set))
+        self._set += marshal.dumps((line, body.get("known"), body.get("tokens"), body.get("usd"),
+                                    body.get("reason")))
+
+    def find(self, attempt, key) -> int | None:
+        """The reservation of ``attempt`` and call ``key`` (the latest, if there are two)."""
+        aid, kid = self._attempts.get(attempt), self._keys.get(key)
+        if aid is None or kid is None:
+            return None
+        n, kids, prev = self._latest[aid], self._kid, self._prev
+        while n >= 0 and kids[n] != kid:
+            n = prev[n]
+        return None if n < 0 else n
+
+    def reservation(self, n: int) -> Reserved:
+        at = self._res_at
+        return Reserved(*marshal.loads(self._res[at[n]:at[n + 1] if n + 1 < len(at) else len(self._res)]))
+
+    def settlement(self, n: int) -> Settled | None:
+        k = self._settled[n]
+        if k < 0:
+            return None
+        at = self._set_at
+        return Settled(*marshal.loads(self._set[at[k]:at[k + 1] if k + 1 < len(at) else len(self._set)]))
+
+    def keyed(self):
+        """(n, attempt, key) of each reservation ``find`` finds, in ledger order."""
+        attempts, keys = self._attempt_of, self._key_of
+        for n, (aid, kid) in enumerate(zip(self._aid, self._kid)):
+            attempt, key = attempts[aid], keys[kid]
+            if self._latest[aid] == n or self.find(attempt, key) == n:
+                yield n, attempt, key
+
+    def first_reused(self, records) -> tuple[int, str] | None:
+        """(line, id) of the first reservation whose id an earlier one had, or None.
+        Ids whose hashes differ differ; only when two hashes are equal are the ids read
+        again from ``records`` (the ledger's, in order) to tell."""
+        buckets: list = [array("q") for _ in range(256)]
+        for h in self._id_hash:
+            buckets[h & 255].append(h)
+        twice = set()
+        for b in buckets:
+            if len(set(b)) != len(b):
+                seen = set()
+                twice.update(h for h in b if h in seen or seen.add(h))
+        if not twice:
+            return None
+        wanted = {n for n, h in enumerate(self._id_hash) if h in twice}
+        ids, n = {}, 0
+        for rec in records:
+            if n == len(self._id_hash):
+                break
+            if rec.kind == "reserve":
+                if n in wanted:
+                    rid = rec.body["id"]
+                    if rid in ids:
+                        return self.reservation(n).line, rid
+                    ids[rid] = n
+                n += 1
+        return None
+
+
+def _number(numbers: dict, values: list, value) -> int:
+    """``value``'s number in the table ``numbers`` (values: the table read back), given on first sight."""
+    got = numbers.get(value)
+    if got is None:
+        got = numbers[value] = len(values)
+        values.append(value)
+    return got
 
 
 def _index_reserve(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
-    res = Kept(body, _RESERVE_KEPT, line)  # tokens and usd as written
-    rep.open[body["id"]] = res
-    rep.reserves[(_once(rep, body.get("attempt")), _once(rep, body.get("key")))] = res
+    rep.book.reserve(body, line)
 
 
 def _index_settle(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
-    rid = body.get("id")
-    rep.open.pop(rid)
-    rep.settles[rid] = Kept(body, _SETTLE_KEPT, line)
-
-
-def _once(rep: LedgerReplay, value):
-    """``value``, held once per ledger (an attempt id and a call key recur in every call)."""
-    return rep.strings.setdefault(value, value) if type(value) is str else value
+    rep.book.settle(body, line)
 
 
 def _index_refuse(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
@@ -315,8 +413,8 @@ def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, att
                prices: Prices, *, cut: bool = False) -> None:
     key = f"{body.get('turn')}.{body.get('attempt')}"
     estimate, max_tokens = body.get("prompt_estimate"), (body.get("params") or {}).get("max_tokens")
-    res = _reserved(tie, run, line, key, estimate, max_tokens, rep, attempt, prices)
-    settled = rep.settles.get(res["id"])
+    n = _reserved(tie, run, line, key, estimate, max_tokens, rep, attempt, prices)
+    settled = rep.settlement(n)
     usage = Usage.from_dict(body["usage"]) if isinstance(body.get("usage"), dict) else None
     if settled is None:
         return  # still open: counted at its bound
@@ -329,58 +427,54 @@ def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, att
 def _tie(tie: Tie, run: Run, call: Confirmed, rep: LedgerReplay, attempt, prices: Prices, *,
          cut: bool = False) -> None:
     """``check_call`` of a call step 4 confirmed, from what it confirmed."""
-    res = _reserved(tie, run, call.line, call.key, call.estimate, call.max_tokens, rep, attempt, prices)
-    settled = rep.settles.get(res["id"])
+    n = _reserved(tie, run, call.line, call.key, call.estimate, call.max_tokens, rep, attempt, prices)
+    settled = rep.settlement(n)
     if settled is not None:
         _settled(run, call.line, call.key, rep, settled, call.cost, call.tokens or 0, cut)
 
 
 def _reserved(tie: Tie, run: Run, line: int, key: str, estimate, max_tokens, rep: LedgerReplay, attempt,
-              prices: Prices) -> Kept:
-    """The call's reservation, which must be its bound."""
-    found = rep.reserves.get((attempt, key))
-    if found is None:
+              prices: Prices) -> int:
+    """The call's reservation (its number in ``rep.book``), which must be its bound."""
+    n = rep.book.find(attempt, key)
+    if n is None:
         raise VerificationError(run.path, f"call {key} has no reservation in ledger {rep.name}", line)
-    res = found.fields()
+    res = rep.book.reservation(n)
     bound = upper_bound(tie.cache, prices, estimate, max_tokens)
-    if res["tokens"] != estimate + max_tokens or res["usd"] != bound:
-        raise VerificationError(run.path, f"call {key}: its reservation ({res['tokens']} tokens, ${res['usd']}) "
+    if res.tokens != estimate + max_tokens or res.usd != bound:
+        raise VerificationError(run.path, f"call {key}: its reservation ({res.tokens} tokens, ${res.usd}) "
                                 f"is not its bound ({estimate + max_tokens} tokens, ${bound})", line)
-    return found
+    return n
 
 
-def _settled(run: Run, line: int, key: str, rep: LedgerReplay, s: Kept, done: CostBounds | None,
+def _settled(run: Run, line: int, key: str, rep: LedgerReplay, s: Settled, done: CostBounds | None,
              tokens: int, cut: bool = False) -> None:
     """The settlement of a call whose cost is ``done`` (None: unknown) and usage ``tokens``;
     ``cut``: the last call of a run cut off, which may be settled as unknown (at its bound,
     which ``_reserved`` checked) when the cut came before its settlement."""
-    s = s.fields()
-    if cut and s.get("known") is False:
+    if cut and s.known is False:
         return
     if done is None or not done.known:  # no usage, or doubted usage (FORMAT.md §6): at the bound
-        if s.get("known") is not False:
+        if s.known is not False:
             raise VerificationError(run.path, f"call {key}: its cost is a bound but ledger {rep.name} settled "
                                     "it as known", line)
         return
     want = (True, tokens, fmt_usd(done.low))  # no usage: a known zero
-    if (s.get("known"), s.get("tokens"), s.get("usd")) != want:
-        raise VerificationError(run.path, f"call {key}: ledger {rep.name} settled {s.get('tokens')} tokens "
-                                f"${s.get('usd')}, the call's usage gives {want[1]} tokens ${want[2]}", line)
+    if (s.known, s.tokens, s.usd) != want:
+        raise VerificationError(run.path, f"call {key}: ledger {rep.name} settled {s.tokens} tokens "
+                                f"${s.usd}, the call's usage gives {want[1]} tokens ${want[2]}", line)
 
 
 def _no_orphans(rep: LedgerReplay, runs: dict, calls: dict) -> None:
     """``calls``: attempt -> the keys of its run's calls (``_runs_by_attempt``)."""
     name = f"{_PREFIX}{rep.name}.jsonl"
-    reserves = rep.reserves
-    for attempt, key in sorted(reserves, key=lambda k: reserves[k].line):  # the keys: no pair built for each
-        res = reserves[(attempt, key)].fields()
-        line = res["line"]
+    for n, attempt, key in rep.book.keyed():
         run = runs.get(attempt)
         if run is None:
             raise VerificationError(name, f"reservation for attempt {attempt} (call {key}) but no run in the "
-                                    "bundle carries that attempt", line)
-        settled = rep.settles.get(res["id"])
+                                    "bundle carries that attempt", rep.book.reservation(n).line)
+        settled = rep.settlement(n)
         called = key in calls[attempt]
-        if settled and settled.get("known") is True and not called:
+        if settled and settled.known is True and not called:
             raise VerificationError(name, f"settled a known call {key} of {run.run_id[:12]} that the run "
                                     "does not record", settled.line)

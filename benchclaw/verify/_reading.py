@@ -75,7 +75,7 @@ from ..formats.records import (ENVELOPE_VERSION, GENESIS, MAX_LINE_BYTES, blob_r
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
-from ._index import (ENVELOPE, NAMED, Archive, Digests, Index, Journal, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
+from ._index import (ENVELOPE, Archive, Digests, Index, Journal, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
                      Spilled, holds_bytes, packed_log, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot,
                      taken_facts)
 from ._shape import JOURNAL, RUN, check_body
@@ -250,8 +250,9 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     readings = _read_objects(pages, view, objects, roles, digests, unread, meanwhile)  # B: on two cores
     pages.release()
     del roles, shared  # what B needed of the run logs
-    ix = Index(limits=limits, names=tuple(view.names), sizes=view.sizes(),
-               manifest=manifest, digests=Digests(digests), unread=frozen(unread),
+    sizes, unread = view.sizes(), frozen(unread)
+    ix = Index(limits=limits, names=tuple(view.names), sizes=sizes,
+               manifest=manifest, digests=Digests(digests, sizes, unread), unread=unread,
                run_logs=run_logs.ordered(view.names),
                objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
                content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
@@ -937,7 +938,8 @@ def _adopt(names: list[str], got: tuple, digests: dict, unread: dict, readings: 
     for i, name in enumerate(names):
         hexd = hexes[64 * i:64 * i + 64]
         if hexd != _UNREAD:
-            digests[name] = NAMED if name[11:] == hexd else "sha256:" + hexd  # _index.Digests
+            if name[11:] != hexd:  # else named: not held (_index.Digests)
+                digests[name] = "sha256:" + hexd
     for name, e in errors.items():
         unread[name] = VerificationError(e["path"], e["message"], e["record"])
     by_place = isinstance(kept, _Streamed)

@@ -35,7 +35,7 @@ from ..errors import BenchClawError
 from ..formats.ledger import LedgerState, apply_record
 from ..formats.spec import parse_spec
 from ._errors import VerificationError
-from ._index import Index
+from ._index import Index, held_records
 from .manifest import object_path
 
 __all__ = ["check_stop", "stop_notes", "check_ledgers_after_registration", "check_ledgers_closed", "ledger_chain"]
@@ -70,7 +70,7 @@ def _peak(b: Index, lid) -> tuple[Decimal, int] | None:
 
 
 def _grid_start(journal: list, invocation) -> tuple | None:
-    for name, line, rec in journal:
+    for name, line, rec in held_records(journal):
         if rec.kind == "grid.start" and rec.body.get("invocation") == invocation:
             return name, line, rec
     return None
@@ -171,7 +171,7 @@ def _runs_of(journal, inv, rec) -> list[dict]:
 
 
 def _ended(journal, inv, status: str) -> str | None:
-    ends = [r.body.get("status") for _, _, r in journal if r.kind == "grid.end" and r.body.get("invocation") == inv]
+    ends = [r.body.get("status") for _, _, r in held_records(journal) if r.kind == "grid.end" and r.body.get("invocation") == inv]
     return f"the invocation's grid.end says {ends[0]!r}" if ends and ends[0] != status else None
 
 
@@ -185,7 +185,7 @@ def stop_notes(journal: list) -> list[str]:
     """What the auditor must read about stops no evidence shows: an ``error`` stop of an
     invocation that made runs, none of them cut off."""
     notes = []
-    for name, line, rec in journal:
+    for name, line, rec in held_records(journal):
         if rec.kind == "stop" and rec.body.get("rule") == "error":
             inv = rec.body.get("invocation")
             runs = _runs_of(journal, inv, rec)
@@ -216,7 +216,7 @@ _JUSTIFY = {"spend": _spend, "tokens": _tokens, "provider_errors": _errors, "bud
 
 
 def check_ledgers_after_registration(b: Index, journal: list, registered_at: str) -> None:
-    for name, line, rec in journal:
+    for name, line, rec in held_records(journal):
         if rec.kind != "grid.start":
             continue
         got = _ledger_records(b, rec.body.get("ledger"))
@@ -232,7 +232,7 @@ def check_ledgers_after_registration(b: Index, journal: list, registered_at: str
 
 
 def check_ledgers_closed(b: Index, journal: list) -> None:
-    for name, line, rec in journal:
+    for name, line, rec in held_records(journal):
         if rec.kind != "grid.end":
             continue
         start = _grid_start(journal, rec.body.get("invocation"))

@@ -14,7 +14,7 @@ from typing import Mapping
 
 from ..errors import BenchClawError
 from ._errors import VerificationError
-from ..analysis.fold import condense_run, condensed_from_json, condensed_to_json
+from ..analysis.fold import condense_run, condensed_from_packed, condensed_to_packed
 from ._index import Index, LedgerLog, RunLog
 from ._report import Section
 from .experiment import chain_records, experiment_data_from_files, summarise
@@ -68,17 +68,21 @@ def verify_summary(ix: Index, runs, sec: Section) -> None:
         sec.attempt(_compare, ix, exp, mine, sec)
 
 
-def per_run(run_id: str, records) -> list | None:
-    """Step 6's reading of one run, pure: ``condense_run`` of its records as JSON values
-    (None when the analysis cannot read the run: the step reads it itself and says why).
-    The reading stage takes it of every run log (``_reading``, D)."""
-    return condensed_to_json(condense_run(run_id, records))
+def per_run(run_id: str, records) -> tuple | None:
+    """Step 6's reading of one run, pure: ``condense_run`` of its records, packed as the
+    fold keeps it (``condensed_to_packed``; None when the analysis cannot read the run:
+    the step reads it itself and says why). The reading stage takes it of every run log
+    (``_reading``, D), so the step neither parses nor packs a call."""
+    return condensed_to_packed(condense_run(run_id, records))
 
 
 def _condensed(ix: Index, name: str):
     """(first record, condensed run) the reading stage took of run log ``name``, or None."""
     row = ix.facts_of(name).condensed
-    return None if row is None else (ix.run_logs[name].first, condensed_from_json(row))
+    if row is None:
+        return None
+    first_of = getattr(ix.run_logs, "first_of", None)  # (``RunLogs``: without reading the rest of the log)
+    return (ix.run_logs[name].first if first_of is None else first_of(name)), condensed_from_packed(row)
 
 
 def _chain(ix: Index, files: "_Files", name: str):

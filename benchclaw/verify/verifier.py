@@ -98,6 +98,7 @@ def _run_steps(ix: Index, report: VerifyReport, clock: "_Clock") -> None:
     from ._summary import verify_summary
 
     step("ledgers", verify_ledgers, runs, costs)                       # 5
+    del costs  # step 4's per-run calls: read by step 5 only (a few hundred bytes a run)
     step("summary", verify_summary, runs)                              # 6
     step("prereg", verify_prereg, runs)                                # 7
     step("complete", verify_completeness, runs)                        # 8
