@@ -262,3 +262,70 @@ def test_the_fast_chain_check_reads_an_honest_chain_as_verify_chain_does(bundle)
     want = verify_chain(lines, name)
     got = _linked(lines)
     assert [(r.seq, r.at, r.kind, r.body, r.line) for r in got] == [(r.seq, r.at, r.kind, r.body, r.line) for r in want]
+
+
+def test_shares_give_every_item_to_one_side_or_both_where_they_meet():
+    from benchclaw.verify._workers import Shares, start
+
+    for n in (0, 1, 2, 50, 3000):
+        shares = Shares(n)
+        pending = start(lambda: list(shares.front()), timeout=60)
+        back = list(shares.back())
+        front = pending.result()
+        shares.close()
+        assert front == list(range(len(front)))  # a prefix from the worker, a suffix from here
+        assert back == list(range(n - 1, n - 1 - len(back), -1))
+        assert set(front) | set(back) == set(range(n)) and len(set(front) & set(back)) <= 1
+
+
+@pytest.mark.parametrize("slow", ["worker", "parent"])
+def test_the_report_is_the_same_whichever_side_takes_the_items(bundle, monkeypatch, slow):
+    from benchclaw.verify import _reading, _workers
+
+    want = verify_bundle(bundle).to_dict()
+    if slow == "worker":  # it starts late: this process takes every item of every phase
+        for name in ("_run_logs_in_worker", "_objects_in_worker", "_facts_in_worker"):
+            real = getattr(_reading, name)
+            monkeypatch.setattr(_reading, name, lambda *a, _real=real: (time.sleep(2), _real(*a))[1])
+    else:  # this process starts late: the worker takes every item
+        real_back = _workers.Shares.back
+        monkeypatch.setattr(_workers.Shares, "back", lambda self: (time.sleep(2), real_back(self))[1])
+    assert verify_bundle(bundle).to_dict() == want
+
+
+@pytest.mark.parametrize("line", [
+    b'{"v":1,"seq":0,"prev":"' + b"0" * 64 + b'","at":"x","kind":"k","bodx":{}}',
+    b'{"v":1,"seq":0,"prev":"' + b"0" * 64 + b'","at":"x","kind":"k","body":{},"x":1}',
+    b'{"v":2,"seq":0,"prev":"' + b"0" * 64 + b'","at":"x","kind":"k","body":{}}',
+    b'{"v":1,"seq":true,"prev":"' + b"0" * 64 + b'","at":"x","kind":"k","body":{}}',
+    b'{"v":1,"seq":0,"prev":"' + b"1" * 64 + b'","at":"x","kind":"k","body":{}}',
+    b'{"v":1,"seq":0,"prev":"' + b"0" * 64 + b'","at":1,"kind":"k","body":{}}',
+    b'{"v":1,"seq":0,"prev":"' + b"0" * 64 + b'","at":"x","kind":"k","body":{}},{}',  # two values on a line
+    b'[1]', b'{', b'', b' ',
+])
+def test_the_streamed_ledger_check_leaves_every_defect_to_chain_records(line):
+    from benchclaw.verify.experiment import chain_records
+    from benchclaw.verify._errors import VerificationError
+    from benchclaw.verify._reading import _Broken, _chain_stream
+
+    with pytest.raises(_Broken):
+        _chain_stream("ledgers/x.jsonl", line + b"\n")
+    with pytest.raises(VerificationError):
+        chain_records({"ledgers/x.jsonl": line + b"\n"}, "ledgers/x.jsonl")
+
+
+def test_the_streamed_ledger_check_reads_an_honest_chain_as_chain_records_does(bundle):
+    import io
+    import zipfile
+
+    from benchclaw.verify.experiment import chain_records
+    from benchclaw.verify._reading import _chain_stream
+
+    with zipfile.ZipFile(io.BytesIO(bundle)) as zf:
+        name = next(n for n in zf.namelist() if n.startswith("journals/"))  # chained as a ledger is
+        data = zf.read(name)
+    records = chain_records({name: data}, name)
+    count, first, last, earliest = _chain_stream(name, data)
+    assert count == len(records) > 1 and earliest == min(r.at for r in records)
+    assert (first.seq, first.kind, first.body) == (records[0].seq, records[0].kind, records[0].body)
+    assert (last.seq, last.kind, last.body) == (records[-1].seq, records[-1].kind, records[-1].body)

@@ -51,7 +51,7 @@ from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "Journal", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
            "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "recent_slot",
-           "packed_facts", "taken_facts", "Spill", "Spilled", "RunLogs", "held_records"]
+           "packed_facts", "taken_facts", "Spill", "Spilled", "RunLogs", "held_records", "packed_log"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -599,15 +599,21 @@ class RunLogs(Mapping):
         self._spill, self._archive, self._at = spill, archive, {}
 
     def put(self, name: str, log) -> None:
-        if not isinstance(log, RunLog):
+        data = packed_log(log) if isinstance(log, RunLog) else None
+        if data is None:
             self._at[name] = log
             return
-        try:
-            data = marshal.dumps(_log_fields(log))
-        except (ValueError, TypeError):
-            self._at[name] = log
-            return
-        self._at[name] = (log.first, self._spill.put(data) << 32 | len(data))
+        self.put_packed(name, log.first, data)
+
+    def put_packed(self, name: str, first: Rec | None, data: bytes) -> None:
+        """A ``RunLog`` given as its first record and ``packed_log``'s bytes of it."""
+        self._at[name] = (first, self._spill.put(data) << 32 | len(data))
+
+    def is_log(self, name: str) -> bool:
+        """Whether ``name`` holds a ``RunLog`` (not the error its parse stopped at), told
+        without making it again."""
+        got = self._at[name]
+        return type(got) is tuple or isinstance(got, RunLog)
 
     def first_of(self, name: str) -> Rec | None:
         """Log ``name``'s first record, the rest of it left in the spill (None for an error)."""
@@ -637,6 +643,15 @@ class RunLogs(Mapping):
 
     def __len__(self) -> int:
         return len(self._at)
+
+
+def packed_log(log: RunLog) -> bytes | None:
+    """A ``RunLog`` but its first record as ``RunLogs`` keeps it (``marshal``led), or None
+    for one with a value marshal does not take (it is held as it is)."""
+    try:
+        return marshal.dumps(_log_fields(log))
+    except (ValueError, TypeError):
+        return None
 
 
 def _log_fields(log: RunLog) -> tuple:

@@ -3,21 +3,27 @@
 This is the only place that reads the zip, forks, or plays with memory and the garbage
 collector; the numbered steps that follow read the index. In order:
 
+Each phase that forks shares its items out as it goes (``_workers.Shares``): the worker
+takes them from the front, this process from the back after its own work, until they
+meet, so neither waits long for the other whatever else it had to do.
+
 A. the zip's directory is validated (``_zip``), the manifest parsed; every run log and
    ledger is inflated, hashed and chain-parsed, and every other non-object entry (tasks,
-   journals, summary, site) inflated, hashed and kept; a forked worker takes the first run
-   logs (half of this phase's bytes) and returns each ``RunLog`` as JSON. The run logs say
+   journals, summary, site) inflated, hashed and kept; a forked worker takes run logs and
+   returns each as this process keeps it (``_index.packed_log``, in length-prefixed frames:
+   nothing for it to parse). The run logs say
    which object is a request, a raw usage, a reply, or merely a digest to compare (an
    observation, a written content, an artifact), which decides what of each object is kept;
-B. the objects (most of a bundle's bytes) are inflated, hashed and read in two halves at
-   once: a forked worker (``_workers``) takes the first half and returns its results as
-   bytes (the digests, then the kept readings back to back, sliced out here one at a
-   time), this process the second;
+B. the objects (most of a bundle's bytes) are inflated, hashed and read on two cores: a
+   forked worker (``_workers``) takes some and returns its results as bytes (the digests,
+   then the kept readings back to back, read out here one at a time as they came), this
+   process, once it has taken in the worker's run logs of A, the rest;
 C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, those
-   of its runs spilled (``Journal``), its files' bytes then dropped: step 6 reads the records);
+   of its runs spilled (``Journal``), its files' bytes then dropped: step 6 reads the
+   records), in A, while the worker reads run logs;
 D. each run's records are parsed once more and the per-run functions of steps 3, 4 and 6
    (``per_run`` in ``_checks``, ``_costs``, ``_summary``: pure, on that run alone) are
-   taken on them, a forked worker taking the first runs (half their compressed bytes) and
+   taken on them, a forked worker taking some runs and
    returning each run's facts as this process keeps them (marshalled, in length-prefixed
    frames: nothing for it to parse), this process the rest. What a run holds
    is kept (``RunFacts``, marshalled); where a function raised, nothing is kept and the
@@ -57,22 +63,23 @@ import re
 import struct
 import zlib
 from array import array
+from binascii import unhexlify
 from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from ..formats import jsonio
 from ..errors import BenchClawError
-from ..formats.records import (ENVELOPE_VERSION, GENESIS, MAX_LINE_BYTES, blob_refs, envelope_problem,
+from ..formats.records import (ENVELOPE_VERSION, GENESIS, MAX_LINE_BYTES, blob_refs,
                                split_lines, verify_chain)
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
 from ._index import (ENVELOPE, Archive, Digests, Index, Journal, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
-                     Spilled, holds_bytes, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot,
+                     Spilled, holds_bytes, packed_log, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot,
                      taken_facts)
 from ._shape import JOURNAL, RUN, check_body
-from ._workers import Raw, start
+from ._workers import Raw, Shares, start
 from ._zip import Limits, ZipView
 from .experiment import chain_records, journal_records
 from .manifest import MANIFEST, RUN_PATH, Manifest, object_path, parse_manifest
@@ -179,8 +186,9 @@ class _Pages:
 
     def read_raw(self, view: ZipView, name: str) -> tuple[bytes, bytes]:
         """(the entry's bytes as the zip holds them, inflated)."""
-        got = view.read_raw(name)
-        self.walked(view.csize(name))
+        i = view.index(name)
+        got = view.read_raw_at(i)
+        self.walked(view.csizes[i])
         return got
 
     def walked(self, nbytes: int) -> None:
@@ -207,27 +215,41 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     roles: dict[str, int] = {}  # object digest -> what the run records need of it (_ROLES)
     shared: dict = {}  # the values the kept run.start and run.end records share (_shared)
     objects = [n for n in view.names if n.startswith("objects/")]
-    there = _split(view, [n for n in view.names if not n.startswith("objects/") and n != MANIFEST])
-    pending = start(_run_logs_in_worker, pages, view, archive, there, limits, timeout=limits.worker_seconds)
+    logs = [n for n in view.names if n.startswith("runs/")]
+    shares = Shares(len(logs))
+    pending = start(_run_logs_in_worker, pages, view, archive, logs, shares, limits, timeout=limits.worker_seconds)
     try:  # A: the run logs in a forked worker and here, the manifest and the rest but the objects here
         manifest = _manifest(view)
         digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
         for name in view.names:
-            if name.startswith("objects/") or name == MANIFEST or name in there:
+            if name.startswith(("objects/", "runs/")) or name == MANIFEST:
                 continue
             _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, ledgers, content, roles, shared)
+        journals = _journals(manifest, content, unread, spill)  # C, here while the worker reads run logs
+        mine = len(logs)
+        for mine in shares.back():
+            _read_entry(pages, view, archive, logs[mine], limits, digests, unread, run_logs, ledgers, content, roles,
+                        shared)
         got = pending.result()
     finally:
         pending.cancel()
-    _adopt_logs(there, got, pages, view, archive, limits, digests, unread, run_logs, roles, shared)
-    del got  # its bytes, before the objects are read
-    readings = _read_objects(pages, view, objects, roles, digests, unread)  # B: on two cores
+        shares.close()
+    try:
+        there, count, cut = _worker_logs(got)
+    except (ValueError, TypeError, EOFError):
+        raise UnreadableBundle("", "a verification worker returned a malformed result") from None
+    for digest, role in there.items():
+        roles[digest] = roles.get(digest, 0) | role
+    held = [got]  # the worker's run logs, adopted (and dropped) while the next worker reads objects
+    del there, got
+
+    def meanwhile() -> None:  # B: what this process does while the worker reads the first objects
+        _adopt_logs(logs, held.pop().data, cut, count, mine, pages, view, archive, limits, digests, unread,
+                    run_logs, roles, shared)
+
+    readings = _read_objects(pages, view, objects, roles, digests, unread, meanwhile)  # B: on two cores
     pages.release()
     del roles, shared  # what B needed of the run logs
-    journals = {exp: _journal(content, unread, exp, spill) for exp in manifest.experiments}  # C
-    for journal in journals.values():  # its bytes were for this parse (step 6 reads the records)
-        for name in {name for name, _, _ in journal} if isinstance(journal, Journal) else ():
-            content.pop(name, None)
     sizes, unread = view.sizes(), frozen(unread)
     ix = Index(limits=limits, names=tuple(view.names), sizes=sizes,
                manifest=manifest, digests=Digests(digests, sizes, unread), unread=unread,
@@ -343,124 +365,101 @@ def _task_files(content: dict) -> dict:
 
 # ------------------------------------------------------------------------------ run logs in a worker
 
-def _split(view: ZipView, names: list[str]) -> frozenset:
-    """The run logs a worker reads while this process reads the other entries (``names``):
-    the first ones, up to half of their compressed bytes."""
-    total, half, there = sum(map(view.csize, names)), 0, set()
-    for name in names:
-        if half * 2 >= total:
-            break
-        if name.startswith("runs/"):
-            half += view.csize(name)
-            there.add(name)
-    return frozenset(there)
-
-
-def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, names: frozenset,
+def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, logs: list[str], shares: Shares,
                         limits: Limits) -> Raw:
-    """``_run_log`` of each of ``names`` (in archive order) as JSON lines: each log, one a
-    line (null: one that cannot be written as JSON, read again by the parent), so the
-    parent parses one log at a time; then {"digests": the SHA-256 hexes as one string,
-    "errors": read errors by entry, "roles": the objects' roles}."""
-    hexes, errors, out, roles, shared = [], {}, bytearray(), {}, {}
-    for name in (n for n in view.names if n in names):
+    """``_run_log`` of the run logs ``shares`` gives from the front, one frame each (``_FRAME``
+    length, then the ``marshal``led ``_log_frame``), exactly what this process keeps of a log it
+    reads itself; then the objects' roles (``marshal``led), their length (8 bytes) and the
+    count of frames (4 bytes, both little-endian)."""
+    out, roles, shared, count = bytearray(), {}, {}, 0
+    for i in shares.front():
+        name = logs[i]
         try:
             raw, data = pages.read_raw(view, name)
         except VerificationError as e:
-            hexes.append(_UNREAD)
-            errors[name] = e.to_dict()
-            out += b"null\n"
-            continue
-        hexes.append(hashlib.sha256(data).hexdigest())
-        out += _log_json(_run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared))
-        out += b"\n"
-    out += jsonio.dumps({"digests": "".join(hexes), "errors": errors, "roles": roles})
+            frame = marshal.dumps(("unread", None, _error_fields(e)))
+        else:
+            log = _run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)
+            frame = _log_frame(hashlib.sha256(data).hexdigest(), log)
+        out += _FRAME.pack(len(frame))
+        out += frame
+        count += 1
+    tail = marshal.dumps(roles)
+    out += tail
+    out += _TAIL.pack(len(tail), count)
     return Raw(out)
 
 
-def _log_json(log: RunLog | VerificationError) -> bytes:
-    """A run log as read, as JSON (``null`` when a value in it has no JSON form)."""
+_TAIL = struct.Struct("<QI")  # a run-log worker's roles' length and count of frames
+
+
+def _log_frame(hexd: str, log: RunLog | VerificationError) -> bytes:
+    """A run log as the worker hands it on (``("again", hexd)``: one this process reads
+    again, as it holds it as it is)."""
     if isinstance(log, VerificationError):
-        obj = ["error", log.to_dict()]
-    else:
-        p, params = log.packed, log.call_params
-        if params is not None and any(e is not None for _, _, e in params):
-            params = None  # an exception: step 7 reads the records again and meets it there
-        obj = ["log", p.offset, p.length, p.seal.hex(), log.stored, log.count, _rec_json(log.first),
-               _rec_json(log.last), log.bad_line, None if log.bad is None else log.bad.to_dict(), log.refs.hex(),
-               list(log.ref_ends), None if log.fault is None else log.fault.to_dict(), log.known_kinds,
-               log.times_ok, None if params is None else [[line, list(values)] for line, values, _ in params]]
+        return marshal.dumps(("error", hexd, _error_fields(log)))
+    data = packed_log(log)
+    first = None if log.first is None else tuple(log.first)
+    if data is None:
+        return marshal.dumps(("again", hexd))
     try:
-        return jsonio.dumps(obj)
-    except (TypeError, ValueError):
-        return b"null"
+        return marshal.dumps(("log", hexd, first, data))
+    except ValueError:  # a first record marshal does not take
+        return marshal.dumps(("again", hexd))
 
 
-def _rec_json(rec: Rec | None) -> list | None:
-    return None if rec is None else list(rec)
+def _error_fields(e: VerificationError) -> tuple:
+    return (e.path, e.message, e.record)
 
 
-def _error(d: dict | None) -> VerificationError | None:
-    return None if d is None else VerificationError(d["path"], d["message"], d["record"])
-
-
-def _adopt_logs(names: frozenset, got: Raw, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
-                digests: dict, unread: dict, run_logs: RunLogs, roles: dict, shared: dict) -> None:
-    """The worker's run logs (``_run_logs_in_worker``'s lines, parsed one at a time) into
-    this process's mappings, their first and last records' values held once with this
-    process's (as ``_kept`` holds them); a log it could not write is read here."""
-    mine = [n for n in view.names if n in names]
+def _worker_logs(got: Raw) -> tuple[dict, int, int]:
+    """(the roles, the count of frames, where the frames end) of ``_run_logs_in_worker``'s
+    result. Raises ValueError."""
     data = got.data
-    cut = data.rfind(b"\n") + 1  # the last line is the head, each one before it a log
-    lines = _lines(data, cut)
+    if len(data) < _TAIL.size:
+        raise ValueError("truncated")
+    n, count = _TAIL.unpack_from(data, len(data) - _TAIL.size)
+    cut = len(data) - _TAIL.size - n
+    if cut < 0:
+        raise ValueError("truncated")
+    roles = marshal.loads(bytes(memoryview(data)[cut:cut + n]))
+    if type(roles) is not dict:
+        raise ValueError("roles")
+    return roles, count, cut
+
+
+def _adopt_logs(logs: list[str], data: bytearray, cut: int, count: int, mine: int, pages: _Pages, view: ZipView,
+                archive: Archive, limits: Limits, digests: dict, unread: dict, run_logs: RunLogs, roles: dict,
+                shared: dict) -> None:
+    """The worker's ``count`` run logs (the first of ``logs``, one frame each in
+    ``data[:cut]``) into this process's mappings, but those from ``mine`` on (this process
+    read them too), their first records' values held once with this process's (as
+    ``_kept`` holds them); a log it handed back is read here."""
+    if count < mine or count > len(logs):
+        raise UnreadableBundle("", "a verification worker returned a malformed result")
     try:
-        head = jsonio.loads(data[cut:])
-        hexes = head["digests"]
-        if not isinstance(hexes, str) or len(hexes) != 64 * len(mine):
-            raise ValueError("digests")
-        for name, e in head["errors"].items():
-            unread[name] = _error(e)
-        for digest, role in head.pop("roles").items():
-            roles[digest] = roles.get(digest, 0) | role
-        for i, name in enumerate(mine):
-            _adopt_log(name, jsonio.loads(next(lines)), hexes[64 * i:64 * i + 64], pages, view, archive, limits,
-                       digests, unread, run_logs, roles, shared)
-        if next(lines, None) is not None:
-            raise ValueError("extra lines")
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, StopIteration):
+        for name, frame in zip(logs[:count], _frames(memoryview(data)[:cut], count), strict=True):
+            if name in run_logs or name in unread:
+                continue
+            kind, hexd, *rest = marshal.loads(frame)
+            if kind == "unread":
+                unread[name] = VerificationError(*rest[0])
+                continue
+            if kind == "again":
+                _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, {}, {}, roles, shared)
+                continue
+            if type(hexd) is not str or len(hexd) != 64:
+                raise ValueError("digest")
+            digests[name] = "sha256:" + hexd
+            if kind == "error":
+                run_logs.put(name, VerificationError(*rest[0]))
+            elif kind == "log":
+                first, data = rest
+                run_logs.put_packed(name, None if first is None else _kept(Rec(*first), shared), data)
+            else:
+                raise ValueError("kind")
+    except (ValueError, TypeError, EOFError):
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
-
-
-def _lines(data: bytes, stop: int):
-    """Each line of ``data[:stop]``, whose lines end with a newline (a copy of one at a time)."""
-    pos = 0
-    while pos < stop:
-        end = data.find(b"\n", pos, stop)
-        if end < 0:
-            raise ValueError("a torn line")
-        yield data[pos:end]
-        pos = end + 1
-
-
-def _adopt_log(name: str, log, hexd: str, pages: _Pages, view: ZipView, archive: Archive, limits: Limits,
-               digests: dict, unread: dict, run_logs: RunLogs, roles: dict, shared: dict) -> None:
-    if name in unread:
-        return
-    if log is None:
-        _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, {}, {}, roles, shared)
-        return
-    digests[name] = "sha256:" + hexd
-    run_logs.put(name, _error(log[1]) if log[0] == "error" else _log_from_json(log, archive, shared))
-
-
-def _log_from_json(row: list, archive: Archive, shared: dict) -> RunLog:
-    (_, offset, length, seal, stored, count, first, last, bad_line, bad, refs, ends, fault, known, times_ok,
-     params) = row
-    first, last = None if first is None else _kept(Rec(*first), shared), packed_rec(None if last is None else Rec(*last))
-    if params is not None:
-        params = tuple((line, tuple(_shared(v, shared) for v in values), None) for line, values in params)
-    return RunLog(Span(archive, offset, length, bytes.fromhex(seal)), stored, count, first, last, bad_line,
-                  _error(bad), bytes.fromhex(refs), array("I", ends), _error(fault), known, times_ok, params)
 
 
 # ------------------------------------------------------------------------------ run logs and ledgers
@@ -494,7 +493,7 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         return log(fault=VerificationError(name, "a run must start with run.start", 1))
     if records[-1].kind != "run.end":
         return log(fault=VerificationError(name, "a sealed run must end with run.end", len(records)))
-    refs, ends, bad_line, bad, known = [], [], 0, None, True
+    refs, ends, bad_line, bad, known, end = [], [], 0, None, True, 0
     sim = records[0].body.get("sim") is not None  # its requests' readings add the simulator's facts
     for i, rec in enumerate(records, 1):
         try:
@@ -502,10 +501,15 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         except VerificationError as e:
             bad_line, bad = i, e
             break
-        mine = _refs(rec.line, rec.body)
-        refs.extend(bytes.fromhex(d[7:]) for d in mine)  # 32 bytes a digest, not 120
-        ends.append(32 * len(refs))
-        _note_roles(rec, mine, roles, sim)
+        mine = _refs(rec.line, rec.body)  # 32 bytes a digest, not 120
+        refs.append(mine)
+        end += len(mine)
+        ends.append(end)
+        if rec.kind == "run.start":  # what it names is read whole
+            for digest in _ref_strings(rec.line, rec.body):
+                roles[digest] = roles.get(digest, 0) | _WHOLE
+        else:
+            _note_roles(rec, roles, sim)
         known = known and rec.kind in RUN
     return log(bad_line, bad, b"".join(refs), ends, known=known)
 
@@ -519,12 +523,8 @@ def _call_params(records: list, shared: dict) -> tuple | None:
                  for line, values, e in got)
 
 
-def _note_roles(rec, refs, roles: dict, sim: bool) -> None:
+def _note_roles(rec, roles: dict, sim: bool) -> None:
     body = rec.body
-    if rec.kind == "run.start":
-        for digest in refs:
-            roles[digest] = roles.get(digest, 0) | _WHOLE
-        return
     for key, role in _ROLES.get(rec.kind, ()):
         digest = body.get(key)
         if isinstance(digest, str):
@@ -570,15 +570,17 @@ class _Line(NamedTuple):
 
 
 def _linked(lines: list[bytes]) -> list[_Line] | None:
-    """``verify_chain(lines)`` when the chain holds, the lines parsed and hashed at C level
-    (``map``) and each envelope and link checked in one expression; None at any defect
+    """``verify_chain(lines)`` when the chain holds, the lines parsed (together) and hashed at
+    C level and each envelope and link checked in one expression; None at any defect
     (``verify_chain`` then says which, as it says it). A ``prev`` equal to the SHA-256 hex
     before it (or to ``GENESIS``) is 64 hex digits, as ``envelope_problem`` asks."""
     if lines and max(map(len, lines)) > MAX_LINE_BYTES:
         return None
-    try:
-        objs = list(map(jsonio.loads, lines))
+    try:  # one parse of the lines as a JSON array (each line is one value of it: counted below)
+        objs = jsonio.loads(b"[" + b",".join(lines) + b"]")
     except ValueError:
+        return None
+    if len(objs) != len(lines):
         return None
     out, prev, line_hex = [], GENESIS, map(_hexdigest, map(hashlib.sha256, lines))
     for i, obj, line in zip(range(len(objs)), objs, lines):
@@ -595,15 +597,23 @@ def _linked(lines: list[bytes]) -> list[_Line] | None:
     return out
 
 
-_REF = re.compile(rb'"(sha256:[0-9a-f]{64})"')
+_REF = re.compile(rb'"sha256:([0-9a-f]{64})"')
 
 
-def _refs(raw: bytes, body: dict):
-    """The digests a record references: a C-speed scan of its canonical line, or (when the
-    line uses \\u escapes, which could spell a digest the scan would miss) the full walk."""
+def _refs(raw: bytes, body: dict) -> bytes:
+    """The digests a record references, as raw 32-byte values one after another: a C-speed
+    scan of its canonical line, or (when the line uses \\u escapes, which could spell a
+    digest the scan would miss) the full walk."""
     if b"\\u" in raw:
-        return blob_refs(body)
-    return [m.decode() for m in _REF.findall(raw)]
+        return b"".join(bytes.fromhex(d[7:]) for d in blob_refs(body))
+    return unhexlify(b"".join(_REF.findall(raw)))
+
+
+def _ref_strings(raw: bytes, body: dict) -> list[str]:
+    """``_refs`` as the digest strings the record holds."""
+    if b"\\u" in raw:
+        return list(blob_refs(body))
+    return ["sha256:" + m.decode() for m in _REF.findall(raw)]
 
 
 def _compact(records: list) -> tuple[Rec, ...]:
@@ -616,20 +626,26 @@ def _kept(rec, shared: dict) -> Rec:
     """A run's first or last record as the index keeps it: its body's values that equal one
     an earlier run's record had (the catalog, task, profile, settings and prices each
     ``run.start`` repeats, the strings of its policy) are that value, held once for the
-    bundle instead of once a run. They are read-only, as the whole index is."""
-    return Rec(rec.seq, rec.at, _shared(rec.kind, shared), {k: _shared(v, shared) for k, v in rec.body.items()})
+    bundle instead of once a run, and so are its keys (a record the worker read comes
+    unmarshalled: its keys are its own). They are read-only, as the whole index is."""
+    return Rec(rec.seq, rec.at, _shared(rec.kind, shared),
+               {_shared(k, shared): _shared(v, shared) for k, v in rec.body.items()})
 
 
 def _shared(value, shared: dict, depth: int = 0):
     """``value``, or the equal value ``shared`` already holds (keyed by the BLAKE2b of its
-    ``repr``, which tells ``1``, ``1.0`` and ``true`` apart where ``==`` does not); a new
+    ``marshal`` bytes, which tell ``1``, ``1.0`` and ``true`` apart where ``==`` does not, as
+    its ``repr`` does); a new
     container's own values are shared in turn, two levels down."""
     kind = type(value)
     if kind is str:
         return shared.setdefault(value, value) if len(value) <= 128 else value
     if (kind is not dict and kind is not list) or depth > 1:
         return value
-    key = hashlib.blake2b(repr(value).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    try:  # marshal (version 2: no back-references, which depend on the objects' sharing) is a repr at C speed
+        key = hashlib.blake2b(marshal.dumps(value, 2), digest_size=16).digest()
+    except ValueError:
+        key = hashlib.blake2b(repr(value).encode("utf-8", "surrogatepass"), digest_size=16, person=b"repr").digest()
     got = shared.get(key)
     if got is None:
         if kind is dict:
@@ -715,7 +731,7 @@ class _Broken(Exception):
 def _chain_stream(name: str, data) -> tuple[int, Rec | None, Rec | None, str | None]:
     """(count, first, last, the earliest ``at``) of a chained JSONL entry (its bytes, or an
     iterable of pieces of them), the chain checked as ``verify_chain`` checks it, a quarter
-    megabyte of lines at a time (each line parsed and hashed alone, at C level). Raises
+    megabyte of lines at a time (parsed together and each hashed alone, at C level). Raises
     ``_Broken`` at the first defect (``chain_records`` then says which)."""
     prev, first, obj, i, earliest = GENESIS, None, None, 0, None
     for chunk in line_chunks(data, True):
@@ -724,12 +740,18 @@ def _chain_stream(name: str, data) -> tuple[int, Rec | None, Rec | None, str | N
         lines = chunk[:-1].split(b"\n")
         if max(map(len, lines)) > MAX_LINE_BYTES:
             raise _Broken()
-        try:
-            objs = list(map(jsonio.loads, lines))
+        try:  # one parse of the lines as a JSON array (each line is one value of it: counted below)
+            objs = jsonio.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]")
         except ValueError:
             raise _Broken() from None
+        if len(objs) != len(lines):
+            raise _Broken()
         for obj, line_hex in zip(objs, map(_hexdigest, map(hashlib.sha256, lines))):
-            if type(obj) is not dict or envelope_problem(obj) or obj["seq"] != i or obj["prev"] != prev:
+            # envelope_problem's fast path, with the link: a prev equal to GENESIS or a SHA-256 hex is 64 hex digits
+            if type(obj) is not dict or len(obj) != 6 or obj.get("v") != ENVELOPE_VERSION or \
+                    obj.get("prev") != prev or type(obj.get("seq")) is not int or obj["seq"] != i or \
+                    type(obj.get("at")) is not str or type(obj.get("kind")) is not str or \
+                    type(obj.get("body")) is not dict:
                 raise _Broken()
             prev, i = line_hex, i + 1
         if first is None:
@@ -743,6 +765,16 @@ _AT = itemgetter("at")
 
 
 _hexdigest = methodcaller("hexdigest")
+
+
+def _journals(manifest: Manifest, content: dict, unread: dict, spill: Spill) -> dict:
+    """Each experiment's ``_journal``, its files' bytes then dropped from ``content`` (they
+    were for this parse: step 6 reads the records)."""
+    journals = {exp: _journal(content, unread, exp, spill) for exp in manifest.experiments}
+    for journal in journals.values():
+        for name in {name for name, _, _ in journal} if isinstance(journal, Journal) else ():
+            content.pop(name, None)
+    return journals
 
 
 def _journal(content: dict, unread: dict, exp: str, spill: Spill) -> Journal | VerificationError:
@@ -773,40 +805,52 @@ def _once(value, shared: dict):
 
 # ------------------------------------------------------------------------------ the objects
 
-def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, digests: dict,
-                  unread: dict) -> dict[str, bytes]:
-    """Every object inflated, hashed and read once, the first half (by compressed bytes) in
-    a forked worker while this process reads the second."""
-    total, half, cut = sum(map(view.csize, names)), 0, 0
-    while cut < len(names) and half * 2 < total:
-        half += view.csize(names[cut])
-        cut += 1
-    pending = start(_objects_in_worker, pages, view, names[:cut], roles, timeout=view.limits.worker_seconds)
+def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, digests: dict, unread: dict,
+                  meanwhile) -> dict[str, bytes]:
+    """Every object inflated, hashed and read once, the first ones in a forked worker while
+    this process calls ``meanwhile()``, then reads the last ones (``Shares``)."""
+    shares, mine = Shares(len(names)), []
+    pending = start(_objects_in_worker, pages, view, names, roles, shares, timeout=view.limits.worker_seconds)
     try:
-        here = _objects(pages, view, names[cut:], roles)
-        there = pending.result()
+        meanwhile()
+        here = _objects(pages, view, _taking(shares.back(), names, mine), roles)
+        there = pending.result(chunked=True)
     finally:
         pending.cancel()
+        shares.close()
     readings: dict[str, bytes] = {}  # ObjectReading's fields, kept()
     try:
-        _adopt(names[:cut], _from_worker(there, len(names[:cut])), digests, unread, readings)
+        got = _from_worker(there)
+        count = len(got[0]) // 64
+        if not len(names) - len(mine) <= count <= len(names):  # one left out, or more than there are
+            raise ValueError("count")
+        _adopt(names[:count], got, digests, unread, readings)
     except (ValueError, TypeError, KeyError, AttributeError):
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
-    del there  # its bytes, before this half's readings join them
-    _adopt(names[cut:], here, digests, unread, readings)
+    del there, got  # its bytes, before this process's readings join them
+    _adopt(mine, here, digests, unread, readings)  # the one both took, if any: read alike by both
     return readings
+
+
+def _taking(taken, names: list[str], mine: list):
+    """The names of the items ``taken`` gives, each noted in ``mine`` as it is taken."""
+    for i in taken:
+        mine.append(names[i])
+        yield names[i]
 
 
 _NONE = (1 << 64) - 1  # in the worker's lengths: nothing kept of that object
 
 
-def _objects_in_worker(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> Raw:
-    """``_objects`` of ``names`` as bytes, not JSON (the parent never holds them parsed
-    whole): {"errors": ...} on one line, the SHA-256 hexes, each kept reading's length
-    (``array("Q")``, ``_NONE``: nothing kept), then the kept readings one after another."""
-    hexes, errors, kept = _objects(pages, view, names, roles)
-    got = [kept.get(n) for n in names]
-    out = bytearray(jsonio.dumps({"errors": errors}))
+def _objects_in_worker(pages: _Pages, view: ZipView, names: list[str], roles: dict, shares: Shares) -> Raw:
+    """``_objects`` of the ``names`` ``shares`` gives from the front, as bytes, not JSON (the
+    parent never holds them parsed whole): {"count": how many it took, "errors": ...} on one
+    line, the SHA-256 hexes, each kept reading's length (``array("Q")``, ``_NONE``: nothing
+    kept), then the kept readings one after another."""
+    taken: list[str] = []
+    hexes, errors, kept = _objects(pages, view, _taking(shares.front(), names, taken), roles)
+    got = [kept.get(n) for n in taken]
+    out = bytearray(jsonio.dumps({"count": len(taken), "errors": errors}))
     out += b"\n"
     out += hexes.encode("ascii")
     out += array("Q", (_NONE if k is None else len(k) for k in got)).tobytes()
@@ -816,33 +860,34 @@ def _objects_in_worker(pages: _Pages, view: ZipView, names: list[str], roles: di
     return Raw(out)
 
 
-def _from_worker(got: Raw, n: int) -> tuple[str, dict, "_Sliced"]:
-    """``_objects_in_worker``'s bytes as ``_objects`` gives them, the readings sliced out
-    one at a time as ``_adopt`` asks (the worker's bytes are held once). Raises ValueError."""
+def _from_worker(got: Raw) -> tuple[str, dict, "_Streamed"]:
+    """``_objects_in_worker``'s bytes (``Received``) as ``_objects`` gives them, the
+    readings read out one at a time as ``_adopt`` asks (the worker's bytes are dropped as
+    they are read, never held twice). Raises ValueError."""
     data = got.data
-    head = data.find(b"\n")
-    errors = jsonio.loads(data[:head])["errors"]
-    at = head + 1 + 64 * n
-    hexes = data[head + 1:at].decode("ascii")
-    lengths = array("Q")
-    lengths.frombytes(data[at:at + 8 * n])
-    if len(lengths) != n or at + 8 * n + sum(k for k in lengths if k != _NONE) != len(data):
+    line = data.readline(1 << 30)
+    if not line.endswith(b"\n"):
         raise ValueError("truncated")
-    return hexes, errors, _Sliced(data, at + 8 * n, lengths)
+    head = jsonio.loads(line)
+    errors, n = head["errors"], head["count"]
+    hexes = data.read(64 * n).decode("ascii")
+    lengths = array("Q")
+    lengths.frombytes(data.read(8 * n))
+    if sum(k for k in lengths if k != _NONE) != data.left:
+        raise ValueError("truncated")
+    return hexes, errors, _Streamed(data, lengths)
 
 
-class _Sliced:
-    """The worker's kept readings, by position: ``get(i)`` their bytes (None: none kept)."""
+class _Streamed:
+    """The worker's kept readings, by position: ``get(i)`` their bytes (None: none kept),
+    asked for in order, each once."""
 
-    def __init__(self, data, pos: int, lengths: array):
-        self.data, self.starts, self.lengths = memoryview(data), array("Q"), lengths
-        for k in lengths:
-            self.starts.append(pos)
-            pos += 0 if k == _NONE else k
+    def __init__(self, data, lengths: array):
+        self.data, self.lengths = data, lengths
 
     def get(self, i: int) -> bytes | None:
         k = self.lengths[i]
-        return None if k == _NONE else bytes(self.data[self.starts[i]:self.starts[i] + k])
+        return None if k == _NONE else self.data.read(k)
 
 
 def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> tuple[str, dict, dict]:
@@ -897,7 +942,7 @@ def _adopt(names: list[str], got: tuple, digests: dict, unread: dict, readings: 
                 digests[name] = "sha256:" + hexd
     for name, e in errors.items():
         unread[name] = VerificationError(e["path"], e["message"], e["record"])
-    by_place = isinstance(kept, _Sliced)
+    by_place = isinstance(kept, _Streamed)
     for i, name in enumerate(names):  # keyed by the zip's own name string, not the pipe's copy of it
         got = kept.get(i if by_place else name)
         if got is not None:
@@ -907,25 +952,27 @@ def _adopt(names: list[str], got: tuple, digests: dict, unread: dict, readings: 
 # ------------------------------------------------------------------------------ D: per-run facts
 
 def _facts(ix: Index, out: Spilled) -> Spilled:
-    """Each run log's ``RunFacts`` (marshalled, into ``out``), the first runs (half their compressed
-    bytes) taken in a forked worker while this process takes the rest."""
+    """Each run log's ``RunFacts`` (marshalled, into ``out``), the first runs taken in a
+    forked worker while this process takes the last ones (``Shares``)."""
     from . import _checks, _costs, _summary  # noqa: F401 - the steps' modules (and the checks, sqlite3...),
     # imported here, before the fork, so that the worker inherits them rather than import them again
-    names = [n for n, log in ix.run_logs.items() if isinstance(log, RunLog) and RUN_PATH.match(n)]
-    total, half, cut = sum(ix.run_logs[n].packed.length for n in names), 0, 0
-    while cut < len(names) and half * 2 < total:
-        half += ix.run_logs[names[cut]].packed.length
-        cut += 1
-    pending = start(_facts_in_worker, ix, names[:cut], timeout=ix.limits.worker_seconds)
+    names = [n for n in ix.run_logs if ix.run_logs.is_log(n) and RUN_PATH.match(n)]
+    shares, mine = Shares(len(names)), []
+    pending = start(_facts_in_worker, ix, names, shares, timeout=ix.limits.worker_seconds)
     try:
-        for name, facts in zip(names[cut:], _taken(ix, names[cut:])):  # now, while the worker takes its half
+        for name, facts in _taken(ix, _taking(shares.back(), names, mine)):  # now, while the worker takes the first
             _keep(out, name, _packed_facts(facts))
         there = pending.result()
     finally:
         pending.cancel()
+        shares.close()
     try:
-        for name, packed in zip(names[:cut], _frames(there.data, cut), strict=True):
-            _keep(out, name, packed)
+        count = _FRAME.unpack_from(there.data, len(there.data) - 4)[0] if len(there.data) >= 4 else -1
+        if not len(names) - len(mine) <= count <= len(names):  # one left out, or more than there are
+            raise ValueError("count")
+        for name, packed in zip(names[:count], _frames(memoryview(there.data)[:-4], count), strict=True):
+            if name not in out:  # the one both took, if any: taken alike by both
+                _keep(out, name, packed)
     except ValueError:
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
     return out
@@ -935,18 +982,21 @@ _FRAME = struct.Struct("<I")  # a frame's length; _NO_FACTS for a run with none
 _NO_FACTS = 0xFFFFFFFF
 
 
-def _facts_in_worker(ix: Index, names: list[str]) -> Raw:
-    """``_packed_facts`` of each of ``names``' ``_taken``, one frame a run: its length (4
-    bytes, little-endian; ``_NO_FACTS``: none), then the marshalled facts, exactly what the
-    parent keeps of a run it takes itself (no JSON written here and parsed there)."""
-    out = bytearray()
-    for facts in _taken(ix, names):
+def _facts_in_worker(ix: Index, names: list[str], shares: Shares) -> Raw:
+    """``_packed_facts`` of each run's ``_taken`` that ``shares`` gives from the front, one
+    frame a run: its length (4 bytes, little-endian; ``_NO_FACTS``: none), then the
+    marshalled facts, exactly what the parent keeps of a run it takes itself (no JSON
+    written here and parsed there); then the count of frames (4 bytes)."""
+    out, count = bytearray(), 0
+    for _, facts in _taken(ix, (names[i] for i in shares.front())):
         packed = _packed_facts(facts)
         if packed is None:
             out += _FRAME.pack(_NO_FACTS)
         else:
             out += _FRAME.pack(len(packed))
             out += packed
+        count += 1
+    out += _FRAME.pack(count)
     return Raw(out)
 
 
@@ -970,9 +1020,10 @@ def _frames(data: bytes, count: int):
         raise ValueError("extra bytes")
 
 
-def _taken(ix: Index, names: list[str]):
-    """Each run's facts, in order: [step 3's, step 4's, step 6's], each None when its
-    ``per_run`` raised; None for a run whose records could not be read."""
+def _taken(ix: Index, names):
+    """(name, its facts) of each run of ``names``, in order, its facts [step 3's, step 4's,
+    step 6's], each None when its ``per_run`` raised; None for a run whose records could not
+    be read."""
     from . import _checks, _costs, _summary  # the steps' modules (``_facts`` imported them)
 
     checks, costs, slot = {}, {}, recent_slot()  # each step's pure recomputations; the run held
@@ -982,10 +1033,10 @@ def _taken(ix: Index, names: list[str]):
         try:
             records = run.records  # parsed once, read by the three
         except Exception:  # noqa: BLE001 - the steps read it again and say why
-            yield None
+            yield name, None
             continue
-        yield [_per_run(_checks.per_run, ix, run, checks), _per_run(_costs.per_run, ix, run, costs),
-               _per_run(_summary.per_run, run.run_id, records) if summary else None]
+        yield name, [_per_run(_checks.per_run, ix, run, checks), _per_run(_costs.per_run, ix, run, costs),
+                     _per_run(_summary.per_run, run.run_id, records) if summary else None]
 
 
 def _per_run(fn, *args):
@@ -1012,10 +1063,10 @@ def _untaken(readings: dict, run_logs, facts: dict) -> dict:
     whose step 3 and step 4 facts were taken name (those steps read them only of a run
     without). An object kept whole stays (catalogs, specs)."""
     needed = set()
-    for name, log in run_logs.items():
+    for name in run_logs:
         got = facts.get(name)
-        if isinstance(log, RunLog) and (got is None or not all(taken_facts(got)[:2])):
-            refs = log.refs
+        if (got is None or not all(taken_facts(got)[:2])) and run_logs.is_log(name):
+            refs = run_logs[name].refs
             needed.update(object_path("sha256:" + refs[i:i + 32].hex()) for i in range(0, len(refs), 32))
     return {name: got for name, got in readings.items() if name in needed or holds_bytes(got)}
 

@@ -12,11 +12,17 @@ the child is an answer, not a hang: an exception becomes an error result, a cras
 complete result) or a child still running after ``Limits.worker_seconds`` is killed and
 reported as ``UnreadableBundle`` (exit 2). Without ``fork`` (or when it fails) the function
 simply runs in the calling process.
+
+How the work is split: not in halves fixed in advance (the parent has other work besides
+its half, and either core may be busy with another program), but as it goes (``Shares``):
+the child takes items from the front, the parent from the back, until they meet.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
+from collections import deque
 import select
 import signal
 import time
@@ -25,7 +31,46 @@ from typing import Callable
 from ..formats import jsonio
 from ._errors import UnreadableBundle
 
-__all__ = ["start", "Pending", "Raw"]
+__all__ = ["start", "Pending", "Raw", "Shares", "Received"]
+
+
+_FREE, _FRONT, _BACK = 0, 1, 2
+
+
+class Shares:
+    """Items ``0 .. n-1`` shared out between a forked child, which takes them from the front
+    (``front()``), and this process, which takes them from the back (``back()``), each until
+    it meets an item the other took: whichever is slower takes fewer. One byte an item, in
+    an anonymous mapping shared across the fork, says who took it; each side marks an item
+    before it works on it and stops at the first the other marked, so no item is left out.
+    Both may take the one item where they meet (each read the other's mark too late): the
+    caller keeps either result, which are equal. Without a fork the child's function runs
+    first, here, and takes every item."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self._board = mmap.mmap(-1, max(n, 1))  # MAP_SHARED | MAP_ANONYMOUS: the child writes to the same pages
+
+    def front(self):
+        """The items, from the first, as long as the parent took none of them (in the child)."""
+        board = self._board
+        for i in range(self.n):
+            if board[i] == _BACK:
+                return
+            board[i] = _FRONT
+            yield i
+
+    def back(self):
+        """The items, from the last, as long as the child took none of them (here)."""
+        board = self._board
+        for i in range(self.n - 1, -1, -1):
+            if board[i] == _FRONT:
+                return
+            board[i] = _BACK
+            yield i
+
+    def close(self) -> None:
+        self._board.close()
 
 
 class Raw:
@@ -48,13 +93,24 @@ class Pending:
         self._value, self._pid, self._fd, self._timeout = value, pid, fd, timeout
         self._started = time.monotonic()
 
-    def result(self):
+    def result(self, chunked: bool = False):
+        """The child's result; ``chunked``: a ``Raw`` one as ``Received`` (the chunks it
+        came in, never joined), else as one bytearray."""
         if self._pid is None:
-            return self._value
-        data = self._read()
+            value = self._value
+            return Raw(Received([bytes(value.data)])) if chunked and isinstance(value, Raw) else value
+        data = Received(list(self._chunks())) if chunked else self._read()
         status = self._reap()
         try:
-            if data.startswith(b'["raw",'):  # a header line, then the Raw bytes, all of them
+            if chunked:
+                head = data.readline(64)
+                if head.startswith(b'["raw",'):
+                    kind, n = jsonio.loads(head)
+                    if data.left != n:
+                        raise ValueError("truncated")
+                    return Raw(data)
+                data = head + data.read(data.left)
+            elif data.startswith(b'["raw",'):  # a header line, then the Raw bytes, all of them
                 head = data.find(b"\n")
                 kind, n = jsonio.loads(data[:head])
                 if len(data) - head - 1 != n:
@@ -80,7 +136,14 @@ class Pending:
     def _read(self) -> bytearray:
         """Everything the child wrote, grown in place (a list of chunks joined at the end
         held the result twice)."""
-        data, deadline = bytearray(), self._started + self._timeout
+        data = bytearray()
+        for chunk in self._chunks():
+            data += chunk
+        return data
+
+    def _chunks(self):
+        """Everything the child wrote, the chunks as they come."""
+        deadline = self._started + self._timeout
         while True:
             left = deadline - time.monotonic()
             ready = select.select([self._fd], [], [], max(left, 0))[0] if left > 0 else []
@@ -90,8 +153,8 @@ class Pending:
                                        f"{self._timeout:g} s (Limits.worker_seconds); stopped")
             chunk = os.read(self._fd, 1 << 20)
             if not chunk:
-                return data
-            data += chunk
+                return
+            yield chunk
 
     def _reap(self) -> int:
         pid, self._pid = self._pid, None
@@ -104,6 +167,57 @@ class Pending:
             return os.waitpid(pid, 0)[1]
         except ChildProcessError:
             return 0
+
+
+class Received:
+    """A child's bytes as the chunks they came in, read front to back: each chunk is
+    dropped once read past, so a result copied out a piece at a time (readings kept as
+    separate values) is never held twice."""
+
+    def __init__(self, chunks: list[bytes]):
+        self._chunks, self._pos = deque(c for c in chunks if c), 0
+        self.left = sum(map(len, self._chunks))  # bytes not yet read
+
+    def read(self, n: int) -> bytes:
+        """The next ``n`` bytes. Raises ValueError when fewer are left."""
+        if n > self.left or n < 0:
+            raise ValueError("truncated")
+        self.left -= n
+        chunks, pos = self._chunks, self._pos
+        if n and pos + n <= len(chunks[0]):
+            first = chunks[0]
+            out = first if pos == 0 and n == len(first) else first[pos:pos + n]
+            pos += n
+            if pos == len(first):
+                chunks.popleft()
+                pos = 0
+            self._pos = pos
+            return out
+        parts = []
+        while n:
+            first = chunks[0]
+            take = min(n, len(first) - pos)
+            parts.append(first[pos:pos + take])
+            n, pos = n - take, pos + take
+            if pos == len(first):
+                chunks.popleft()
+                pos = 0
+        self._pos = pos
+        return b"".join(parts)
+
+    def readline(self, limit: int) -> bytes:
+        """The next line, its newline included, or the next ``limit`` bytes (fewer: those
+        left) when no newline comes within them."""
+        seen, pos = 0, self._pos
+        for chunk in self._chunks:
+            end = chunk.find(b"\n", pos, pos + limit - seen)
+            if end >= 0:
+                return self.read(seen + end + 1 - pos)
+            seen += len(chunk) - pos
+            pos = 0
+            if seen >= limit:
+                break
+        return self.read(min(limit, self.left))
 
 
 def _describe(status: int) -> str:

@@ -58,6 +58,8 @@ _FLAG_ENCRYPTED, _FLAG_DESCRIPTOR, _FLAG_STRONG = 0x1, 0x8, 0x40
 _UNIX = 3
 _S_IFMT, _S_IFREG, _S_IFLNK = 0o170000, 0o100000, 0o120000
 _DOS_DIR = 0x10
+_ODD_FLAGS = _FLAG_ENCRYPTED | _FLAG_DESCRIPTOR | _FLAG_STRONG  # any of them: _check_kind refuses the entry
+_WALKED = 1 << 20  # archive bytes the directory walk spans between two calls of ``walked``
 # A plain name (every part letters, digits, '-', '_' and '.', none of them '.' or '..'): one
 # ``entry_name_problem`` accepts and ``entry_name_fold`` folds to its lower case (ASCII: NFKC
 # leaves it as it is), checked by one regex match (every name of an honest bundle is one).
@@ -222,36 +224,60 @@ class ZipView:
     # -- central directory ------------------------------------------------------------
     def _parse_central(self, pos: int, cd_end: int, count: int) -> None:
         seen: dict[str, str] = {}
-        total, walked = 0, self._walked
+        data, lim, total, walked, unwalked = self.data, self.limits, 0, self._walked, 0
+        unpack, size, local, local_size, end_of_data = _CENTRAL.unpack_from, _CENTRAL.size, _LOCAL.unpack_from, \
+            _LOCAL.size, len(self.data)
+        small = min(lim.entry_bytes, lim.ratio_floor)  # a size below it passes both of _check_size's bounds
+        names, methods, crcs = self.names.append, self.methods.append, self.crcs.append
+        csizes, usizes, heads, starts = (self.csizes.append, self.usizes.append, self.header_offsets.append,
+                                         self.data_offsets.append)
         for _ in range(count):
-            if pos + _CENTRAL.size > cd_end:
+            if pos + size > cd_end:
                 raise _bad("the central directory is truncated")
-            f = _CENTRAL.unpack_from(self.data, pos)
             (sig, _cver, system, _xver, flags, method, mtime, mdate, crc, csize, usize,
-             name_len, extra_len, comment_len, disk, _iattr, eattr, offset) = f
+             name_len, extra_len, comment_len, disk, _iattr, eattr, offset) = unpack(data, pos)
             if sig != _SIG_CENTRAL:
                 raise _bad(f"bad central directory signature at byte {pos}")
-            end = pos + _CENTRAL.size + name_len + extra_len + comment_len
+            end = pos + size + name_len + extra_len + comment_len
             if end > cd_end:
                 raise _bad("the central directory is truncated")
-            raw_name = self.data[pos + _CENTRAL.size:pos + _CENTRAL.size + name_len]
+            raw_name = data[pos + size:pos + size + name_len]
             name = self._check_name(raw_name, flags, seen)
-            self._check_kind(name, flags, method, system, eattr, disk, (csize, usize, offset))
-            self._check_size(name, method, csize, usize)
+            # an entry as ``benchclaw export`` writes it passes _check_kind and _check_size (they only raise)
+            if flags & _ODD_FLAGS or method not in (_STORED, _DEFLATED) or disk or eattr & _DOS_DIR or \
+                    (system == _UNIX and (eattr >> 16) & _S_IFMT not in (0, _S_IFREG)) or \
+                    0xFFFFFFFF in (csize, usize, offset):
+                self._check_kind(name, flags, method, system, eattr, disk, (csize, usize, offset))
+            if usize >= small or (method == _STORED and csize != usize):
+                self._check_size(name, method, csize, usize)
             total += usize
-            if total > self.limits.total_bytes:
-                raise _bad(f"entries inflate to more than the limit of {self.limits.total_bytes} bytes")
-            data_offset = self._check_local(name, offset, crc, csize, usize, raw_name, (flags, method, mtime, mdate))
-            self.names.append(name)
-            self.methods.append(method)
-            self.crcs.append(crc)
-            self.csizes.append(csize)
-            self.usizes.append(usize)
-            self.header_offsets.append(offset)
-            self.data_offsets.append(data_offset)
+            if total > lim.total_bytes:
+                raise _bad(f"entries inflate to more than the limit of {lim.total_bytes} bytes")
+            # the local header, checked against this one (as _check_local, which says what is wrong)
+            start = offset + local_size
+            if start > end_of_data:
+                raise _bad(f"entry {name!r}: local header beyond the end of the archive")
+            lsig, _lxver, lflags, lmethod, lmtime, lmdate, lcrc, lcsize, lusize, lname_len, lextra_len = \
+                local(data, offset)
+            if lsig != _SIG_LOCAL or lflags != flags or lmethod != method or lmtime != mtime or lmdate != mdate or \
+                    lcrc != crc or lcsize != csize or lusize != usize or data[start:start + lname_len] != raw_name:
+                self._check_local(name, offset, crc, csize, usize, raw_name, (flags, method, mtime, mdate))
+            data_offset = start + lname_len + lextra_len
+            names(name)
+            methods(method)
+            crcs(crc)
+            csizes(csize)
+            usizes(usize)
+            heads(offset)
+            starts(data_offset)
             if walked is not None:
-                walked(data_offset + csize - offset)
+                unwalked += data_offset + csize - offset
+                if unwalked >= _WALKED:
+                    walked(unwalked)
+                    unwalked = 0
             pos = end
+        if walked is not None and unwalked:
+            walked(unwalked)
         if pos != cd_end:
             raise _bad("the central directory holds more than its end record counts")
 
@@ -353,29 +379,30 @@ class ZipView:
 
     def read_raw(self, name: str) -> tuple[bytes, bytes]:
         """(the member's bytes as the archive holds them, inflated), as ``read``."""
-        e = self.entry(name)
-        raw = self.data[e.data_offset:e.end]
-        if e.method == _STORED:
-            out = raw
-        else:
-            out = self._inflate(e, raw)
-        if len(out) != e.usize:
-            raise VerificationError(name, f"inflates to {len(out)} bytes, the header says {e.usize}")
-        if zlib.crc32(out) != e.crc:
-            raise VerificationError(name, "CRC-32 does not match the header (corrupt entry)")
+        return self.read_raw_at(self.index(name))
+
+    def read_raw_at(self, i: int) -> tuple[bytes, bytes]:
+        """``read_raw`` of entry ``i`` (its position in archive order)."""
+        start, usize = self.data_offsets[i], self.usizes[i]
+        raw = self.data[start:start + self.csizes[i]]
+        out = raw if self.methods[i] == _STORED else self._inflate(self.names[i], raw, usize)
+        if len(out) != usize:
+            raise VerificationError(self.names[i], f"inflates to {len(out)} bytes, the header says {usize}")
+        if zlib.crc32(out) != self.crcs[i]:
+            raise VerificationError(self.names[i], "CRC-32 does not match the header (corrupt entry)")
         return raw, out
 
     @staticmethod
-    def _inflate(e: Entry, raw: bytes) -> bytes:
+    def _inflate(name: str, raw: bytes, usize: int) -> bytes:
         d = zlib.decompressobj(-15)
         try:
-            out = d.decompress(raw, e.usize + 1)
+            out = d.decompress(raw, usize + 1)
         except zlib.error as err:
-            raise VerificationError(e.name, f"corrupt deflate data ({err})") from None
-        if len(out) > e.usize:
-            raise VerificationError(e.name, f"inflates beyond the {e.usize} bytes its header declares")
+            raise VerificationError(name, f"corrupt deflate data ({err})") from None
+        if len(out) > usize:
+            raise VerificationError(name, f"inflates beyond the {usize} bytes its header declares")
         if not d.eof or d.unused_data:
-            raise VerificationError(e.name, "deflate stream truncated or followed by extra bytes")
+            raise VerificationError(name, "deflate stream truncated or followed by extra bytes")
         return out
 
 
