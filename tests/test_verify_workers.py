@@ -329,3 +329,38 @@ def test_the_streamed_ledger_check_reads_an_honest_chain_as_chain_records_does(b
     assert count == len(records) > 1 and earliest == min(r.at for r in records)
     assert (first.seq, first.kind, first.body) == (records[0].seq, records[0].kind, records[0].body)
     assert (last.seq, last.kind, last.body) == (records[-1].seq, records[-1].kind, records[-1].body)
+
+
+def _realigned_chain() -> list[bytes]:
+    """Three lines that are not three JSON records but parse as three when joined into one
+    array: line 1 opens an array that line 2 closes (one value across two lines), line 3
+    holds two values. Every value is a well-formed envelope, linked by its position to the
+    hash of the line at that position before it, so only a line-by-line parse sees it."""
+    import hashlib
+
+    def env(seq: int, prev: str) -> bytes:
+        return b'"at":"x","kind":"k","prev":"' + prev.encode() + b'","seq":' + str(seq).encode() + b',"v":1'
+
+    line1 = b'{"body":{"a":[{}'
+    line2 = b'{}]},' + env(0, "0" * 64) + b"}"
+    h1 = hashlib.sha256(line1).hexdigest()
+    h2 = hashlib.sha256(line2).hexdigest()
+    line3 = b'{"body":{},' + env(1, h1) + b'},{"body":{},' + env(2, h2) + b"}"
+    return [line1, line2, line3]
+
+
+def test_lines_that_only_parse_as_records_together_are_refused():
+    from benchclaw.formats.records import verify_chain
+    from benchclaw.verify.experiment import chain_records
+    from benchclaw.verify._errors import VerificationError
+    from benchclaw.verify._reading import _Broken, _chain_stream, _linked
+
+    lines = _realigned_chain()
+    data = b"\n".join(lines) + b"\n"
+    with pytest.raises(Exception):
+        verify_chain(lines, "runs/x.jsonl")  # the reference: line 1 is not a JSON object
+    assert _linked(lines) is None  # so the run log's fast path leaves it to verify_chain
+    with pytest.raises(_Broken):
+        _chain_stream("ledgers/x.jsonl", data)
+    with pytest.raises(VerificationError, match=r"ledgers/x\.jsonl"):
+        chain_records({"ledgers/x.jsonl": data}, "ledgers/x.jsonl")

@@ -570,17 +570,15 @@ class _Line(NamedTuple):
 
 
 def _linked(lines: list[bytes]) -> list[_Line] | None:
-    """``verify_chain(lines)`` when the chain holds, the lines parsed (together) and hashed at
+    """``verify_chain(lines)`` when the chain holds, the lines parsed and hashed at
     C level and each envelope and link checked in one expression; None at any defect
     (``verify_chain`` then says which, as it says it). A ``prev`` equal to the SHA-256 hex
     before it (or to ``GENESIS``) is 64 hex digits, as ``envelope_problem`` asks."""
     if lines and max(map(len, lines)) > MAX_LINE_BYTES:
         return None
-    try:  # one parse of the lines as a JSON array (each line is one value of it: counted below)
-        objs = jsonio.loads(b"[" + b",".join(lines) + b"]")
+    try:  # one parse per line: lines joined into one array can parse as records no line holds
+        objs = list(map(jsonio.loads, lines))
     except ValueError:
-        return None
-    if len(objs) != len(lines):
         return None
     out, prev, line_hex = [], GENESIS, map(_hexdigest, map(hashlib.sha256, lines))
     for i, obj, line in zip(range(len(objs)), objs, lines):
@@ -731,7 +729,7 @@ class _Broken(Exception):
 def _chain_stream(name: str, data) -> tuple[int, Rec | None, Rec | None, str | None]:
     """(count, first, last, the earliest ``at``) of a chained JSONL entry (its bytes, or an
     iterable of pieces of them), the chain checked as ``verify_chain`` checks it, a quarter
-    megabyte of lines at a time (parsed together and each hashed alone, at C level). Raises
+    megabyte of lines at a time (each parsed and hashed alone, at C level). Raises
     ``_Broken`` at the first defect (``chain_records`` then says which)."""
     prev, first, obj, i, earliest = GENESIS, None, None, 0, None
     for chunk in line_chunks(data, True):
@@ -740,12 +738,10 @@ def _chain_stream(name: str, data) -> tuple[int, Rec | None, Rec | None, str | N
         lines = chunk[:-1].split(b"\n")
         if max(map(len, lines)) > MAX_LINE_BYTES:
             raise _Broken()
-        try:  # one parse of the lines as a JSON array (each line is one value of it: counted below)
-            objs = jsonio.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]")
+        try:  # one parse per line, as in _linked
+            objs = list(map(jsonio.loads, lines))
         except ValueError:
             raise _Broken() from None
-        if len(objs) != len(lines):
-            raise _Broken()
         for obj, line_hex in zip(objs, map(_hexdigest, map(hashlib.sha256, lines))):
             # envelope_problem's fast path, with the link: a prev equal to GENESIS or a SHA-256 hex is 64 hex digits
             if type(obj) is not dict or len(obj) != 6 or obj.get("v") != ENVELOPE_VERSION or \
