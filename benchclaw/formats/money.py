@@ -134,10 +134,14 @@ class Usage:
     reasoning: int = 0
 
     def __post_init__(self) -> None:
-        for name in USAGE_FIELDS:
-            v = getattr(self, name)
-            if type(v) is not int or v < 0:
-                raise ValueError(f"usage.{name} must be a non-negative int, got {v!r}")
+        # the five fields spelt out (a Usage is made several times per call): ints, not bools
+        p, r, w, c, x = self.prompt, self.cached_read, self.cache_write, self.completion, self.reasoning
+        if not (type(p) is int and type(r) is int and type(w) is int and type(c) is int and type(x) is int
+                and p >= 0 and r >= 0 and w >= 0 and c >= 0 and x >= 0):
+            for name in USAGE_FIELDS:
+                v = getattr(self, name)
+                if type(v) is not int or v < 0:
+                    raise ValueError(f"usage.{name} must be a non-negative int, got {v!r}")
         if self.cached_read + self.cache_write > self.prompt:
             raise ValueError(f"usage: cached_read + cache_write ({self.cached_read} + "
                              f"{self.cache_write}) exceed prompt ({self.prompt})")
@@ -156,11 +160,14 @@ class Usage:
     def __add__(self, other: "Usage") -> "Usage":
         if not isinstance(other, Usage):
             return NotImplemented
-        return Usage(*(getattr(self, n) + getattr(other, n) for n in USAGE_FIELDS))
+        return Usage(self.prompt + other.prompt, self.cached_read + other.cached_read,
+                     self.cache_write + other.cache_write, self.completion + other.completion,
+                     self.reasoning + other.reasoning)
 
     def to_dict(self) -> dict[str, int]:
         """The on-disk object: keys prompt, cached_read, cache_write, completion, reasoning."""
-        return {n: getattr(self, n) for n in USAGE_FIELDS}
+        return {"prompt": self.prompt, "cached_read": self.cached_read, "cache_write": self.cache_write,
+                "completion": self.completion, "reasoning": self.reasoning}
 
     @classmethod
     def from_dict(cls, d: Mapping, where: str = "usage") -> "Usage":
