@@ -71,17 +71,54 @@ def test_a_broken_ledger_chain_gives_the_error_the_whole_parse_gives():
     assert _chain_stream("e", b"") == (0, None, None, None)
 
 
+def _names(paths):
+    """The ``_zip.Names`` of a zip holding ``paths``, in that order."""
+    from benchclaw.verify._zip import Names, object_digest
+
+    names = Names(len(paths))
+    for path in paths:
+        names.add(path, object_digest(path))
+    return names
+
+
 def test_manifest_rows_read_as_the_parsed_rows():
-    files = {"b/x": b"12345", "a": b"", "objects/zz": b"z" * 70000}
+    import hashlib
+
+    named = hashlib.sha256(b"obj").hexdigest()
+    files = {"b/x": b"12345", "a": b"", "objects/zz": b"z" * 70000, f"objects/{named[:2]}/{named}": b"obj",
+             f"objects/{named[:2]}/{named[:-1]}0": b"not its hash"}
     rows = build_manifest([EXP], files).files
-    names = {n: n for n in files}
-    kept_rows = ManifestRows.of(rows, names)
-    assert list(kept_rows) == list(rows) and len(kept_rows) == 3
-    assert kept_rows[-1] == rows[-1] and kept_rows[0].path is names[rows[0].path]
+    for names in (_names(list(files)), _names(["b/x", "objects/zz"])):  # the zip has all of them, or two
+        kept_rows = ManifestRows.of(rows, names)
+        assert list(kept_rows) == list(rows) and len(kept_rows) == 5
+        assert kept_rows[-1] == rows[-1] and kept_rows[-5] == rows[0]
+        with pytest.raises(IndexError):
+            kept_rows[5]
+        with pytest.raises(OverflowError):
+            ManifestRows.of((FileEntry("a", rows[0].digest, 1 << 64),), names)
+
+
+def test_names_keep_object_entries_as_their_digests_and_find_every_name():
+    from benchclaw.verify._zip import object_digest
+
+    hexd = "ab" + "3" * 62
+    paths = ["manifest.json", f"objects/ab/{hexd}", "objects/ab/" + "3" * 64, f"objects/AB/{hexd}",
+             f"objects/ab/{hexd.upper()}", "objects/zz", f"runs/ab/{hexd}.jsonl"]
+    names = _names(paths)
+    assert list(names) == paths and len(names) == 7 and names[-1] == paths[-1] and names[1:3] == paths[1:3]
+    assert [object_digest(p) is not None for p in paths] == [False, True, False, False, False, False, False]
+    for i, path in enumerate(paths):
+        assert names.index(path) == names.find(path) == i and path in names
+    assert names.digest_at(1) == bytes.fromhex(hexd) and names.digest_at(0) is None
+    assert names.find_digest(bytes.fromhex(hexd)) == 1 and names.find_digest(bytes(32)) == -1
+    assert names.find("objects/ab/" + "4" * 64) == -1 and "nope" not in names and 7 not in names
+    assert names.add(paths[1], bytes.fromhex(hexd)) == 1 and names.add("objects/zz", None) == 5
+    assert [n for _, n in names.under("objects/")] == paths[1:6] and names.positions_under("objects/") == [1, 2, 3, 4, 5]
+    assert [n for _, n in names.under("runs/")] == paths[-1:]
+    with pytest.raises(KeyError):
+        names.index("objects/ab/" + "4" * 64)
     with pytest.raises(IndexError):
-        kept_rows[3]
-    with pytest.raises(OverflowError):
-        ManifestRows.of((FileEntry("a", rows[0].digest, 1 << 64),), names)
+        names[7]
 
 
 def test_a_manifest_size_past_64_bits_is_refused_by_step_one_not_a_traceback(monkeypatch):
@@ -115,16 +152,16 @@ def test_a_canonical_manifest_read_row_by_row_is_the_manifest_parsed_whole():
     for exploratory in (False, True):
         data = build_manifest([EXP, "E2"], files, exploratory=exploratory).to_bytes()
         whole = parse_manifest(data)
-        got = _canonical_manifest(data, {})
+        got = _canonical_manifest(data, _names([]))
         assert got is not None and list(got.files) == list(whole.files)
         assert (got.experiments, got.digest, got.exploratory) == (whole.experiments, whole.digest, whole.exploratory)
     data = build_manifest([EXP], files).to_bytes()
     for other in (data.replace(b'"files":[', b'"files": ['), data.replace(b"\xc3\xa9", b"\\u00e9"),
                   data.replace(b",{", b", {", 1), jsonio.dumps_pretty(jsonio.loads(data)).encode()):
-        assert _canonical_manifest(other, {}) is None
+        assert _canonical_manifest(other, _names([])) is None
     for bad in (data.replace(b"}]", b"},]"), data.replace(b'[{"digest"', b'[,{"digest"'), data[:-30]):
         try:
-            assert _canonical_manifest(bad, {}) is None
+            assert _canonical_manifest(bad, _names([])) is None
         except UnreadableBundle:
             pass  # the rest of it is not JSON: parse_manifest says so, as for the whole
 

@@ -46,12 +46,12 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 
 from ..formats import jsonio
 from ._errors import UnreadableBundle, VerificationError
-from ._zip import Limits
+from ._zip import Limits, object_digest
 from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "Journal", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
            "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "recent_slot",
-           "packed_facts", "taken_facts", "Spill", "Spilled", "RunLogs", "held_records", "packed_log"]
+           "packed_facts", "taken_facts", "Spill", "Spilled", "SpilledAt", "RunLogs", "held_records", "packed_log"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -304,36 +304,77 @@ class Digests(Mapping):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
+    def hashed_to_names(self, names) -> "HashedToNames":
+        """The object entries whose bytes hash to the 32 bytes their name spells, as a
+        container of those raw digests over ``names`` (``_zip.Names``): no set of them."""
+        odd = {names.find(n) for n in self._d if self.get(n) != "sha256:" + n[11:]}
+        odd.update(names.find(n) for n in self._unread)
+        return HashedToNames(names, odd)
+
+
+class HashedToNames:
+    """``Digests.hashed_to_names``: ``raw in it`` for a 32-byte digest, by the zip's table of
+    names (``_zip.Names.find_digest``) and the few object entries that are not so."""
+
+    __slots__ = ("_names", "_odd")
+
+    def __init__(self, names, odd: set):
+        self._names, self._odd = names, odd
+
+    def __contains__(self, raw) -> bool:
+        at = self._names.find_digest(raw) if type(raw) is bytes else -1
+        return at >= 0 and at not in self._odd
+
 
 class ManifestRows:
-    """The manifest's rows as the index keeps them: each path (the zip's own name string
-    when the entry is there), the SHA-256s as raw 32-byte values one after another, the
-    sizes in an array; a ``FileEntry`` again as each is read. A quarter million rows
-    would be a hundred megabytes of objects."""
+    """The manifest's rows as the index keeps them: each path as the position of the zip
+    entry of that name (``Names``; -1 and the path itself for one the zip lacks), each
+    SHA-256 as nothing when it is the one an object entry's path spells (nine rows in ten)
+    and as its raw 32 bytes otherwise, the sizes in an array; a ``FileEntry`` again as each
+    is read. A quarter million rows would be a hundred megabytes of objects."""
 
-    __slots__ = ("_paths", "_digests", "_sizes")
+    __slots__ = ("_names", "_at", "_paths", "_slots", "_digests", "_sizes")
 
-    def __init__(self, paths: list[str], digests: bytes, sizes: array):
-        """Row i: ``paths[i]``, the SHA-256 ``digests[32 * i:32 * i + 32]``, ``sizes[i]``."""
-        self._paths, self._digests, self._sizes = paths, digests, sizes
+    def __init__(self, names: Sequence[str]):
+        """No rows yet (``add`` them); ``names``: the zip's (``Names``)."""
+        self._names, self._at, self._paths = names, array("i"), {}
+        self._slots, self._digests, self._sizes = array("i"), bytearray(), array("Q")
+
+    def add(self, path: str, digest: bytes, size: int) -> None:
+        """A row: ``digest`` its raw SHA-256. Raises OverflowError for a size past 64 bits."""
+        self._sizes.append(size)
+        said = object_digest(path)
+        at = self._names.find(path) if said is None else self._names.find_digest(said)
+        if at < 0:
+            self._paths[len(self._at)] = path
+        self._at.append(at)
+        if said == digest:
+            self._slots.append(-1)
+        else:
+            self._slots.append(len(self._digests) // 32)
+            self._digests += digest
 
     @classmethod
-    def of(cls, rows, names: Mapping[str, str]) -> "ManifestRows":
-        """``rows`` (``FileEntry``) kept so; ``names``: each entry name of the zip, to itself.
-        Raises OverflowError for a size past 64 bits (the caller keeps the rows as they
-        are: step 1 reports it)."""
-        return cls([names.get(r.path, r.path) for r in rows], b"".join(bytes.fromhex(r.digest[7:]) for r in rows),
-                   array("Q", (r.size for r in rows)))
+    def of(cls, rows, names: Sequence[str]) -> "ManifestRows":
+        """``rows`` (``FileEntry``) kept so. Raises OverflowError for a size past 64 bits
+        (the caller keeps the rows as they are: step 1 reports it)."""
+        out = cls(names)
+        for r in rows:
+            out.add(r.path, bytes.fromhex(r.digest[7:]), r.size)
+        return out
 
     def __len__(self) -> int:
-        return len(self._paths)
+        return len(self._at)
 
     def __getitem__(self, i: int) -> FileEntry:
-        i = range(len(self._paths))[i]  # negative indexes and IndexError as a tuple's
-        return FileEntry(self._paths[i], "sha256:" + self._digests[32 * i:32 * i + 32].hex(), self._sizes[i])
+        i = range(len(self._at))[i]  # negative indexes and IndexError as a tuple's
+        at, slot = self._at[i], self._slots[i]
+        path = self._names[at] if at >= 0 else self._paths[i]
+        hexd = path[11:] if slot < 0 else self._digests[32 * slot:32 * slot + 32].hex()
+        return FileEntry(path, "sha256:" + hexd, self._sizes[i])
 
     def __iter__(self):
-        return map(self.__getitem__, range(len(self._paths)))
+        return map(self.__getitem__, range(len(self._at)))
 
 
 def recent_slot() -> list:
@@ -519,6 +560,38 @@ class Spilled(Mapping):
         return len(self._at)
 
 
+class SpilledAt(Mapping):
+    """name -> bytes, the bytes in a ``Spill`` (each read again when asked for); where they
+    lie in an array by the entry's position in the zip (``Names``): eight bytes an entry,
+    not a dict slot and a name string. Read-only once the reading stage has filled it."""
+
+    __slots__ = ("_spill", "_names", "_at")
+
+    def __init__(self, spill: Spill, names: Sequence[str]):
+        self._spill, self._names, self._at = spill, names, array("Q", bytes(8 * len(names)))
+
+    def put_at(self, i: int, data: bytes) -> None:
+        """The bytes of entry ``i`` (its position in the zip)."""
+        self._at[i] = (self._spill.put(data) << 32 | len(data)) + 1
+
+    def __getitem__(self, name: str) -> bytes:
+        at = self._at[self._names.index(name)] - 1
+        if at < 0:
+            raise KeyError(name)
+        return self._spill.get(at >> 32, at & 0xFFFFFFFF)
+
+    def __contains__(self, name) -> bool:
+        i = self._names.find(name) if type(name) is str else -1
+        return i >= 0 and self._at[i] != 0
+
+    def __iter__(self):
+        names = self._names
+        return (names[i] for i, at in enumerate(self._at) if at)
+
+    def __len__(self) -> int:
+        return len(self._at) - self._at.count(0)
+
+
 class Journal(Sequence):
     """An experiment's journal as read: its (entry, line, ``Rec``) in reader order,
     read-only. The records of kind ``run`` (one a run, twenty fields each: a kilobyte and a
@@ -688,13 +761,13 @@ def _error_of(fields: tuple | None) -> VerificationError | None:
 @dataclass(frozen=True)
 class Index:
     limits: Limits
-    names: tuple[str, ...]                       # every entry, in archive order
+    names: Sequence[str]                         # every entry, in archive order (``_zip.Names``)
     sizes: Mapping[str, int]                     # entry -> uncompressed size
     manifest: Manifest
     digests: Mapping[str, str]                   # entry -> sha256:<hex> of its bytes (read ones)
     unread: Mapping[str, VerificationError]      # entry -> why it could not be inflated
     run_logs: Mapping[str, RunLog | VerificationError]   # runs/... entry -> its parse (RunLogs)
-    objects: Mapping[str, bytes]                 # objects/... entry -> what is kept of it (kept())
+    objects: Mapping[str, bytes]                 # objects/... entry -> what is kept of it (kept(), spilled)
     ledgers: Mapping[str, LedgerLog | VerificationError]  # ledgers/... entry -> its chained records
     journals: Mapping[str, Journal | VerificationError]  # experiment -> (entry, line, Rec)
     content: Mapping[str, bytes]                 # every other entry's bytes (not a parsed journal's)
@@ -743,7 +816,9 @@ class Index:
         return _NO_FACTS if got is None else RunFacts(marshal.loads(got))
 
     def names_under(self, prefix: str) -> list[str]:
-        return [n for n in self.names if n.startswith(prefix)]
+        """The entries whose name starts with ``prefix``, in archive order (an object
+        entry's name made only when ``prefix`` could begin one: ``Names.under``)."""
+        return [n for _, n in self.names.under(prefix)]
 
 
 _NOTHING = ObjectReading()

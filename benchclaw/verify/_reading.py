@@ -76,8 +76,7 @@ from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
 from ._index import (ENVELOPE, Archive, Digests, Index, Journal, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
-                     Spilled, holds_bytes, packed_log, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot,
-                     taken_facts)
+                     Spilled, SpilledAt, packed_log, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, Shares, start
 from ._zip import Limits, ZipView
@@ -98,8 +97,42 @@ _UNREAD = "-" * 64          # the worker's digest of an entry it could not infla
 # ``run.start`` names (catalog, task listing, profile), its bytes. An object no run record
 # names this way (a spec, a task file) is kept whole too.
 _DIGEST, _REQUEST, _TEXT, _WHOLE, _USAGE, _SIM = 0, 1, 2, 4, 8, 16  # _SIM: a request to the simulator
+_NOTED = 32  # in ``_Roles``: some run record names the object
 _ROLES = {"call": (("request", _REQUEST), ("usage_raw", _USAGE), ("reply", _TEXT)),
           "artifact": (("digest", _DIGEST),), "action": (("observation", _DIGEST),)}
+_DIGEST_STR = re.compile(r"sha256:[0-9a-f]{64}\Z")
+
+
+class _Roles:
+    """What the run records need of each object entry (``_ROLES``), a byte an entry of the
+    zip by its position (``_zip.Names``): a digest string a record holds notes the object
+    entry its hex names, if the zip has one (a dict of the digest strings was 150 bytes
+    an object, and the reading stage's peak)."""
+
+    __slots__ = ("names", "data")
+
+    def __init__(self, names, data: bytes | None = None):
+        self.names = names
+        self.data = bytearray(len(names)) if data is None else bytearray(data)
+
+    def note(self, digest, role: int) -> None:
+        if type(digest) is str and _DIGEST_STR.match(digest):
+            at = self.names.find_digest(bytes.fromhex(digest[7:]))
+            if at >= 0:
+                self.data[at] |= role | _NOTED
+
+    def merge(self, other: bytes) -> None:
+        """Or in the roles a worker noted (``data``'s bytes). Raises ValueError."""
+        if len(other) != len(self.data):
+            raise ValueError("roles")
+        n = len(other)
+        self.data = bytearray((int.from_bytes(self.data, "little") | int.from_bytes(other, "little")).to_bytes(n, "little"))
+
+    def of(self, at: int, sha: bytes) -> int:
+        """The needs of object entry ``at``, whose bytes hash to ``sha``: whole unless its name
+        is that hash and a run record names it."""
+        got = self.data[at]
+        return got & ~_NOTED if got & _NOTED and self.names.digest_at(at) == sha else _WHOLE
 
 
 @contextlib.contextmanager
@@ -191,6 +224,12 @@ class _Pages:
         self.walked(view.csizes[i])
         return got
 
+    def read_at(self, view: ZipView, i: int) -> bytes:
+        """Entry ``i``'s bytes (its position in the zip), inflated."""
+        got = view.read_raw_at(i)[1]
+        self.walked(view.csizes[i])
+        return got
+
     def walked(self, nbytes: int) -> None:
         """``nbytes`` more of the archive were touched (read, or spanned by the directory
         walk, whose local headers are spread over every page)."""
@@ -212,16 +251,16 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     pages.release()
     unread: dict[str, VerificationError] = {}
     run_logs, ledgers, content = RunLogs(spill, archive), {}, {}
-    roles: dict[str, int] = {}  # object digest -> what the run records need of it (_ROLES)
+    roles = _Roles(view.names)  # what the run records need of each object (_ROLES)
     shared: dict = {}  # the values the kept run.start and run.end records share (_shared)
-    objects = [n for n in view.names if n.startswith("objects/")]
-    logs = [n for n in view.names if n.startswith("runs/")]
+    objects = array("i", view.names.positions_under("objects/"))
+    logs = [n for _, n in view.names.under("runs/")]
     shares = Shares(len(logs))
     pending = start(_run_logs_in_worker, pages, view, archive, logs, shares, limits, timeout=limits.worker_seconds)
     try:  # A: the run logs in a forked worker and here, the manifest and the rest but the objects here
         manifest = _manifest(view)
         digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
-        for name in view.names:
+        for _, name in view.names.plain():
             if name.startswith(("objects/", "runs/")) or name == MANIFEST:
                 continue
             _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, ledgers, content, roles, shared)
@@ -236,10 +275,9 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
         shares.close()
     try:
         there, count, cut = _worker_logs(got)
+        roles.merge(there)
     except (ValueError, TypeError, EOFError):
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
-    for digest, role in there.items():
-        roles[digest] = roles.get(digest, 0) | role
     held = [got]  # the worker's run logs, adopted (and dropped) while the next worker reads objects
     del there, got
 
@@ -247,22 +285,22 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
         _adopt_logs(logs, held.pop().data, cut, count, mine, pages, view, archive, limits, digests, unread,
                     run_logs, roles, shared)
 
-    readings = _read_objects(pages, view, objects, roles, digests, unread, meanwhile)  # B: on two cores
+    readings = SpilledAt(spill, view.names)  # ObjectReading's fields, kept()
+    _read_objects(pages, view, objects, roles, digests, unread, readings, meanwhile)  # B: on two cores
     pages.release()
-    del roles, shared  # what B needed of the run logs
+    del roles, shared, objects  # what B needed of the run logs
     sizes, unread = view.sizes(), frozen(unread)
-    ix = Index(limits=limits, names=tuple(view.names), sizes=sizes,
+    ix = Index(limits=limits, names=view.names, sizes=sizes,
                manifest=manifest, digests=Digests(digests, sizes, unread), unread=unread,
-               run_logs=run_logs.ordered(view.names),
-               objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
+               run_logs=run_logs.ordered(name for _, name in view.names.under("runs/")),
+               objects=readings, ledgers=frozen(ledgers), journals=frozen(journals),
                content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
     del view, run_logs  # the directory (its arrays, ~50 bytes an entry), before D's facts join the index
-    facts = _facts(ix, Spilled(spill))  # D: on two cores
-    return dataclasses.replace(ix, objects=frozen(_untaken(readings, ix.run_logs, facts)), facts=facts)
+    return dataclasses.replace(ix, facts=_facts(ix, Spilled(spill)))  # D: on two cores
 
 
 def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
-                unread: dict, run_logs: RunLogs, ledgers: dict, content: dict, roles: dict, shared: dict) -> None:
+                unread: dict, run_logs: RunLogs, ledgers: dict, content: dict, roles: "_Roles", shared: dict) -> None:
     """An entry that is not an object, inflated, hashed and read into its mapping."""
     if name.startswith("ledgers/"):
         got = _streamed_ledger(pages, view, archive, name)
@@ -289,7 +327,7 @@ def _manifest(view: ZipView):
         data = view.read(MANIFEST)
     except VerificationError as e:
         raise UnreadableBundle(MANIFEST, e.message) from None
-    names = {n: n for n in view.names}
+    names = view.names
     got = _canonical_manifest(data, names)
     if got is not None:
         return got
@@ -309,7 +347,7 @@ _FILES_AT = re.compile(rb'\{"experiments":\[[^\]]*\],(?:"exploratory":true,)?"fi
 _ROW = re.compile(rb'\{"digest":"sha256:([0-9a-f]{64})","path":"([^"\\\x00-\x1f]+)","size":(0|[1-9][0-9]{0,18})\}')
 
 
-def _canonical_manifest(data: bytes, names: dict) -> Manifest | None:
+def _canonical_manifest(data: bytes, names) -> Manifest | None:
     """The manifest of ``data`` with its rows read one at a time, or None when it is not
     in the canonical form (``parse_manifest`` then reads it whole, and says what is wrong).
     Everything but the rows is ``parse_manifest``'s own reading of the manifest without
@@ -317,10 +355,10 @@ def _canonical_manifest(data: bytes, names: dict) -> Manifest | None:
     head = _FILES_AT.match(data)
     if head is None:
         return None
-    paths, digests, sizes, pos = [], bytearray(), array("Q"), head.end()
+    rows, pos = ManifestRows(names), head.end()
     match, end = _ROW.match, len(data)
     while pos < end and data[pos] != 0x5D:  # ]
-        if paths:
+        if len(rows):
             if data[pos] != 0x2C:  # ,
                 return None
             pos += 1
@@ -332,12 +370,9 @@ def _canonical_manifest(data: bytes, names: dict) -> Manifest | None:
             path = path.decode("utf-8")
         except UnicodeDecodeError:
             return None
-        paths.append(names.get(path, path))
-        digests += bytes.fromhex(hexd.decode("ascii"))
-        sizes.append(int(size))
+        rows.add(path, bytes.fromhex(hexd.decode("ascii")), int(size))
         pos = row.end()
     m = parse_manifest(data[:head.end()] + data[pos:])  # the rest, rows aside (an empty list)
-    rows = ManifestRows(paths, bytes(digests), sizes)
     return Manifest(m.experiments, rows, "sha256:" + hashlib.sha256(data).hexdigest(), m.exploratory)
 
 
@@ -371,7 +406,7 @@ def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, logs: li
     length, then the ``marshal``led ``_log_frame``), exactly what this process keeps of a log it
     reads itself; then the objects' roles (``marshal``led), their length (8 bytes) and the
     count of frames (4 bytes, both little-endian)."""
-    out, roles, shared, count = bytearray(), {}, {}, 0
+    out, roles, shared, count = bytearray(), _Roles(view.names), {}, 0
     for i in shares.front():
         name = logs[i]
         try:
@@ -384,7 +419,7 @@ def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, logs: li
         out += _FRAME.pack(len(frame))
         out += frame
         count += 1
-    tail = marshal.dumps(roles)
+    tail = roles.data
     out += tail
     out += _TAIL.pack(len(tail), count)
     return Raw(out)
@@ -412,7 +447,7 @@ def _error_fields(e: VerificationError) -> tuple:
     return (e.path, e.message, e.record)
 
 
-def _worker_logs(got: Raw) -> tuple[dict, int, int]:
+def _worker_logs(got: Raw) -> tuple[bytes, int, int]:
     """(the roles, the count of frames, where the frames end) of ``_run_logs_in_worker``'s
     result. Raises ValueError."""
     data = got.data
@@ -422,14 +457,11 @@ def _worker_logs(got: Raw) -> tuple[dict, int, int]:
     cut = len(data) - _TAIL.size - n
     if cut < 0:
         raise ValueError("truncated")
-    roles = marshal.loads(bytes(memoryview(data)[cut:cut + n]))
-    if type(roles) is not dict:
-        raise ValueError("roles")
-    return roles, count, cut
+    return bytes(memoryview(data)[cut:cut + n]), count, cut
 
 
 def _adopt_logs(logs: list[str], data: bytearray, cut: int, count: int, mine: int, pages: _Pages, view: ZipView,
-                archive: Archive, limits: Limits, digests: dict, unread: dict, run_logs: RunLogs, roles: dict,
+                archive: Archive, limits: Limits, digests: dict, unread: dict, run_logs: RunLogs, roles: "_Roles",
                 shared: dict) -> None:
     """The worker's ``count`` run logs (the first of ``logs``, one frame each in
     ``data[:cut]``) into this process's mappings, but those from ``mine`` on (this process
@@ -473,7 +505,7 @@ def _packed(view: ZipView, archive: Archive, name: str, raw: bytes) -> tuple[Spa
 
 
 def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
-             roles: dict, shared: dict) -> RunLog | VerificationError:
+             roles: "_Roles", shared: dict) -> RunLog | VerificationError:
     """Chain, first and last record, then each body's shape in order (stopping at the first
     ill-typed one) and the digests it references; the objects' roles noted in ``roles``.
     The parsed records are dropped here: a step parses them again from ``packed``."""
@@ -507,7 +539,7 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         ends.append(end)
         if rec.kind == "run.start":  # what it names is read whole
             for digest in _ref_strings(rec.line, rec.body):
-                roles[digest] = roles.get(digest, 0) | _WHOLE
+                roles.note(digest, _WHOLE)
         else:
             _note_roles(rec, roles, sim)
         known = known and rec.kind in RUN
@@ -523,16 +555,16 @@ def _call_params(records: list, shared: dict) -> tuple | None:
                  for line, values, e in got)
 
 
-def _note_roles(rec, roles: dict, sim: bool) -> None:
+def _note_roles(rec, roles: _Roles, sim: bool) -> None:
     body = rec.body
     for key, role in _ROLES.get(rec.kind, ()):
         digest = body.get(key)
         if isinstance(digest, str):
-            roles[digest] = roles.get(digest, 0) | role | (_SIM if sim and role == _REQUEST else 0)
+            roles.note(digest, role | (_SIM if sim and role == _REQUEST else 0))
     if rec.kind == "action" and isinstance(body.get("args"), dict):
         content = body["args"].get("content")
         if isinstance(content, str):
-            roles[content] = roles.get(content, 0)
+            roles.note(content, 0)
 
 
 def _chain(name: str, data: bytes, limits: Limits) -> list:
@@ -801,35 +833,34 @@ def _once(value, shared: dict):
 
 # ------------------------------------------------------------------------------ the objects
 
-def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, digests: dict, unread: dict,
-                  meanwhile) -> dict[str, bytes]:
-    """Every object inflated, hashed and read once, the first ones in a forked worker while
-    this process calls ``meanwhile()``, then reads the last ones (``Shares``)."""
-    shares, mine = Shares(len(names)), []
-    pending = start(_objects_in_worker, pages, view, names, roles, shares, timeout=view.limits.worker_seconds)
+def _read_objects(pages: _Pages, view: ZipView, objects: array, roles: _Roles, digests: dict, unread: dict,
+                  readings: SpilledAt, meanwhile) -> None:
+    """Every object (``objects``: their positions in the zip) inflated, hashed and read once,
+    the first ones in a forked worker while this process calls ``meanwhile()``, then reads
+    the last ones (``Shares``); the readings kept go to ``readings``."""
+    shares, mine = Shares(len(objects)), []
+    pending = start(_objects_in_worker, pages, view, objects, roles, shares, timeout=view.limits.worker_seconds)
     try:
         meanwhile()
-        here = _objects(pages, view, _taking(shares.back(), names, mine), roles)
+        here = _objects(pages, view, _taking(shares.back(), objects, mine), roles)
         there = pending.result(chunked=True)
     finally:
         pending.cancel()
         shares.close()
-    readings: dict[str, bytes] = {}  # ObjectReading's fields, kept()
     try:
         got = _from_worker(there)
         count = len(got[0]) // 64
-        if not len(names) - len(mine) <= count <= len(names):  # one left out, or more than there are
+        if not len(objects) - len(mine) <= count <= len(objects):  # one left out, or more than there are
             raise ValueError("count")
-        _adopt(names[:count], got, digests, unread, readings)
+        _adopt(view, objects[:count], got, digests, unread, readings)
     except (ValueError, TypeError, KeyError, AttributeError):
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
     del there, got  # its bytes, before this process's readings join them
-    _adopt(mine, here, digests, unread, readings)  # the one both took, if any: read alike by both
-    return readings
+    _adopt(view, mine, here, digests, unread, readings)  # the one both took, if any: read alike by both
 
 
-def _taking(taken, names: list[str], mine: list):
-    """The names of the items ``taken`` gives, each noted in ``mine`` as it is taken."""
+def _taking(taken, names, mine: list):
+    """The names (or positions) of the items ``taken`` gives, each noted in ``mine`` as it is taken."""
     for i in taken:
         mine.append(names[i])
         yield names[i]
@@ -838,14 +869,14 @@ def _taking(taken, names: list[str], mine: list):
 _NONE = (1 << 64) - 1  # in the worker's lengths: nothing kept of that object
 
 
-def _objects_in_worker(pages: _Pages, view: ZipView, names: list[str], roles: dict, shares: Shares) -> Raw:
-    """``_objects`` of the ``names`` ``shares`` gives from the front, as bytes, not JSON (the
+def _objects_in_worker(pages: _Pages, view: ZipView, objects: array, roles: _Roles, shares: Shares) -> Raw:
+    """``_objects`` of the ``objects`` ``shares`` gives from the front, as bytes, not JSON (the
     parent never holds them parsed whole): {"count": how many it took, "errors": ...} on one
     line, the SHA-256 hexes, each kept reading's length (``array("Q")``, ``_NONE``: nothing
     kept), then the kept readings one after another."""
-    taken: list[str] = []
-    hexes, errors, kept = _objects(pages, view, _taking(shares.front(), names, taken), roles)
-    got = [kept.get(n) for n in taken]
+    taken: list[int] = []
+    hexes, errors, kept = _objects(pages, view, _taking(shares.front(), objects, taken), roles)
+    got = [kept.get(at) for at in taken]
     out = bytearray(jsonio.dumps({"count": len(taken), "errors": errors}))
     out += b"\n"
     out += hexes.encode("ascii")
@@ -886,22 +917,23 @@ class _Streamed:
         return None if k == _NONE else self.data.read(k)
 
 
-def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> tuple[str, dict, dict]:
+def _objects(pages: _Pages, view: ZipView, objects, roles: _Roles) -> tuple[str, dict, dict]:
     """(the SHA-256 hexes as one string (a fraction of the memory of a list), read errors
-    by entry as dicts, each object's reading as the index keeps it (``_index.kept``))."""
+    by entry name as dicts, each object's reading as the index keeps it (``_index.kept``)
+    by its position)."""
     hexes, errors, kept = [], {}, {}
-    for name in names:
+    for at in objects:
         try:
-            data = pages.read(view, name)
+            data = pages.read_at(view, at)
         except VerificationError as e:
             hexes.append(_UNREAD)
-            errors[name] = e.to_dict()
+            errors[view.names[at]] = e.to_dict()
             continue
-        hexd = hashlib.sha256(data).hexdigest()
-        hexes.append(hexd)
-        got = _reading_of(roles.get("sha256:" + hexd, _WHOLE) if name.endswith(hexd) else _WHOLE, data)
+        sha = hashlib.sha256(data)
+        hexes.append(sha.hexdigest())
+        got = _reading_of(roles.of(at, sha.digest()), data)
         if got is not None:
-            kept[name] = got
+            kept[at] = got
     return "".join(hexes), errors, kept
 
 
@@ -927,22 +959,26 @@ def _reading_of(needs: int, data: bytes) -> bytes | None:
     return kept(tuple(derived) if derived is not None else None, text, whole)
 
 
-def _adopt(names: list[str], got: tuple, digests: dict, unread: dict, readings: dict) -> None:
+def _adopt(view: ZipView, objects, got: tuple, digests: dict, unread: dict, readings: SpilledAt) -> None:
+    """The hexes, errors and readings ``_objects`` (or the worker) gave of ``objects`` (their
+    positions) into the index's mappings: a digest only when the name does not spell it."""
     hexes, errors, kept = got
-    if not isinstance(hexes, str) or len(hexes) != 64 * len(names):
+    if not isinstance(hexes, str) or len(hexes) != 64 * len(objects):
         raise UnreadableBundle("", "a verification worker returned a malformed result")
-    for i, name in enumerate(names):
+    names = view.names
+    for i, at in enumerate(objects):
         hexd = hexes[64 * i:64 * i + 64]
         if hexd != _UNREAD:
-            if name[11:] != hexd:  # else named: not held (_index.Digests)
-                digests[name] = "sha256:" + hexd
+            said = names.digest_at(at)
+            if said is None or said.hex() != hexd:  # else named: not held (_index.Digests)
+                digests[names[at]] = "sha256:" + hexd
     for name, e in errors.items():
         unread[name] = VerificationError(e["path"], e["message"], e["record"])
     by_place = isinstance(kept, _Streamed)
-    for i, name in enumerate(names):  # keyed by the zip's own name string, not the pipe's copy of it
-        got = kept.get(i if by_place else name)
+    for i, at in enumerate(objects):
+        got = kept.get(i if by_place else at)
         if got is not None:
-            readings[name] = got
+            readings.put_at(at, got)
 
 
 # ------------------------------------------------------------------------------ D: per-run facts
@@ -1051,20 +1087,6 @@ def _packed_facts(facts) -> bytes | None:
         return packed_facts(facts)
     except ValueError:  # a value marshal does not take: the steps read the run
         return None
-
-
-def _untaken(readings: dict, run_logs, facts: dict) -> dict:
-    """The readings a step may still read once D took its facts (a new dict: the old one's
-    table is as large as it ever was): not a request's, usage's or reply's that only runs
-    whose step 3 and step 4 facts were taken name (those steps read them only of a run
-    without). An object kept whole stays (catalogs, specs)."""
-    needed = set()
-    for name in run_logs:
-        got = facts.get(name)
-        if (got is None or not all(taken_facts(got)[:2])) and run_logs.is_log(name):
-            refs = run_logs[name].refs
-            needed.update(object_path("sha256:" + refs[i:i + 32].hex()) for i in range(0, len(refs), 32))
-    return {name: got for name, got in readings.items() if name in needed or holds_bytes(got)}
 
 
 def _keep(out: Spilled, name: str, packed: bytes | None) -> None:
