@@ -13,7 +13,7 @@ from benchclaw.formats.records import GENESIS, Record, encode, line_hash
 from benchclaw.verify import _index, verify_bundle
 from benchclaw.verify._errors import UnreadableBundle
 from benchclaw.verify._index import Archive, LedgerLog, Span, ManifestRows, ObjectReading, Rec, holds_bytes, kept, unkept
-from benchclaw.verify._reading import _chain_stream, _kept, _ledger
+from benchclaw.verify._reading import _chain_stream, _ledger, _shared
 from benchclaw.verify.experiment import chain_records
 from benchclaw.verify.manifest import FileEntry, Manifest, build_manifest
 
@@ -168,12 +168,12 @@ def test_a_canonical_manifest_read_row_by_row_is_the_manifest_parsed_whole():
 
 def test_shared_run_record_values_are_equal_and_never_conflate_json_types():
     shared: dict = {}
-    a = _kept(Rec(0, "t", "run.start", {"task": {"id": "x", "n": 1}, "p": {"v": True}, "q": [1.0]}), shared)
-    b = _kept(Rec(0, "t", "run.start", {"task": {"id": "x", "n": 1}, "p": {"v": 1}, "q": [1]}), shared)
-    assert a.body["task"] is b.body["task"]  # the same JSON: held once
-    assert b.body == {"task": {"id": "x", "n": 1}, "p": {"v": 1}, "q": [1]}
-    assert b.body["p"]["v"] is not True and type(b.body["q"][0]) is int  # 1, true and 1.0 stay apart
-    assert a.body["p"]["v"] is True and type(a.body["q"][0]) is float
+    a = _shared({"task": {"id": "x", "n": 1}, "p": {"v": True}, "q": [1.0]}, shared)
+    b = _shared({"task": {"id": "x", "n": 1}, "p": {"v": 1}, "q": [1]}, shared)
+    assert a["task"] is b["task"]  # the same JSON: held once
+    assert b == {"task": {"id": "x", "n": 1}, "p": {"v": 1}, "q": [1]}
+    assert b["p"]["v"] is not True and type(b["q"][0]) is int  # 1, true and 1.0 stay apart
+    assert a["p"]["v"] is True and type(a["q"][0]) is float
 
 
 def test_an_object_reading_kept_marshalled_reads_back_as_its_fields():

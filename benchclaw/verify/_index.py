@@ -340,11 +340,19 @@ class ManifestRows:
         self._names, self._at, self._paths = names, array("i"), {}
         self._slots, self._digests, self._sizes = array("i"), bytearray(), array("Q")
 
-    def add(self, path: str, digest: bytes, size: int) -> None:
-        """A row: ``digest`` its raw SHA-256. Raises OverflowError for a size past 64 bits."""
+    def add(self, path: str, digest: bytes, size: int, named: bool = False, hint: int = -1) -> int:
+        """A row: ``digest`` its raw SHA-256; ``named``: the caller saw that ``path`` is the
+        object entry name that spells it (else this checks); ``hint``: where the entry of
+        that name is likely to be (a manifest lists the entries in the zip's order). Returns
+        the entry's position (-1: none). Raises OverflowError for a size past 64 bits."""
         self._sizes.append(size)
-        said = object_digest(path)
-        at = self._names.find(path) if said is None else self._names.find_digest(said)
+        said = digest if named else object_digest(path)
+        if said is None:
+            at = self._names.find(path)
+        elif hint >= 0 and self._names.digest_at(hint) == said:
+            at = hint
+        else:
+            at = self._names.find_digest(said)
         if at < 0:
             self._paths[len(self._at)] = path
         self._at.append(at)
@@ -353,6 +361,7 @@ class ManifestRows:
         else:
             self._slots.append(len(self._digests) // 32)
             self._digests += digest
+        return at
 
     @classmethod
     def of(cls, rows, names: Sequence[str]) -> "ManifestRows":
@@ -378,10 +387,10 @@ class ManifestRows:
 
 
 def recent_slot() -> list:
-    """What ``Run``s share of the run read last: [its bundle path, its log, its records
-    (None until parsed), its records by kind, the log whose ``run.end`` body is held,
-    that body]."""
-    return [None, None, None, {}, None, None]
+    """What ``Run``s share of the run read last: [its bundle path, its log (None until
+    read), its records (None until parsed), its records by kind, the log whose ``run.end``
+    body is held, that body, its first record when read alone]."""
+    return [None, None, None, {}, None, None, None]
 
 
 @dataclass(frozen=True)
@@ -391,7 +400,8 @@ class Run:
     records are read on first use and kept in ``_recent``, a slot the index shares between
     all its runs: the steps read runs one at a time, so at most one run's log and records
     are held, however many runs the bundle has (reading another run's replaces them). Its
-    ``run.end`` body, unmarshalled on first use, is kept there the same way (``recent_slot``)."""
+    ``run.end`` body, unmarshalled on first use, and its first record read alone, are kept
+    there the same way (``recent_slot``)."""
 
     run_id: str
     path: str
@@ -404,6 +414,8 @@ class Run:
         if slot[0] != self.path:
             slot[:] = recent_slot()  # the old run's log and records go first
             slot[:2] = [self.path, self.logs[self.path]]
+        elif slot[1] is None:  # its first record was read alone
+            slot[1] = self.logs[self.path]
         return slot[1]
 
     @property
@@ -419,9 +431,13 @@ class Run:
         holds every log's first record: steps 7 and 8 read little else of most runs)."""
         slot = self._recent
         if slot[0] == self.path:
-            return slot[1].first
+            return slot[1].first if slot[1] is not None else slot[6]
         first_of = getattr(self.logs, "first_of", None)
-        return self.log.first if first_of is None else first_of(self.path)
+        if first_of is None:
+            return self.log.first
+        slot[:] = recent_slot()  # the old run's log and records go first
+        slot[0], slot[6] = self.path, first_of(self.path)
+        return slot[6]
 
     @property
     def start(self) -> dict:
@@ -658,18 +674,22 @@ def _interned(s):
     return sys.intern(s) if type(s) is str else s
 
 
+_VALUES = 1024  # first-record values ``RunLogs`` reads as one object (the first ones met)
+
+
 class RunLogs(Mapping):
     """runs/... entry -> its ``RunLog`` (or the error its parse stopped at), read-only once
-    the reading stage has filled it. A log's first record is held (its values shared with
-    the other runs', and step 6 holds every run's); the rest of it, a couple of kilobytes,
-    lies in a ``Spill`` and is made a ``RunLog`` again each time it is asked for. A log with
-    a value ``marshal`` does not take (an exception other than a ``VerificationError``) is
-    held as it is."""
+    the reading stage has filled it. A log, its first record with it, a couple of kilobytes,
+    lies in a ``Spill`` and is made a ``RunLog`` again each time it is asked for (its first
+    record alone by ``first_of``: no step holds every run's). A log whose first record
+    ``marshal`` does not take holds that record; one with another value marshal does not
+    take (an exception other than a ``VerificationError``) is held as it is."""
 
-    __slots__ = ("_spill", "_archive", "_at")
+    __slots__ = ("_spill", "_archive", "_at", "_values")
 
     def __init__(self, spill: Spill, archive: Archive):
         self._spill, self._archive, self._at = spill, archive, {}
+        self._values: dict[bytes, object] = {}  # a first record's body value, by its marshal bytes
 
     def put(self, name: str, log) -> None:
         data = packed_log(log) if isinstance(log, RunLog) else None
@@ -680,17 +700,48 @@ class RunLogs(Mapping):
 
     def put_packed(self, name: str, first: Rec | None, data: bytes) -> None:
         """A ``RunLog`` given as its first record and ``packed_log``'s bytes of it."""
-        self._at[name] = (first, self._spill.put(data) << 32 | len(data))
+        try:
+            packed = None if first is None else \
+                (first.seq, first.at, first.kind, tuple((k, marshal.dumps(v)) for k, v in first.body.items()))
+            both = marshal.dumps((packed, data))
+        except ValueError:
+            self._at[name] = (first, self._spill.put(data) << 32 | len(data))
+            return
+        self._at[name] = self._spill.put(both) << 32 | len(both)
+
+    def _spilled(self, at: int) -> tuple[Rec | None, bytes]:
+        """(the first record, ``packed_log``'s bytes) ``put_packed`` spilled at ``at``."""
+        first, data = marshal.loads(self._spill.get(at >> 32, at & 0xFFFFFFFF))
+        return self._first(first), data
+
+    def _first(self, packed: tuple | None) -> Rec | None:
+        """A first record as ``put_packed`` spilled it, its body's values read as the same
+        objects each time they are equal (the catalog, task, prices... every ``run.start``
+        repeats: a step may key what it recomputes by them; ``_VALUES`` of them at most)."""
+        if packed is None:
+            return None
+        seq, at, kind, items = packed
+        values, body = self._values, {}
+        for key, raw in items:
+            value = values.get(raw)
+            if value is None:
+                value = marshal.loads(raw)
+                if len(values) < _VALUES:
+                    values[raw] = value
+            body[key] = value
+        return Rec(seq, at, kind, body)
 
     def is_log(self, name: str) -> bool:
         """Whether ``name`` holds a ``RunLog`` (not the error its parse stopped at), told
         without making it again."""
         got = self._at[name]
-        return type(got) is tuple or isinstance(got, RunLog)
+        return type(got) is int or type(got) is tuple or isinstance(got, RunLog)
 
     def first_of(self, name: str) -> Rec | None:
         """Log ``name``'s first record, the rest of it left in the spill (None for an error)."""
         got = self._at[name]
+        if type(got) is int:
+            return self._spilled(got)[0]
         if type(got) is tuple:
             return got[0]
         return got.first if isinstance(got, RunLog) else None
@@ -703,6 +754,9 @@ class RunLogs(Mapping):
 
     def __getitem__(self, name: str):
         got = self._at[name]
+        if type(got) is int:
+            first, data = self._spilled(got)
+            return _log_of(first, marshal.loads(data), self._archive)
         if type(got) is not tuple:
             return got
         first, at = got

@@ -252,7 +252,7 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     unread: dict[str, VerificationError] = {}
     run_logs, ledgers, content = RunLogs(spill, archive), {}, {}
     roles = _Roles(view.names)  # what the run records need of each object (_ROLES)
-    shared: dict = {}  # the values the kept run.start and run.end records share (_shared)
+    shared: dict = {}  # the values the run logs' call params share (_shared)
     objects = array("i", view.names.positions_under("objects/"))
     logs = [n for _, n in view.names.under("runs/")]
     shares = Shares(len(logs))
@@ -355,7 +355,7 @@ def _canonical_manifest(data: bytes, names) -> Manifest | None:
     head = _FILES_AT.match(data)
     if head is None:
         return None
-    rows, pos = ManifestRows(names), head.end()
+    rows, pos, at = ManifestRows(names), head.end(), -1
     match, end = _ROW.match, len(data)
     while pos < end and data[pos] != 0x5D:  # ]
         if len(rows):
@@ -367,10 +367,12 @@ def _canonical_manifest(data: bytes, names) -> Manifest | None:
             return None
         hexd, path, size = row.groups()
         try:
-            path = path.decode("utf-8")
+            text = path.decode("utf-8")
         except UnicodeDecodeError:
             return None
-        rows.add(path, bytes.fromhex(hexd.decode("ascii")), int(size))
+        # an object entry's name spelling the row's digest (``_zip.object_digest``, on the bytes)
+        named = len(path) == 75 and path[11:] == hexd and path[:11] == b"objects/" + hexd[:2] + b"/"
+        at = rows.add(text, bytes.fromhex(hexd.decode("ascii")), int(size), named, at + 1)
         pos = row.end()
     m = parse_manifest(data[:head.end()] + data[pos:])  # the rest, rows aside (an empty list)
     return Manifest(m.experiments, rows, "sha256:" + hashlib.sha256(data).hexdigest(), m.exploratory)
@@ -465,8 +467,8 @@ def _adopt_logs(logs: list[str], data: bytearray, cut: int, count: int, mine: in
                 shared: dict) -> None:
     """The worker's ``count`` run logs (the first of ``logs``, one frame each in
     ``data[:cut]``) into this process's mappings, but those from ``mine`` on (this process
-    read them too), their first records' values held once with this process's (as
-    ``_kept`` holds them); a log it handed back is read here."""
+    read them too), each spilled with its first record (``RunLogs.put_packed``); a log it
+    handed back is read here."""
     if count < mine or count > len(logs):
         raise UnreadableBundle("", "a verification worker returned a malformed result")
     try:
@@ -487,7 +489,7 @@ def _adopt_logs(logs: list[str], data: bytearray, cut: int, count: int, mine: in
                 run_logs.put(name, VerificationError(*rest[0]))
             elif kind == "log":
                 first, data = rest
-                run_logs.put_packed(name, None if first is None else _kept(Rec(*first), shared), data)
+                run_logs.put_packed(name, None if first is None else Rec(*first), data)
             else:
                 raise ValueError("kind")
     except (ValueError, TypeError, EOFError):
@@ -515,7 +517,7 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         records = _chain(name, data, limits)
     except VerificationError as e:
         return e
-    first, last = (_kept(records[0], shared), packed_rec(_compact(records[-1:])[0])) if records else (None, None)
+    first, last = (_compact(records[:1])[0], packed_rec(_compact(records[-1:])[0])) if records else (None, None)
 
     def log(bad_line=0, bad=None, refs=b"", ends=(), fault=None, known=False) -> RunLog:
         return RunLog(*packed, len(records), first, last, bad_line, bad, refs, array("I", ends), fault,
@@ -650,16 +652,6 @@ def _compact(records: list) -> tuple[Rec, ...]:
     """The records without their line bytes and links, once the chain and references are
     checked: no step reads them, and they are the file's size again."""
     return tuple(Rec(r.seq, r.at, r.kind, r.body) for r in records)
-
-
-def _kept(rec, shared: dict) -> Rec:
-    """A run's first or last record as the index keeps it: its body's values that equal one
-    an earlier run's record had (the catalog, task, profile, settings and prices each
-    ``run.start`` repeats, the strings of its policy) are that value, held once for the
-    bundle instead of once a run, and so are its keys (a record the worker read comes
-    unmarshalled: its keys are its own). They are read-only, as the whole index is."""
-    return Rec(rec.seq, rec.at, _shared(rec.kind, shared),
-               {_shared(k, shared): _shared(v, shared) for k, v in rec.body.items()})
 
 
 def _shared(value, shared: dict, depth: int = 0):
