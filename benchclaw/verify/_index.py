@@ -5,13 +5,13 @@ hand each other what they accepted: step 2 the runs, step 4 the calls' costs), n
 zip. What the index keeps of an entry is what some step reads of it, and no more:
 
 - every entry: its size and SHA-256, or the error that kept it from being read;
-- a run log (spilled, ``RunLogs``, but its first record): where its bytes lie in the zip (read again, and checked against the BLAKE2b
+- a run log (spilled with its first record, ``RunLogs``): where its bytes lie in the zip (read again, and checked against the BLAKE2b
   taken when they were hashed, when a step asks), its first and last record, the digests
   its records reference, or the error its parse stopped at (``RunLog``). Its records are
   parsed again from those bytes when a step asks (``RunLog.records``), never all held at
   once: at 20,000 runs they would be a gigabyte;
 - an object: its digest; a request's or raw usage blob's reading (``_costs.derive``); a
-  reply's text (each kept ``marshal``led, an ``ObjectReading`` again when a step asks); the bytes of the few objects read whole (catalogs, specs, task listings),
+  reply's text (each kept ``marshal``led and spilled, ``SpilledAt``, an ``ObjectReading`` again when a step asks); the bytes of the few objects read whole (catalogs, specs, task listings),
   and of one no reading could be taken of (the step that needs it reports why). Requests,
   observations, written contents and artifacts are not kept: the steps compare what they
   recompute with the object's digest;

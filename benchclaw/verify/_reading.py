@@ -29,18 +29,20 @@ D. each run's records are parsed once more and the per-run functions of steps 3,
    is kept (``RunFacts``, marshalled); where a function raised, nothing is kept and the
    step reads the run itself and reports it (so its messages, and which step fails
    first, are the step's own). Without this, each of those steps parsed every run again.
-   Then the readings only those steps would read of a run without facts are dropped.
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
 walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
 page cache, out of this process's resident set); a ledger is inflated, hashed and chain-checked a
 megabyte at a time (never held whole); a run log's and a ledger's records are
 dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
-again with ``pread`` when a step parses them); the values the runs' first and last records
-repeat are held once, the last record marshalled; the manifest's rows and the objects'
-readings are kept in compact forms, the per-run facts, each run log but its first record and each journal's run records spilled to
-an unlinked temporary file (``Spill``, ``RunLogs``, ``Journal``) and read back with ``pread``; an object's bytes are dropped once hashed unless a step
-reads them (``_index``); the zip's directory (arrays: ``_zip``) is dropped before D. GC
+again with ``pread`` when a step parses them); an object entry's name is kept as the 32
+bytes it spells (``_zip.Names``), and what this stage notes of an object (its roles, its
+manifest row, its reading) by the entry's position, never by a name string; the objects'
+readings, the per-run facts, each run log with its first record and each journal's run
+records are spilled to an unlinked temporary file (``Spill``, ``SpilledAt``, ``RunLogs``,
+``Journal``) and read back with ``pread``; an object's bytes are dropped once hashed unless
+a step reads them (``_index``); the zip's directory (arrays: ``_zip``) but its names is
+dropped before D. GC
 tactics: the collector is off for the whole ``with`` (the index holds millions of acyclic
 records, built here and read by every step).
 
