@@ -978,43 +978,55 @@ def _adopt(view: ZipView, objects, got: tuple, digests: dict, unread: dict, read
 # ------------------------------------------------------------------------------ D: per-run facts
 
 def _facts(ix: Index, out: Spilled) -> Spilled:
-    """Each run log's ``RunFacts`` (marshalled, into ``out``), the first runs taken in a
-    forked worker while this process takes the last ones (``Shares``)."""
+    """Each run log's ``RunFacts`` (marshalled, into ``out``), taken by two forked workers,
+    one from the first run and one from the last (``Shares``), while this process waits:
+    the records each run's facts are taken from are parsed there, never in this process's
+    heap, where the index lives (what was freed between its values would stay resident)."""
     from . import _checks, _costs, _summary  # noqa: F401 - the steps' modules (and the checks, sqlite3...),
-    # imported here, before the fork, so that the worker inherits them rather than import them again
+    # imported here, before the fork, so that the workers inherit them rather than import them again
     names = [n for n in ix.run_logs if ix.run_logs.is_log(n) and RUN_PATH.match(n)]
-    shares, mine = Shares(len(names)), []
-    pending = start(_facts_in_worker, ix, names, shares, timeout=ix.limits.worker_seconds)
+    shares = Shares(len(names))
+    front = start(_facts_in_worker, ix, names, shares, False, timeout=ix.limits.worker_seconds)
+    back = start(_facts_in_worker, ix, names, shares, True, timeout=ix.limits.worker_seconds)
     try:
-        for name, facts in _taken(ix, _taking(shares.back(), names, mine)):  # now, while the worker takes the first
-            _keep(out, name, _packed_facts(facts))
-        there = pending.result()
+        firsts, lasts = front.result(), back.result()
     finally:
-        pending.cancel()
+        front.cancel()
+        back.cancel()
         shares.close()
     try:
-        count = _FRAME.unpack_from(there.data, len(there.data) - 4)[0] if len(there.data) >= 4 else -1
-        if not len(names) - len(mine) <= count <= len(names):  # one left out, or more than there are
+        got = [(_count(firsts), firsts), (_count(lasts), lasts)]
+        if got[0][0] + got[1][0] < len(names):  # one left out
             raise ValueError("count")
-        for name, packed in zip(names[:count], _frames(memoryview(there.data)[:-4], count), strict=True):
-            if name not in out:  # the one both took, if any: taken alike by both
-                _keep(out, name, packed)
+        for (count, there), taken in zip(got, (names[:got[0][0]], names[::-1][:got[1][0]])):
+            for name, packed in zip(taken, _frames(memoryview(there.data)[:-4], count), strict=True):
+                if name not in out:  # the one both took, if any: taken alike by both
+                    _keep(out, name, packed)
     except ValueError:
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
     return out
+
+
+def _count(there: Raw) -> int:
+    """How many frames a ``_facts_in_worker`` result holds (its last 4 bytes). Raises ValueError."""
+    data = there.data
+    if len(data) < 4:
+        raise ValueError("truncated")
+    return _FRAME.unpack_from(data, len(data) - 4)[0]
 
 
 _FRAME = struct.Struct("<I")  # a frame's length; _NO_FACTS for a run with none
 _NO_FACTS = 0xFFFFFFFF
 
 
-def _facts_in_worker(ix: Index, names: list[str], shares: Shares) -> Raw:
-    """``_packed_facts`` of each run's ``_taken`` that ``shares`` gives from the front, one
-    frame a run: its length (4 bytes, little-endian; ``_NO_FACTS``: none), then the
-    marshalled facts, exactly what the parent keeps of a run it takes itself (no JSON
-    written here and parsed there); then the count of frames (4 bytes)."""
+def _facts_in_worker(ix: Index, names: list[str], shares: Shares, from_back: bool) -> Raw:
+    """``_packed_facts`` of each run's ``_taken`` that ``shares`` gives from the front (or,
+    ``from_back``, from the back: the frames then come last run first), one frame a run:
+    its length (4 bytes, little-endian; ``_NO_FACTS``: none), then the marshalled facts,
+    exactly what the parent keeps (no JSON written here and parsed there); then the count
+    of frames (4 bytes)."""
     out, count = bytearray(), 0
-    for _, facts in _taken(ix, (names[i] for i in shares.front())):
+    for _, facts in _taken(ix, (names[i] for i in (shares.back() if from_back else shares.front()))):
         packed = _packed_facts(facts)
         if packed is None:
             out += _FRAME.pack(_NO_FACTS)
