@@ -92,6 +92,7 @@ _KEPT_PARAMS = 16           # distinct call params a run log keeps for step 7 (m
 _RELEASE_BYTES = 8 << 20    # archive bytes between two hand-backs of mapped pages (they count as resident)
 _STORED = 0                 # a zip entry's method: stored as it is (else deflated)
 _UNREAD = "-" * 64          # the worker's digest of an entry it could not inflate
+_UNREAD_ASCII = _UNREAD.encode("ascii")
 
 # What the steps read of an object, by the fields of the run records that name it (the
 # needs of every field naming it, or-ed): a request or raw usage, its ``derive`` reading; a
@@ -836,7 +837,8 @@ def _read_objects(pages: _Pages, view: ZipView, objects: array, roles: _Roles, d
     pending = start(_objects_in_worker, pages, view, objects, roles, shares, timeout=view.limits.worker_seconds)
     try:
         meanwhile()
-        here = _objects(pages, view, _taking(shares.back(), objects, mine), roles)
+        kept: dict[int, bytes] = {}
+        here = (*_objects(pages, view, _taking(shares.back(), objects, mine), roles, kept.__setitem__), kept)
         there = pending.result(chunked=True)
     finally:
         pending.cancel()
@@ -869,16 +871,23 @@ def _objects_in_worker(pages: _Pages, view: ZipView, objects: array, roles: _Rol
     line, the SHA-256 hexes, each kept reading's length (``array("Q")``, ``_NONE``: nothing
     kept), then the kept readings one after another."""
     taken: list[int] = []
-    hexes, errors, kept = _objects(pages, view, _taking(shares.front(), objects, taken), roles)
-    got = [kept.get(at) for at in taken]
+    lengths, readings = array("Q"), bytearray()  # appended to as each object is read: never copied
+
+    def keep(at: int, got: bytes) -> None:
+        lengths[-1] = len(got)
+        readings.extend(got)
+
+    def taking():
+        for at in _taking(shares.front(), objects, taken):
+            lengths.append(_NONE)
+            yield at
+
+    hexes, errors = _objects(pages, view, taking(), roles, keep)
     out = bytearray(jsonio.dumps({"count": len(taken), "errors": errors}))
     out += b"\n"
     out += hexes.encode("ascii")
-    out += array("Q", (_NONE if k is None else len(k) for k in got)).tobytes()
-    for k in got:
-        if k is not None:
-            out += k
-    return Raw(out)
+    out += lengths.tobytes()
+    return Raw(out, (readings,))
 
 
 def _from_worker(got: Raw) -> tuple[str, dict, "_Streamed"]:
@@ -911,24 +920,23 @@ class _Streamed:
         return None if k == _NONE else self.data.read(k)
 
 
-def _objects(pages: _Pages, view: ZipView, objects, roles: _Roles) -> tuple[str, dict, dict]:
-    """(the SHA-256 hexes as one string (a fraction of the memory of a list), read errors
-    by entry name as dicts, each object's reading as the index keeps it (``_index.kept``)
-    by its position)."""
-    hexes, errors, kept = [], {}, {}
+def _objects(pages: _Pages, view: ZipView, objects, roles: _Roles, keep) -> tuple[str, dict]:
+    """(the SHA-256 hexes as one string, read errors by entry name as dicts); each object's
+    reading as the index keeps it (``_index.kept``) handed to ``keep(its position, it)``."""
+    hexes, errors = bytearray(), {}
     for at in objects:
         try:
             data = pages.read_at(view, at)
         except VerificationError as e:
-            hexes.append(_UNREAD)
+            hexes += _UNREAD_ASCII
             errors[view.names[at]] = e.to_dict()
             continue
         sha = hashlib.sha256(data)
-        hexes.append(sha.hexdigest())
+        hexes += sha.hexdigest().encode("ascii")
         got = _reading_of(roles.of(at, sha.digest()), data)
         if got is not None:
-            kept[at] = got
-    return "".join(hexes), errors, kept
+            keep(at, got)
+    return hexes.decode("ascii"), errors
 
 
 def _reading_of(needs: int, data: bytes) -> bytes | None:
