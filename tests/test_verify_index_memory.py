@@ -308,3 +308,49 @@ def test_a_journal_with_its_runs_spilled_reads_as_its_records():
             journal[4]
     finally:
         spill.close()
+
+
+def test_a_canonical_manifest_read_a_piece_at_a_time_is_the_manifest_parsed_whole(monkeypatch):
+    """The reading stage inflates the manifest a piece at a time and reads its rows as they
+    come, rows cut across pieces; a row longer than it looks ahead is parsed whole."""
+    from benchclaw.verify import _reading
+    from benchclaw.verify.manifest import parse_manifest
+
+    monkeypatch.setattr(_reading, "_ROW_BYTES", 300)
+    files = {f"tasks/t{i}/file-{i}.txt": b"x" * i for i in range(40)}
+    files["VERSION"] = b"1"
+    data = build_manifest([EXP], files).to_bytes()
+    whole = parse_manifest(data)
+    for size in (1, 7, 100, 1000, len(data)):
+        got = _reading._canonical_manifest((data[i:i + size] for i in range(0, len(data), size)), _names([]))
+        assert got is not None and list(got.files) == list(whole.files) and got.digest == whole.digest
+    long = build_manifest([EXP], {"a/" + "b" * 400: b"1"}).to_bytes()
+    assert _reading._canonical_manifest((long[i:i + 100] for i in range(0, len(long), 100)), _names([])) is None
+    assert list(_reading._canonical_manifest(iter([long]), _names([])).files) == list(parse_manifest(long).files)
+
+
+@pytest.mark.parametrize("stored", [True, False])
+def test_an_entry_inflated_from_pieces_is_the_entry_inflated_whole(monkeypatch, stored):
+    import zlib
+
+    from benchclaw.verify import _reading
+
+    monkeypatch.setattr(_reading, "_PIECE", 500)
+    data = ledger_bytes(50)
+    packed = data if stored else _deflate(data)
+    for size in (1, 333, len(packed)):
+        pieces = [packed[i:i + size] for i in range(0, len(packed), size)]
+        assert b"".join(_reading._inflated(iter(pieces), stored, len(data))) == data
+    with pytest.raises(_reading._Broken):
+        list(_reading._inflated(iter([packed]), stored, len(data) - 1))  # past its size
+    if not stored:
+        for bad in (packed[:-5], packed + b"x"):  # truncated, extra bytes
+            with pytest.raises(_reading._Broken):
+                list(_reading._inflated(iter([bad]), stored, len(data)))
+
+
+def _deflate(data: bytes) -> bytes:
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush()

@@ -51,7 +51,7 @@ from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "Journal", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
            "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "recent_slot",
-           "packed_facts", "taken_facts", "Spill", "Spilled", "SpilledAt", "RunLogs", "held_records", "packed_log"]
+           "packed_facts", "taken_facts", "Spill", "Spilled", "SpilledAt", "RunLogs", "SEALED", "seal", "held_records", "packed_log"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -105,6 +105,12 @@ class Archive:
 
 
 _PIECE = 1 << 20  # bytes of a span sealed apart (a step reads a long one again a piece at a time)
+SEALED = _PIECE  # (a ``Span``'s seal is the ``seal`` of each piece of this many bytes, one after another)
+
+
+def seal(raw: bytes) -> bytes:
+    """``Span.seal`` of ``raw``: one 16-byte BLAKE2b a ``SEALED`` bytes (``Archive.span``)."""
+    return _seal(raw)
 
 
 def _seal(raw: bytes) -> bytes:

@@ -77,8 +77,8 @@ from ..formats.records import (ENVELOPE_VERSION, GENESIS, MAX_LINE_BYTES, blob_r
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
-from ._index import (ENVELOPE, Archive, Digests, Index, Journal, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
-                     Spilled, SpilledAt, packed_log, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot)
+from ._index import (ENVELOPE, SEALED, Archive, Digests, Index, Journal, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
+                     Spilled, SpilledAt, packed_log, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot, seal)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, Shares, start
 from ._zip import Limits, ZipView
@@ -326,14 +326,17 @@ def _manifest(view: ZipView):
         raise UnreadableBundle("", f"not a BenchClaw bundle: no {MANIFEST}")
     if view.usize(MANIFEST) > _MANIFEST_LIMIT:
         raise UnreadableBundle(MANIFEST, f"larger than {_MANIFEST_LIMIT} bytes")
-    try:
+    names = view.names
+    try:  # inflated a piece at a time: 40 MB at 20,000 runs, never held whole
+        got = _canonical_manifest(_manifest_pieces(view), names)
+    except _Broken:
+        got = None
+    if got is not None:
+        return got
+    try:  # not canonical, or a corrupt entry: read whole, which says what is wrong
         data = view.read(MANIFEST)
     except VerificationError as e:
         raise UnreadableBundle(MANIFEST, e.message) from None
-    names = view.names
-    got = _canonical_manifest(data, names)
-    if got is not None:
-        return got
     m = parse_manifest(data)
     del data
     try:
@@ -343,29 +346,61 @@ def _manifest(view: ZipView):
     return Manifest(m.experiments, rows, m.digest, m.exploratory)
 
 
+def _manifest_pieces(view: ZipView):
+    """The manifest's bytes inflated a ``_PIECE`` at a time; ``_Broken`` after the last one
+    when their CRC-32 or length is not the header's (or at a corrupt deflate stream)."""
+    i = view.index(MANIFEST)
+    start, usize = view.data_offsets[i], view.usizes[i]
+    raw = view.data[start:start + view.csizes[i]]  # as the zip holds it (deflated: a quarter of the size)
+    crc, n = 0, 0
+    for piece in _inflated(raw, view.methods[i] == _STORED, usize):
+        crc, n = zlib.crc32(piece, crc), n + len(piece)
+        yield piece
+    if crc != view.crcs[i] or n != usize:
+        raise _Broken()
+
+
 # A manifest as ``benchclaw export`` writes it (canonical JSON: keys sorted, no spaces): its
 # rows are read one at a time, straight into ``ManifestRows``, where parsing it whole held
 # every row as a dict of three strings (40 bytes of JSON become 700 of objects).
 _FILES_AT = re.compile(rb'\{"experiments":\[[^\]]*\],(?:"exploratory":true,)?"files":\[')
 _ROW = re.compile(rb'\{"digest":"sha256:([0-9a-f]{64})","path":"([^"\\\x00-\x1f]+)","size":(0|[1-9][0-9]{0,18})\}')
+_ROW_BYTES = 4096  # bytes of a canonical row at most, when read a piece at a time (a longer one: parsed whole)
 
 
-def _canonical_manifest(data: bytes, names) -> Manifest | None:
-    """The manifest of ``data`` with its rows read one at a time, or None when it is not
-    in the canonical form (``parse_manifest`` then reads it whole, and says what is wrong).
-    Everything but the rows is ``parse_manifest``'s own reading of the manifest without
-    them; each row matched is one it accepts (a path, a ``sha256:<hex>``, a size)."""
-    head = _FILES_AT.match(data)
+def _canonical_manifest(data, names) -> Manifest | None:
+    """The manifest of ``data`` (its bytes, or an iterable of pieces of them) with its rows
+    read one at a time, or None when it is not in the canonical form (``parse_manifest``
+    then reads it whole, and says what is wrong). Everything but the rows is
+    ``parse_manifest``'s own reading of the manifest without them; each row matched is one
+    it accepts (a path, a ``sha256:<hex>``, a size)."""
+    sha = hashlib.sha256()
+    feed = _hashed((data,) if isinstance(data, (bytes, bytearray)) else data, sha)
+    buf = next(feed, b"")
+    head = _FILES_AT.match(buf)
+    while head is None and len(buf) < (1 << 20):  # the experiments' list, in the first megabyte
+        piece = next(feed, b"")
+        if not piece:
+            break
+        buf += piece
+        head = _FILES_AT.match(buf)
     if head is None:
         return None
-    rows, pos, at = ManifestRows(names), head.end(), -1
-    match, end = _ROW.match, len(data)
-    while pos < end and data[pos] != 0x5D:  # ]
+    before, rows, pos, at, done = buf[:head.end()], ManifestRows(names), head.end(), -1, False
+    match = _ROW.match
+    while True:
+        if not done and len(buf) - pos < _ROW_BYTES:  # a whole row ahead, unless at the end
+            piece = next(feed, b"")
+            done = not piece
+            buf, pos = buf[pos:] + piece, 0
+            continue
+        if pos >= len(buf) or buf[pos] == 0x5D:  # ]
+            break
         if len(rows):
-            if data[pos] != 0x2C:  # ,
+            if buf[pos] != 0x2C:  # ,
                 return None
             pos += 1
-        row = match(data, pos)
+        row = match(buf, pos)
         if row is None:
             return None
         hexd, path, size = row.groups()
@@ -377,8 +412,16 @@ def _canonical_manifest(data: bytes, names) -> Manifest | None:
         named = len(path) == 75 and path[11:] == hexd and path[:11] == b"objects/" + hexd[:2] + b"/"
         at = rows.add(text, bytes.fromhex(hexd.decode("ascii")), int(size), named, at + 1)
         pos = row.end()
-    m = parse_manifest(data[:head.end()] + data[pos:])  # the rest, rows aside (an empty list)
-    return Manifest(m.experiments, rows, "sha256:" + hashlib.sha256(data).hexdigest(), m.exploratory)
+    rest = buf[pos:] + b"".join(feed)
+    m = parse_manifest(before + rest)  # the rest, rows aside (an empty list)
+    return Manifest(m.experiments, rows, "sha256:" + sha.hexdigest(), m.exploratory)
+
+
+def _hashed(pieces, sha):
+    """``pieces``, each fed to ``sha`` as it is handed on."""
+    for piece in pieces:
+        sha.update(piece)
+        yield piece
 
 
 def _inflate(pages: _Pages, view: ZipView, name: str, digests: dict, unread: dict) -> tuple[bytes | None, bytes | None]:
@@ -703,11 +746,17 @@ def _streamed_ledger(pages: _Pages, view: ZipView, archive: Archive, name: str) 
     runs), never held whole. None at any defect, of its zip entry or of its chain: the
     whole entry is then read as any other, which says what is wrong."""
     e = view.entry(name)
-    raw = view.data[e.data_offset:e.end]  # as the zip holds it (deflated: a fifth of the size)
-    sha, sums = hashlib.sha256(), [0, 0]  # CRC-32, bytes
+    sha, sums, seals = hashlib.sha256(), [0, 0], bytearray()  # CRC-32, bytes; the Span's seal
+
+    def deflated():  # as the zip holds it (deflated: a fifth of the size), a sealed piece at a time
+        for at in range(e.data_offset, e.end, SEALED):
+            piece = view.data[at:min(at + SEALED, e.end)]
+            seals.extend(seal(piece))
+            pages.walked(len(piece))
+            yield piece
 
     def pieces():
-        for piece in _inflated(raw, e.method == _STORED, e.usize):
+        for piece in _inflated(deflated(), e.method == _STORED, e.usize):
             sha.update(piece)
             sums[0], sums[1] = zlib.crc32(piece, sums[0]), sums[1] + len(piece)
             yield piece
@@ -716,34 +765,48 @@ def _streamed_ledger(pages: _Pages, view: ZipView, archive: Archive, name: str) 
         count, first, last, earliest = _chain_stream(name, pieces())
     except (BenchClawError, _Broken):
         return None
-    pages.walked(e.csize)
-    if sums != [e.crc, e.usize]:
+    if sums != [e.crc, e.usize] or len(seals) != 16 * -(-e.csize // SEALED):
         return None
-    return LedgerLog(archive.span(e.data_offset, raw), e.method == _STORED, count, first, last, earliest), \
-        "sha256:" + sha.hexdigest()
+    return LedgerLog(Span(archive, e.data_offset, e.csize, bytes(seals)), e.method == _STORED, count, first, last,
+                     earliest), "sha256:" + sha.hexdigest()
 
 
-def _inflated(raw: bytes, stored: bool, usize: int):
-    """``raw``'s bytes inflated, a ``_PIECE`` at most at a time; ``_Broken`` past ``usize``
-    bytes, or at a corrupt, truncated or overlong deflate stream."""
-    if stored:
-        yield from (raw[at:at + _PIECE] for at in range(0, len(raw), _PIECE))
-        return
-    d, tail, n = zlib.decompressobj(-15), raw, 0
-    while not d.eof:
+def _inflated(raw, stored: bool, usize: int):
+    """``raw``'s bytes (or an iterable of pieces of them) inflated, a ``_PIECE`` at most at a
+    time, the input fed a piece at a time too (never the rest of it copied as a tail);
+    ``_Broken`` past ``usize`` bytes, or at a corrupt, truncated or overlong deflate stream."""
+    pieces = (raw,) if isinstance(raw, (bytes, bytearray, memoryview)) else raw
+    d, n = (None if stored else zlib.decompressobj(-15)), 0
+    for piece in pieces:
+        view = memoryview(piece)
+        for at in range(0, len(view), _PIECE):
+            chunk = view[at:at + _PIECE]
+            while chunk:
+                if d is None:
+                    out, chunk = bytes(chunk), b""
+                else:
+                    if d.eof:
+                        raise _Broken()  # bytes after the end of the stream
+                    try:
+                        out = d.decompress(chunk, _PIECE)
+                    except zlib.error:
+                        raise _Broken() from None
+                    chunk = d.unconsumed_tail
+                n += len(out)
+                if n > usize:
+                    raise _Broken()
+                if out:
+                    yield out
+    if d is not None:
         try:
-            out = d.decompress(tail, _PIECE)
+            out = d.flush()  # what the last input left pending
         except zlib.error:
             raise _Broken() from None
-        tail = d.unconsumed_tail
-        if not out and not tail:
-            raise _Broken()  # truncated
         n += len(out)
-        if n > usize:
-            raise _Broken()
-        yield out
-    if d.unused_data or tail:
-        raise _Broken()
+        if n > usize or not d.eof or d.unused_data:
+            raise _Broken()  # past the size, truncated, or followed by extra bytes
+        if out:
+            yield out
 
 
 _PIECE = 1 << 20  # inflated bytes of a ledger handled at a time
