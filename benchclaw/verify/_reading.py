@@ -23,17 +23,18 @@ C. each experiment's journal is merged and shape-checked (its records kept as ``
    records), in A, while the worker reads run logs;
 D. each run's records are parsed once more and the per-run functions of steps 3, 4 and 6
    (``per_run`` in ``_checks``, ``_costs``, ``_summary``: pure, on that run alone) are
-   taken on them, a forked worker taking some runs and
-   returning each run's facts as this process keeps them (marshalled, in length-prefixed
-   frames: nothing for it to parse), this process the rest. What a run holds
+   taken on them by two forked workers, one from the first run and one from the last,
+   while this process waits (the records they parse never fragment the heap the index
+   lives in), each returning each run's facts as this process keeps them (marshalled, in
+   length-prefixed frames: nothing for it to parse). What a run holds
    is kept (``RunFacts``, marshalled); where a function raised, nothing is kept and the
    step reads the run itself and reports it (so its messages, and which step fails
    first, are the step's own). Without this, each of those steps parsed every run again.
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
 walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
-page cache, out of this process's resident set); a ledger is inflated, hashed and chain-checked a
-megabyte at a time (never held whole); a run log's and a ledger's records are
+page cache, out of this process's resident set); the manifest is inflated and its rows read,
+and a ledger inflated, hashed and chain-checked, a megabyte at a time (never held whole); a run log's and a ledger's records are
 dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
 again with ``pread`` when a step parses them); an object entry's name is kept as the 32
 bytes it spells (``_zip.Names``), and what this stage notes of an object (its roles, its
