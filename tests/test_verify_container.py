@@ -210,3 +210,15 @@ def test_names_equal_but_for_case_collide_on_the_plain_name_shortcut_too():
 
     with pytest.raises(UnreadableBundle, match="differs only by case"):
         ZipView(raw_zip([RawEntry(b"tasks/a/x", b"1"), RawEntry(b"tasks/A/x", b"2")]))
+
+
+@pytest.mark.parametrize("second", ["objects/AB/ab" + "c" * 62, "objects/ab/AB" + "C" * 62, "objects/ab/ab" + "c" * 62])
+@pytest.mark.parametrize("object_first", [True, False])
+def test_an_object_entry_name_kept_as_its_digest_still_collides_with_a_name_equal_but_for_case(second, object_first):
+    from benchclaw.verify._errors import UnreadableBundle
+
+    first = b"objects/ab/ab" + b"c" * 62
+    pair = [RawEntry(first, b"1"), RawEntry(second.encode(), b"2")]
+    words = "duplicate entry" if second.encode() == first else "differs only by case"
+    with pytest.raises(UnreadableBundle, match=words):
+        ZipView(raw_zip(pair if object_first else pair[::-1]))

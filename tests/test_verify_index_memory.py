@@ -13,7 +13,7 @@ from benchclaw.formats.records import GENESIS, Record, encode, line_hash
 from benchclaw.verify import _index, verify_bundle
 from benchclaw.verify._errors import UnreadableBundle
 from benchclaw.verify._index import Archive, LedgerLog, Span, ManifestRows, ObjectReading, Rec, holds_bytes, kept, unkept
-from benchclaw.verify._reading import _chain_stream, _kept, _ledger
+from benchclaw.verify._reading import _chain_stream, _ledger, _shared
 from benchclaw.verify.experiment import chain_records
 from benchclaw.verify.manifest import FileEntry, Manifest, build_manifest
 
@@ -71,17 +71,54 @@ def test_a_broken_ledger_chain_gives_the_error_the_whole_parse_gives():
     assert _chain_stream("e", b"") == (0, None, None, None)
 
 
+def _names(paths):
+    """The ``_zip.Names`` of a zip holding ``paths``, in that order."""
+    from benchclaw.verify._zip import Names, object_digest
+
+    names = Names(len(paths))
+    for path in paths:
+        names.add(path, object_digest(path))
+    return names
+
+
 def test_manifest_rows_read_as_the_parsed_rows():
-    files = {"b/x": b"12345", "a": b"", "objects/zz": b"z" * 70000}
+    import hashlib
+
+    named = hashlib.sha256(b"obj").hexdigest()
+    files = {"b/x": b"12345", "a": b"", "objects/zz": b"z" * 70000, f"objects/{named[:2]}/{named}": b"obj",
+             f"objects/{named[:2]}/{named[:-1]}0": b"not its hash"}
     rows = build_manifest([EXP], files).files
-    names = {n: n for n in files}
-    kept_rows = ManifestRows.of(rows, names)
-    assert list(kept_rows) == list(rows) and len(kept_rows) == 3
-    assert kept_rows[-1] == rows[-1] and kept_rows[0].path is names[rows[0].path]
+    for names in (_names(list(files)), _names(["b/x", "objects/zz"])):  # the zip has all of them, or two
+        kept_rows = ManifestRows.of(rows, names)
+        assert list(kept_rows) == list(rows) and len(kept_rows) == 5
+        assert kept_rows[-1] == rows[-1] and kept_rows[-5] == rows[0]
+        with pytest.raises(IndexError):
+            kept_rows[5]
+        with pytest.raises(OverflowError):
+            ManifestRows.of((FileEntry("a", rows[0].digest, 1 << 64),), names)
+
+
+def test_names_keep_object_entries_as_their_digests_and_find_every_name():
+    from benchclaw.verify._zip import object_digest
+
+    hexd = "ab" + "3" * 62
+    paths = ["manifest.json", f"objects/ab/{hexd}", "objects/ab/" + "3" * 64, f"objects/AB/{hexd}",
+             f"objects/ab/{hexd.upper()}", "objects/zz", f"runs/ab/{hexd}.jsonl"]
+    names = _names(paths)
+    assert list(names) == paths and len(names) == 7 and names[-1] == paths[-1] and names[1:3] == paths[1:3]
+    assert [object_digest(p) is not None for p in paths] == [False, True, False, False, False, False, False]
+    for i, path in enumerate(paths):
+        assert names.index(path) == names.find(path) == i and path in names
+    assert names.digest_at(1) == bytes.fromhex(hexd) and names.digest_at(0) is None
+    assert names.find_digest(bytes.fromhex(hexd)) == 1 and names.find_digest(bytes(32)) == -1
+    assert names.find("objects/ab/" + "4" * 64) == -1 and "nope" not in names and 7 not in names
+    assert names.add(paths[1], bytes.fromhex(hexd)) == 1 and names.add("objects/zz", None) == 5
+    assert [n for _, n in names.under("objects/")] == paths[1:6] and names.positions_under("objects/") == [1, 2, 3, 4, 5]
+    assert [n for _, n in names.under("runs/")] == paths[-1:]
+    with pytest.raises(KeyError):
+        names.index("objects/ab/" + "4" * 64)
     with pytest.raises(IndexError):
-        kept_rows[3]
-    with pytest.raises(OverflowError):
-        ManifestRows.of((FileEntry("a", rows[0].digest, 1 << 64),), names)
+        names[7]
 
 
 def test_a_manifest_size_past_64_bits_is_refused_by_step_one_not_a_traceback(monkeypatch):
@@ -115,28 +152,28 @@ def test_a_canonical_manifest_read_row_by_row_is_the_manifest_parsed_whole():
     for exploratory in (False, True):
         data = build_manifest([EXP, "E2"], files, exploratory=exploratory).to_bytes()
         whole = parse_manifest(data)
-        got = _canonical_manifest(data, {})
+        got = _canonical_manifest(data, _names([]))
         assert got is not None and list(got.files) == list(whole.files)
         assert (got.experiments, got.digest, got.exploratory) == (whole.experiments, whole.digest, whole.exploratory)
     data = build_manifest([EXP], files).to_bytes()
     for other in (data.replace(b'"files":[', b'"files": ['), data.replace(b"\xc3\xa9", b"\\u00e9"),
                   data.replace(b",{", b", {", 1), jsonio.dumps_pretty(jsonio.loads(data)).encode()):
-        assert _canonical_manifest(other, {}) is None
+        assert _canonical_manifest(other, _names([])) is None
     for bad in (data.replace(b"}]", b"},]"), data.replace(b'[{"digest"', b'[,{"digest"'), data[:-30]):
         try:
-            assert _canonical_manifest(bad, {}) is None
+            assert _canonical_manifest(bad, _names([])) is None
         except UnreadableBundle:
             pass  # the rest of it is not JSON: parse_manifest says so, as for the whole
 
 
 def test_shared_run_record_values_are_equal_and_never_conflate_json_types():
     shared: dict = {}
-    a = _kept(Rec(0, "t", "run.start", {"task": {"id": "x", "n": 1}, "p": {"v": True}, "q": [1.0]}), shared)
-    b = _kept(Rec(0, "t", "run.start", {"task": {"id": "x", "n": 1}, "p": {"v": 1}, "q": [1]}), shared)
-    assert a.body["task"] is b.body["task"]  # the same JSON: held once
-    assert b.body == {"task": {"id": "x", "n": 1}, "p": {"v": 1}, "q": [1]}
-    assert b.body["p"]["v"] is not True and type(b.body["q"][0]) is int  # 1, true and 1.0 stay apart
-    assert a.body["p"]["v"] is True and type(a.body["q"][0]) is float
+    a = _shared({"task": {"id": "x", "n": 1}, "p": {"v": True}, "q": [1.0]}, shared)
+    b = _shared({"task": {"id": "x", "n": 1}, "p": {"v": 1}, "q": [1]}, shared)
+    assert a["task"] is b["task"]  # the same JSON: held once
+    assert b == {"task": {"id": "x", "n": 1}, "p": {"v": 1}, "q": [1]}
+    assert b["p"]["v"] is not True and type(b["q"][0]) is int  # 1, true and 1.0 stay apart
+    assert a["p"]["v"] is True and type(a["q"][0]) is float
 
 
 def test_an_object_reading_kept_marshalled_reads_back_as_its_fields():
@@ -271,3 +308,49 @@ def test_a_journal_with_its_runs_spilled_reads_as_its_records():
             journal[4]
     finally:
         spill.close()
+
+
+def test_a_canonical_manifest_read_a_piece_at_a_time_is_the_manifest_parsed_whole(monkeypatch):
+    """The reading stage inflates the manifest a piece at a time and reads its rows as they
+    come, rows cut across pieces; a row longer than it looks ahead is parsed whole."""
+    from benchclaw.verify import _reading
+    from benchclaw.verify.manifest import parse_manifest
+
+    monkeypatch.setattr(_reading, "_ROW_BYTES", 300)
+    files = {f"tasks/t{i}/file-{i}.txt": b"x" * i for i in range(40)}
+    files["VERSION"] = b"1"
+    data = build_manifest([EXP], files).to_bytes()
+    whole = parse_manifest(data)
+    for size in (1, 7, 100, 1000, len(data)):
+        got = _reading._canonical_manifest((data[i:i + size] for i in range(0, len(data), size)), _names([]))
+        assert got is not None and list(got.files) == list(whole.files) and got.digest == whole.digest
+    long = build_manifest([EXP], {"a/" + "b" * 400: b"1"}).to_bytes()
+    assert _reading._canonical_manifest((long[i:i + 100] for i in range(0, len(long), 100)), _names([])) is None
+    assert list(_reading._canonical_manifest(iter([long]), _names([])).files) == list(parse_manifest(long).files)
+
+
+@pytest.mark.parametrize("stored", [True, False])
+def test_an_entry_inflated_from_pieces_is_the_entry_inflated_whole(monkeypatch, stored):
+    import zlib
+
+    from benchclaw.verify import _reading
+
+    monkeypatch.setattr(_reading, "_PIECE", 500)
+    data = ledger_bytes(50)
+    packed = data if stored else _deflate(data)
+    for size in (1, 333, len(packed)):
+        pieces = [packed[i:i + size] for i in range(0, len(packed), size)]
+        assert b"".join(_reading._inflated(iter(pieces), stored, len(data))) == data
+    with pytest.raises(_reading._Broken):
+        list(_reading._inflated(iter([packed]), stored, len(data) - 1))  # past its size
+    if not stored:
+        for bad in (packed[:-5], packed + b"x"):  # truncated, extra bytes
+            with pytest.raises(_reading._Broken):
+                list(_reading._inflated(iter([bad]), stored, len(data)))
+
+
+def _deflate(data: bytes) -> bytes:
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush()

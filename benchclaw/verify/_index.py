@@ -5,13 +5,13 @@ hand each other what they accepted: step 2 the runs, step 4 the calls' costs), n
 zip. What the index keeps of an entry is what some step reads of it, and no more:
 
 - every entry: its size and SHA-256, or the error that kept it from being read;
-- a run log (spilled, ``RunLogs``, but its first record): where its bytes lie in the zip (read again, and checked against the BLAKE2b
+- a run log (spilled with its first record, ``RunLogs``): where its bytes lie in the zip (read again, and checked against the BLAKE2b
   taken when they were hashed, when a step asks), its first and last record, the digests
   its records reference, or the error its parse stopped at (``RunLog``). Its records are
   parsed again from those bytes when a step asks (``RunLog.records``), never all held at
   once: at 20,000 runs they would be a gigabyte;
 - an object: its digest; a request's or raw usage blob's reading (``_costs.derive``); a
-  reply's text (each kept ``marshal``led, an ``ObjectReading`` again when a step asks); the bytes of the few objects read whole (catalogs, specs, task listings),
+  reply's text (each kept ``marshal``led and spilled, ``SpilledAt``, an ``ObjectReading`` again when a step asks); the bytes of the few objects read whole (catalogs, specs, task listings),
   and of one no reading could be taken of (the step that needs it reports why). Requests,
   observations, written contents and artifacts are not kept: the steps compare what they
   recompute with the object's digest;
@@ -46,12 +46,12 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 
 from ..formats import jsonio
 from ._errors import UnreadableBundle, VerificationError
-from ._zip import Limits
+from ._zip import Limits, object_digest
 from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "Journal", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
            "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "recent_slot",
-           "packed_facts", "taken_facts", "Spill", "Spilled", "RunLogs", "held_records", "packed_log"]
+           "packed_facts", "taken_facts", "Spill", "Spilled", "SpilledAt", "RunLogs", "SEALED", "seal", "held_records", "packed_log"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -105,6 +105,12 @@ class Archive:
 
 
 _PIECE = 1 << 20  # bytes of a span sealed apart (a step reads a long one again a piece at a time)
+SEALED = _PIECE  # (a ``Span``'s seal is the ``seal`` of each piece of this many bytes, one after another)
+
+
+def seal(raw: bytes) -> bytes:
+    """``Span.seal`` of ``raw``: one 16-byte BLAKE2b a ``SEALED`` bytes (``Archive.span``)."""
+    return _seal(raw)
 
 
 def _seal(raw: bytes) -> bytes:
@@ -304,43 +310,93 @@ class Digests(Mapping):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
+    def hashed_to_names(self, names) -> "HashedToNames":
+        """The object entries whose bytes hash to the 32 bytes their name spells, as a
+        container of those raw digests over ``names`` (``_zip.Names``): no set of them."""
+        odd = {names.find(n) for n in self._d if self.get(n) != "sha256:" + n[11:]}
+        odd.update(names.find(n) for n in self._unread)
+        return HashedToNames(names, odd)
+
+
+class HashedToNames:
+    """``Digests.hashed_to_names``: ``raw in it`` for a 32-byte digest, by the zip's table of
+    names (``_zip.Names.find_digest``) and the few object entries that are not so."""
+
+    __slots__ = ("_names", "_odd")
+
+    def __init__(self, names, odd: set):
+        self._names, self._odd = names, odd
+
+    def __contains__(self, raw) -> bool:
+        at = self._names.find_digest(raw) if type(raw) is bytes else -1
+        return at >= 0 and at not in self._odd
+
 
 class ManifestRows:
-    """The manifest's rows as the index keeps them: each path (the zip's own name string
-    when the entry is there), the SHA-256s as raw 32-byte values one after another, the
-    sizes in an array; a ``FileEntry`` again as each is read. A quarter million rows
-    would be a hundred megabytes of objects."""
+    """The manifest's rows as the index keeps them: each path as the position of the zip
+    entry of that name (``Names``; -1 and the path itself for one the zip lacks), each
+    SHA-256 as nothing when it is the one an object entry's path spells (nine rows in ten)
+    and as its raw 32 bytes otherwise, the sizes in an array; a ``FileEntry`` again as each
+    is read. A quarter million rows would be a hundred megabytes of objects."""
 
-    __slots__ = ("_paths", "_digests", "_sizes")
+    __slots__ = ("_names", "_at", "_paths", "_slots", "_digests", "_sizes")
 
-    def __init__(self, paths: list[str], digests: bytes, sizes: array):
-        """Row i: ``paths[i]``, the SHA-256 ``digests[32 * i:32 * i + 32]``, ``sizes[i]``."""
-        self._paths, self._digests, self._sizes = paths, digests, sizes
+    def __init__(self, names: Sequence[str]):
+        """No rows yet (``add`` them); ``names``: the zip's (``Names``)."""
+        self._names, self._at, self._paths = names, array("i"), {}
+        self._slots, self._digests, self._sizes = array("i"), bytearray(), array("Q")
+
+    def add(self, path: str, digest: bytes, size: int, named: bool = False, hint: int = -1) -> int:
+        """A row: ``digest`` its raw SHA-256; ``named``: the caller saw that ``path`` is the
+        object entry name that spells it (else this checks); ``hint``: where the entry of
+        that name is likely to be (a manifest lists the entries in the zip's order). Returns
+        the entry's position (-1: none). Raises OverflowError for a size past 64 bits."""
+        self._sizes.append(size)
+        said = digest if named else object_digest(path)
+        if said is None:
+            at = self._names.find(path)
+        elif hint >= 0 and self._names.digest_at(hint) == said:
+            at = hint
+        else:
+            at = self._names.find_digest(said)
+        if at < 0:
+            self._paths[len(self._at)] = path
+        self._at.append(at)
+        if said == digest:
+            self._slots.append(-1)
+        else:
+            self._slots.append(len(self._digests) // 32)
+            self._digests += digest
+        return at
 
     @classmethod
-    def of(cls, rows, names: Mapping[str, str]) -> "ManifestRows":
-        """``rows`` (``FileEntry``) kept so; ``names``: each entry name of the zip, to itself.
-        Raises OverflowError for a size past 64 bits (the caller keeps the rows as they
-        are: step 1 reports it)."""
-        return cls([names.get(r.path, r.path) for r in rows], b"".join(bytes.fromhex(r.digest[7:]) for r in rows),
-                   array("Q", (r.size for r in rows)))
+    def of(cls, rows, names: Sequence[str]) -> "ManifestRows":
+        """``rows`` (``FileEntry``) kept so. Raises OverflowError for a size past 64 bits
+        (the caller keeps the rows as they are: step 1 reports it)."""
+        out = cls(names)
+        for r in rows:
+            out.add(r.path, bytes.fromhex(r.digest[7:]), r.size)
+        return out
 
     def __len__(self) -> int:
-        return len(self._paths)
+        return len(self._at)
 
     def __getitem__(self, i: int) -> FileEntry:
-        i = range(len(self._paths))[i]  # negative indexes and IndexError as a tuple's
-        return FileEntry(self._paths[i], "sha256:" + self._digests[32 * i:32 * i + 32].hex(), self._sizes[i])
+        i = range(len(self._at))[i]  # negative indexes and IndexError as a tuple's
+        at, slot = self._at[i], self._slots[i]
+        path = self._names[at] if at >= 0 else self._paths[i]
+        hexd = path[11:] if slot < 0 else self._digests[32 * slot:32 * slot + 32].hex()
+        return FileEntry(path, "sha256:" + hexd, self._sizes[i])
 
     def __iter__(self):
-        return map(self.__getitem__, range(len(self._paths)))
+        return map(self.__getitem__, range(len(self._at)))
 
 
 def recent_slot() -> list:
-    """What ``Run``s share of the run read last: [its bundle path, its log, its records
-    (None until parsed), its records by kind, the log whose ``run.end`` body is held,
-    that body]."""
-    return [None, None, None, {}, None, None]
+    """What ``Run``s share of the run read last: [its bundle path, its log (None until
+    read), its records (None until parsed), its records by kind, the log whose ``run.end``
+    body is held, that body, its first record when read alone]."""
+    return [None, None, None, {}, None, None, None]
 
 
 @dataclass(frozen=True)
@@ -350,7 +406,8 @@ class Run:
     records are read on first use and kept in ``_recent``, a slot the index shares between
     all its runs: the steps read runs one at a time, so at most one run's log and records
     are held, however many runs the bundle has (reading another run's replaces them). Its
-    ``run.end`` body, unmarshalled on first use, is kept there the same way (``recent_slot``)."""
+    ``run.end`` body, unmarshalled on first use, and its first record read alone, are kept
+    there the same way (``recent_slot``)."""
 
     run_id: str
     path: str
@@ -363,6 +420,8 @@ class Run:
         if slot[0] != self.path:
             slot[:] = recent_slot()  # the old run's log and records go first
             slot[:2] = [self.path, self.logs[self.path]]
+        elif slot[1] is None:  # its first record was read alone
+            slot[1] = self.logs[self.path]
         return slot[1]
 
     @property
@@ -378,9 +437,13 @@ class Run:
         holds every log's first record: steps 7 and 8 read little else of most runs)."""
         slot = self._recent
         if slot[0] == self.path:
-            return slot[1].first
+            return slot[1].first if slot[1] is not None else slot[6]
         first_of = getattr(self.logs, "first_of", None)
-        return self.log.first if first_of is None else first_of(self.path)
+        if first_of is None:
+            return self.log.first
+        slot[:] = recent_slot()  # the old run's log and records go first
+        slot[0], slot[6] = self.path, first_of(self.path)
+        return slot[6]
 
     @property
     def start(self) -> dict:
@@ -519,6 +582,38 @@ class Spilled(Mapping):
         return len(self._at)
 
 
+class SpilledAt(Mapping):
+    """name -> bytes, the bytes in a ``Spill`` (each read again when asked for); where they
+    lie in an array by the entry's position in the zip (``Names``): eight bytes an entry,
+    not a dict slot and a name string. Read-only once the reading stage has filled it."""
+
+    __slots__ = ("_spill", "_names", "_at")
+
+    def __init__(self, spill: Spill, names: Sequence[str]):
+        self._spill, self._names, self._at = spill, names, array("Q", bytes(8 * len(names)))
+
+    def put_at(self, i: int, data: bytes) -> None:
+        """The bytes of entry ``i`` (its position in the zip)."""
+        self._at[i] = (self._spill.put(data) << 32 | len(data)) + 1
+
+    def __getitem__(self, name: str) -> bytes:
+        at = self._at[self._names.index(name)] - 1
+        if at < 0:
+            raise KeyError(name)
+        return self._spill.get(at >> 32, at & 0xFFFFFFFF)
+
+    def __contains__(self, name) -> bool:
+        i = self._names.find(name) if type(name) is str else -1
+        return i >= 0 and self._at[i] != 0
+
+    def __iter__(self):
+        names = self._names
+        return (names[i] for i, at in enumerate(self._at) if at)
+
+    def __len__(self) -> int:
+        return len(self._at) - self._at.count(0)
+
+
 class Journal(Sequence):
     """An experiment's journal as read: its (entry, line, ``Rec``) in reader order,
     read-only. The records of kind ``run`` (one a run, twenty fields each: a kilobyte and a
@@ -585,18 +680,22 @@ def _interned(s):
     return sys.intern(s) if type(s) is str else s
 
 
+_VALUES = 1024  # first-record values ``RunLogs`` reads as one object (the first ones met)
+
+
 class RunLogs(Mapping):
     """runs/... entry -> its ``RunLog`` (or the error its parse stopped at), read-only once
-    the reading stage has filled it. A log's first record is held (its values shared with
-    the other runs', and step 6 holds every run's); the rest of it, a couple of kilobytes,
-    lies in a ``Spill`` and is made a ``RunLog`` again each time it is asked for. A log with
-    a value ``marshal`` does not take (an exception other than a ``VerificationError``) is
-    held as it is."""
+    the reading stage has filled it. A log, its first record with it, a couple of kilobytes,
+    lies in a ``Spill`` and is made a ``RunLog`` again each time it is asked for (its first
+    record alone by ``first_of``: no step holds every run's). A log whose first record
+    ``marshal`` does not take holds that record; one with another value marshal does not
+    take (an exception other than a ``VerificationError``) is held as it is."""
 
-    __slots__ = ("_spill", "_archive", "_at")
+    __slots__ = ("_spill", "_archive", "_at", "_values")
 
     def __init__(self, spill: Spill, archive: Archive):
         self._spill, self._archive, self._at = spill, archive, {}
+        self._values: dict[bytes, object] = {}  # a first record's body value, by its marshal bytes
 
     def put(self, name: str, log) -> None:
         data = packed_log(log) if isinstance(log, RunLog) else None
@@ -607,17 +706,48 @@ class RunLogs(Mapping):
 
     def put_packed(self, name: str, first: Rec | None, data: bytes) -> None:
         """A ``RunLog`` given as its first record and ``packed_log``'s bytes of it."""
-        self._at[name] = (first, self._spill.put(data) << 32 | len(data))
+        try:
+            packed = None if first is None else \
+                (first.seq, first.at, first.kind, tuple((k, marshal.dumps(v)) for k, v in first.body.items()))
+            both = marshal.dumps((packed, data))
+        except ValueError:
+            self._at[name] = (first, self._spill.put(data) << 32 | len(data))
+            return
+        self._at[name] = self._spill.put(both) << 32 | len(both)
+
+    def _spilled(self, at: int) -> tuple[Rec | None, bytes]:
+        """(the first record, ``packed_log``'s bytes) ``put_packed`` spilled at ``at``."""
+        first, data = marshal.loads(self._spill.get(at >> 32, at & 0xFFFFFFFF))
+        return self._first(first), data
+
+    def _first(self, packed: tuple | None) -> Rec | None:
+        """A first record as ``put_packed`` spilled it, its body's values read as the same
+        objects each time they are equal (the catalog, task, prices... every ``run.start``
+        repeats: a step may key what it recomputes by them; ``_VALUES`` of them at most)."""
+        if packed is None:
+            return None
+        seq, at, kind, items = packed
+        values, body = self._values, {}
+        for key, raw in items:
+            value = values.get(raw)
+            if value is None:
+                value = marshal.loads(raw)
+                if len(values) < _VALUES:
+                    values[raw] = value
+            body[key] = value
+        return Rec(seq, at, kind, body)
 
     def is_log(self, name: str) -> bool:
         """Whether ``name`` holds a ``RunLog`` (not the error its parse stopped at), told
         without making it again."""
         got = self._at[name]
-        return type(got) is tuple or isinstance(got, RunLog)
+        return type(got) is int or type(got) is tuple or isinstance(got, RunLog)
 
     def first_of(self, name: str) -> Rec | None:
         """Log ``name``'s first record, the rest of it left in the spill (None for an error)."""
         got = self._at[name]
+        if type(got) is int:
+            return self._spilled(got)[0]
         if type(got) is tuple:
             return got[0]
         return got.first if isinstance(got, RunLog) else None
@@ -630,6 +760,9 @@ class RunLogs(Mapping):
 
     def __getitem__(self, name: str):
         got = self._at[name]
+        if type(got) is int:
+            first, data = self._spilled(got)
+            return _log_of(first, marshal.loads(data), self._archive)
         if type(got) is not tuple:
             return got
         first, at = got
@@ -688,13 +821,13 @@ def _error_of(fields: tuple | None) -> VerificationError | None:
 @dataclass(frozen=True)
 class Index:
     limits: Limits
-    names: tuple[str, ...]                       # every entry, in archive order
+    names: Sequence[str]                         # every entry, in archive order (``_zip.Names``)
     sizes: Mapping[str, int]                     # entry -> uncompressed size
     manifest: Manifest
     digests: Mapping[str, str]                   # entry -> sha256:<hex> of its bytes (read ones)
     unread: Mapping[str, VerificationError]      # entry -> why it could not be inflated
     run_logs: Mapping[str, RunLog | VerificationError]   # runs/... entry -> its parse (RunLogs)
-    objects: Mapping[str, bytes]                 # objects/... entry -> what is kept of it (kept())
+    objects: Mapping[str, bytes]                 # objects/... entry -> what is kept of it (kept(), spilled)
     ledgers: Mapping[str, LedgerLog | VerificationError]  # ledgers/... entry -> its chained records
     journals: Mapping[str, Journal | VerificationError]  # experiment -> (entry, line, Rec)
     content: Mapping[str, bytes]                 # every other entry's bytes (not a parsed journal's)
@@ -743,7 +876,9 @@ class Index:
         return _NO_FACTS if got is None else RunFacts(marshal.loads(got))
 
     def names_under(self, prefix: str) -> list[str]:
-        return [n for n in self.names if n.startswith(prefix)]
+        """The entries whose name starts with ``prefix``, in archive order (an object
+        entry's name made only when ``prefix`` could begin one: ``Names.under``)."""
+        return [n for _, n in self.names.under(prefix)]
 
 
 _NOTHING = ObjectReading()

@@ -23,24 +23,27 @@ C. each experiment's journal is merged and shape-checked (its records kept as ``
    records), in A, while the worker reads run logs;
 D. each run's records are parsed once more and the per-run functions of steps 3, 4 and 6
    (``per_run`` in ``_checks``, ``_costs``, ``_summary``: pure, on that run alone) are
-   taken on them, a forked worker taking some runs and
-   returning each run's facts as this process keeps them (marshalled, in length-prefixed
-   frames: nothing for it to parse), this process the rest. What a run holds
+   taken on them by two forked workers, one from the first run and one from the last,
+   while this process waits (the records they parse never fragment the heap the index
+   lives in), each returning each run's facts as this process keeps them (marshalled, in
+   length-prefixed frames: nothing for it to parse). What a run holds
    is kept (``RunFacts``, marshalled); where a function raised, nothing is kept and the
    step reads the run itself and reports it (so its messages, and which step fails
    first, are the step's own). Without this, each of those steps parsed every run again.
-   Then the readings only those steps would read of a run without facts are dropped.
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
 walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
-page cache, out of this process's resident set); a ledger is inflated, hashed and chain-checked a
-megabyte at a time (never held whole); a run log's and a ledger's records are
+page cache, out of this process's resident set); the manifest is inflated and its rows read,
+and a ledger inflated, hashed and chain-checked, a megabyte at a time (never held whole); a run log's and a ledger's records are
 dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
-again with ``pread`` when a step parses them); the values the runs' first and last records
-repeat are held once, the last record marshalled; the manifest's rows and the objects'
-readings are kept in compact forms, the per-run facts, each run log but its first record and each journal's run records spilled to
-an unlinked temporary file (``Spill``, ``RunLogs``, ``Journal``) and read back with ``pread``; an object's bytes are dropped once hashed unless a step
-reads them (``_index``); the zip's directory (arrays: ``_zip``) is dropped before D. GC
+again with ``pread`` when a step parses them); an object entry's name is kept as the 32
+bytes it spells (``_zip.Names``), and what this stage notes of an object (its roles, its
+manifest row, its reading) by the entry's position, never by a name string; the objects'
+readings, the per-run facts, each run log with its first record and each journal's run
+records are spilled to an unlinked temporary file (``Spill``, ``SpilledAt``, ``RunLogs``,
+``Journal``) and read back with ``pread``; an object's bytes are dropped once hashed unless
+a step reads them (``_index``); the zip's directory (arrays: ``_zip``) but its names is
+dropped before D. GC
 tactics: the collector is off for the whole ``with`` (the index holds millions of acyclic
 records, built here and read by every step).
 
@@ -75,9 +78,8 @@ from ..formats.records import (ENVELOPE_VERSION, GENESIS, MAX_LINE_BYTES, blob_r
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
-from ._index import (ENVELOPE, Archive, Digests, Index, Journal, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
-                     Spilled, holds_bytes, packed_log, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot,
-                     taken_facts)
+from ._index import (ENVELOPE, SEALED, Archive, Digests, Index, Journal, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
+                     Spilled, SpilledAt, packed_log, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot, seal)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, Shares, start
 from ._zip import Limits, ZipView
@@ -91,6 +93,7 @@ _KEPT_PARAMS = 16           # distinct call params a run log keeps for step 7 (m
 _RELEASE_BYTES = 8 << 20    # archive bytes between two hand-backs of mapped pages (they count as resident)
 _STORED = 0                 # a zip entry's method: stored as it is (else deflated)
 _UNREAD = "-" * 64          # the worker's digest of an entry it could not inflate
+_UNREAD_ASCII = _UNREAD.encode("ascii")
 
 # What the steps read of an object, by the fields of the run records that name it (the
 # needs of every field naming it, or-ed): a request or raw usage, its ``derive`` reading; a
@@ -98,8 +101,42 @@ _UNREAD = "-" * 64          # the worker's digest of an entry it could not infla
 # ``run.start`` names (catalog, task listing, profile), its bytes. An object no run record
 # names this way (a spec, a task file) is kept whole too.
 _DIGEST, _REQUEST, _TEXT, _WHOLE, _USAGE, _SIM = 0, 1, 2, 4, 8, 16  # _SIM: a request to the simulator
+_NOTED = 32  # in ``_Roles``: some run record names the object
 _ROLES = {"call": (("request", _REQUEST), ("usage_raw", _USAGE), ("reply", _TEXT)),
           "artifact": (("digest", _DIGEST),), "action": (("observation", _DIGEST),)}
+_DIGEST_STR = re.compile(r"sha256:[0-9a-f]{64}\Z")
+
+
+class _Roles:
+    """What the run records need of each object entry (``_ROLES``), a byte an entry of the
+    zip by its position (``_zip.Names``): a digest string a record holds notes the object
+    entry its hex names, if the zip has one (a dict of the digest strings was 150 bytes
+    an object, and the reading stage's peak)."""
+
+    __slots__ = ("names", "data")
+
+    def __init__(self, names, data: bytes | None = None):
+        self.names = names
+        self.data = bytearray(len(names)) if data is None else bytearray(data)
+
+    def note(self, digest, role: int) -> None:
+        if type(digest) is str and _DIGEST_STR.match(digest):
+            at = self.names.find_digest(bytes.fromhex(digest[7:]))
+            if at >= 0:
+                self.data[at] |= role | _NOTED
+
+    def merge(self, other: bytes) -> None:
+        """Or in the roles a worker noted (``data``'s bytes). Raises ValueError."""
+        if len(other) != len(self.data):
+            raise ValueError("roles")
+        n = len(other)
+        self.data = bytearray((int.from_bytes(self.data, "little") | int.from_bytes(other, "little")).to_bytes(n, "little"))
+
+    def of(self, at: int, sha: bytes) -> int:
+        """The needs of object entry ``at``, whose bytes hash to ``sha``: whole unless its name
+        is that hash and a run record names it."""
+        got = self.data[at]
+        return got & ~_NOTED if got & _NOTED and self.names.digest_at(at) == sha else _WHOLE
 
 
 @contextlib.contextmanager
@@ -191,6 +228,12 @@ class _Pages:
         self.walked(view.csizes[i])
         return got
 
+    def read_at(self, view: ZipView, i: int) -> bytes:
+        """Entry ``i``'s bytes (its position in the zip), inflated."""
+        got = view.read_raw_at(i)[1]
+        self.walked(view.csizes[i])
+        return got
+
     def walked(self, nbytes: int) -> None:
         """``nbytes`` more of the archive were touched (read, or spanned by the directory
         walk, whose local headers are spread over every page)."""
@@ -212,16 +255,16 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     pages.release()
     unread: dict[str, VerificationError] = {}
     run_logs, ledgers, content = RunLogs(spill, archive), {}, {}
-    roles: dict[str, int] = {}  # object digest -> what the run records need of it (_ROLES)
-    shared: dict = {}  # the values the kept run.start and run.end records share (_shared)
-    objects = [n for n in view.names if n.startswith("objects/")]
-    logs = [n for n in view.names if n.startswith("runs/")]
+    roles = _Roles(view.names)  # what the run records need of each object (_ROLES)
+    shared: dict = {}  # the values the run logs' call params share (_shared)
+    objects = array("i", view.names.positions_under("objects/"))
+    logs = [n for _, n in view.names.under("runs/")]
     shares = Shares(len(logs))
     pending = start(_run_logs_in_worker, pages, view, archive, logs, shares, limits, timeout=limits.worker_seconds)
     try:  # A: the run logs in a forked worker and here, the manifest and the rest but the objects here
         manifest = _manifest(view)
         digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
-        for name in view.names:
+        for _, name in view.names.plain():
             if name.startswith(("objects/", "runs/")) or name == MANIFEST:
                 continue
             _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, ledgers, content, roles, shared)
@@ -236,10 +279,9 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
         shares.close()
     try:
         there, count, cut = _worker_logs(got)
+        roles.merge(there)
     except (ValueError, TypeError, EOFError):
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
-    for digest, role in there.items():
-        roles[digest] = roles.get(digest, 0) | role
     held = [got]  # the worker's run logs, adopted (and dropped) while the next worker reads objects
     del there, got
 
@@ -247,22 +289,22 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
         _adopt_logs(logs, held.pop().data, cut, count, mine, pages, view, archive, limits, digests, unread,
                     run_logs, roles, shared)
 
-    readings = _read_objects(pages, view, objects, roles, digests, unread, meanwhile)  # B: on two cores
+    readings = SpilledAt(spill, view.names)  # ObjectReading's fields, kept()
+    _read_objects(pages, view, objects, roles, digests, unread, readings, meanwhile)  # B: on two cores
     pages.release()
-    del roles, shared  # what B needed of the run logs
+    del roles, shared, objects  # what B needed of the run logs
     sizes, unread = view.sizes(), frozen(unread)
-    ix = Index(limits=limits, names=tuple(view.names), sizes=sizes,
+    ix = Index(limits=limits, names=view.names, sizes=sizes,
                manifest=manifest, digests=Digests(digests, sizes, unread), unread=unread,
-               run_logs=run_logs.ordered(view.names),
-               objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
+               run_logs=run_logs.ordered(name for _, name in view.names.under("runs/")),
+               objects=readings, ledgers=frozen(ledgers), journals=frozen(journals),
                content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
     del view, run_logs  # the directory (its arrays, ~50 bytes an entry), before D's facts join the index
-    facts = _facts(ix, Spilled(spill))  # D: on two cores
-    return dataclasses.replace(ix, objects=frozen(_untaken(readings, ix.run_logs, facts)), facts=facts)
+    return dataclasses.replace(ix, facts=_facts(ix, Spilled(spill)))  # D: on two cores
 
 
 def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
-                unread: dict, run_logs: RunLogs, ledgers: dict, content: dict, roles: dict, shared: dict) -> None:
+                unread: dict, run_logs: RunLogs, ledgers: dict, content: dict, roles: "_Roles", shared: dict) -> None:
     """An entry that is not an object, inflated, hashed and read into its mapping."""
     if name.startswith("ledgers/"):
         got = _streamed_ledger(pages, view, archive, name)
@@ -285,14 +327,17 @@ def _manifest(view: ZipView):
         raise UnreadableBundle("", f"not a BenchClaw bundle: no {MANIFEST}")
     if view.usize(MANIFEST) > _MANIFEST_LIMIT:
         raise UnreadableBundle(MANIFEST, f"larger than {_MANIFEST_LIMIT} bytes")
-    try:
+    names = view.names
+    try:  # inflated a piece at a time: 40 MB at 20,000 runs, never held whole
+        got = _canonical_manifest(_manifest_pieces(view), names)
+    except _Broken:
+        got = None
+    if got is not None:
+        return got
+    try:  # not canonical, or a corrupt entry: read whole, which says what is wrong
         data = view.read(MANIFEST)
     except VerificationError as e:
         raise UnreadableBundle(MANIFEST, e.message) from None
-    names = {n: n for n in view.names}
-    got = _canonical_manifest(data, names)
-    if got is not None:
-        return got
     m = parse_manifest(data)
     del data
     try:
@@ -302,43 +347,82 @@ def _manifest(view: ZipView):
     return Manifest(m.experiments, rows, m.digest, m.exploratory)
 
 
+def _manifest_pieces(view: ZipView):
+    """The manifest's bytes inflated a ``_PIECE`` at a time; ``_Broken`` after the last one
+    when their CRC-32 or length is not the header's (or at a corrupt deflate stream)."""
+    i = view.index(MANIFEST)
+    start, usize = view.data_offsets[i], view.usizes[i]
+    raw = view.data[start:start + view.csizes[i]]  # as the zip holds it (deflated: a quarter of the size)
+    crc, n = 0, 0
+    for piece in _inflated(raw, view.methods[i] == _STORED, usize):
+        crc, n = zlib.crc32(piece, crc), n + len(piece)
+        yield piece
+    if crc != view.crcs[i] or n != usize:
+        raise _Broken()
+
+
 # A manifest as ``benchclaw export`` writes it (canonical JSON: keys sorted, no spaces): its
 # rows are read one at a time, straight into ``ManifestRows``, where parsing it whole held
 # every row as a dict of three strings (40 bytes of JSON become 700 of objects).
 _FILES_AT = re.compile(rb'\{"experiments":\[[^\]]*\],(?:"exploratory":true,)?"files":\[')
 _ROW = re.compile(rb'\{"digest":"sha256:([0-9a-f]{64})","path":"([^"\\\x00-\x1f]+)","size":(0|[1-9][0-9]{0,18})\}')
+_ROW_BYTES = 4096  # bytes of a canonical row at most, when read a piece at a time (a longer one: parsed whole)
 
 
-def _canonical_manifest(data: bytes, names: dict) -> Manifest | None:
-    """The manifest of ``data`` with its rows read one at a time, or None when it is not
-    in the canonical form (``parse_manifest`` then reads it whole, and says what is wrong).
-    Everything but the rows is ``parse_manifest``'s own reading of the manifest without
-    them; each row matched is one it accepts (a path, a ``sha256:<hex>``, a size)."""
-    head = _FILES_AT.match(data)
+def _canonical_manifest(data, names) -> Manifest | None:
+    """The manifest of ``data`` (its bytes, or an iterable of pieces of them) with its rows
+    read one at a time, or None when it is not in the canonical form (``parse_manifest``
+    then reads it whole, and says what is wrong). Everything but the rows is
+    ``parse_manifest``'s own reading of the manifest without them; each row matched is one
+    it accepts (a path, a ``sha256:<hex>``, a size)."""
+    sha = hashlib.sha256()
+    feed = _hashed((data,) if isinstance(data, (bytes, bytearray)) else data, sha)
+    buf = next(feed, b"")
+    head = _FILES_AT.match(buf)
+    while head is None and len(buf) < (1 << 20):  # the experiments' list, in the first megabyte
+        piece = next(feed, b"")
+        if not piece:
+            break
+        buf += piece
+        head = _FILES_AT.match(buf)
     if head is None:
         return None
-    paths, digests, sizes, pos = [], bytearray(), array("Q"), head.end()
-    match, end = _ROW.match, len(data)
-    while pos < end and data[pos] != 0x5D:  # ]
-        if paths:
-            if data[pos] != 0x2C:  # ,
+    before, rows, pos, at, done = buf[:head.end()], ManifestRows(names), head.end(), -1, False
+    match = _ROW.match
+    while True:
+        if not done and len(buf) - pos < _ROW_BYTES:  # a whole row ahead, unless at the end
+            piece = next(feed, b"")
+            done = not piece
+            buf, pos = buf[pos:] + piece, 0
+            continue
+        if pos >= len(buf) or buf[pos] == 0x5D:  # ]
+            break
+        if len(rows):
+            if buf[pos] != 0x2C:  # ,
                 return None
             pos += 1
-        row = match(data, pos)
+        row = match(buf, pos)
         if row is None:
             return None
         hexd, path, size = row.groups()
         try:
-            path = path.decode("utf-8")
+            text = path.decode("utf-8")
         except UnicodeDecodeError:
             return None
-        paths.append(names.get(path, path))
-        digests += bytes.fromhex(hexd.decode("ascii"))
-        sizes.append(int(size))
+        # an object entry's name spelling the row's digest (``_zip.object_digest``, on the bytes)
+        named = len(path) == 75 and path[11:] == hexd and path[:11] == b"objects/" + hexd[:2] + b"/"
+        at = rows.add(text, bytes.fromhex(hexd.decode("ascii")), int(size), named, at + 1)
         pos = row.end()
-    m = parse_manifest(data[:head.end()] + data[pos:])  # the rest, rows aside (an empty list)
-    rows = ManifestRows(paths, bytes(digests), sizes)
-    return Manifest(m.experiments, rows, "sha256:" + hashlib.sha256(data).hexdigest(), m.exploratory)
+    rest = buf[pos:] + b"".join(feed)
+    m = parse_manifest(before + rest)  # the rest, rows aside (an empty list)
+    return Manifest(m.experiments, rows, "sha256:" + sha.hexdigest(), m.exploratory)
+
+
+def _hashed(pieces, sha):
+    """``pieces``, each fed to ``sha`` as it is handed on."""
+    for piece in pieces:
+        sha.update(piece)
+        yield piece
 
 
 def _inflate(pages: _Pages, view: ZipView, name: str, digests: dict, unread: dict) -> tuple[bytes | None, bytes | None]:
@@ -371,7 +455,7 @@ def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, logs: li
     length, then the ``marshal``led ``_log_frame``), exactly what this process keeps of a log it
     reads itself; then the objects' roles (``marshal``led), their length (8 bytes) and the
     count of frames (4 bytes, both little-endian)."""
-    out, roles, shared, count = bytearray(), {}, {}, 0
+    out, roles, shared, count = bytearray(), _Roles(view.names), {}, 0
     for i in shares.front():
         name = logs[i]
         try:
@@ -384,7 +468,7 @@ def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, logs: li
         out += _FRAME.pack(len(frame))
         out += frame
         count += 1
-    tail = marshal.dumps(roles)
+    tail = roles.data
     out += tail
     out += _TAIL.pack(len(tail), count)
     return Raw(out)
@@ -412,7 +496,7 @@ def _error_fields(e: VerificationError) -> tuple:
     return (e.path, e.message, e.record)
 
 
-def _worker_logs(got: Raw) -> tuple[dict, int, int]:
+def _worker_logs(got: Raw) -> tuple[bytes, int, int]:
     """(the roles, the count of frames, where the frames end) of ``_run_logs_in_worker``'s
     result. Raises ValueError."""
     data = got.data
@@ -422,19 +506,16 @@ def _worker_logs(got: Raw) -> tuple[dict, int, int]:
     cut = len(data) - _TAIL.size - n
     if cut < 0:
         raise ValueError("truncated")
-    roles = marshal.loads(bytes(memoryview(data)[cut:cut + n]))
-    if type(roles) is not dict:
-        raise ValueError("roles")
-    return roles, count, cut
+    return bytes(memoryview(data)[cut:cut + n]), count, cut
 
 
 def _adopt_logs(logs: list[str], data: bytearray, cut: int, count: int, mine: int, pages: _Pages, view: ZipView,
-                archive: Archive, limits: Limits, digests: dict, unread: dict, run_logs: RunLogs, roles: dict,
+                archive: Archive, limits: Limits, digests: dict, unread: dict, run_logs: RunLogs, roles: "_Roles",
                 shared: dict) -> None:
     """The worker's ``count`` run logs (the first of ``logs``, one frame each in
     ``data[:cut]``) into this process's mappings, but those from ``mine`` on (this process
-    read them too), their first records' values held once with this process's (as
-    ``_kept`` holds them); a log it handed back is read here."""
+    read them too), each spilled with its first record (``RunLogs.put_packed``); a log it
+    handed back is read here."""
     if count < mine or count > len(logs):
         raise UnreadableBundle("", "a verification worker returned a malformed result")
     try:
@@ -455,7 +536,7 @@ def _adopt_logs(logs: list[str], data: bytearray, cut: int, count: int, mine: in
                 run_logs.put(name, VerificationError(*rest[0]))
             elif kind == "log":
                 first, data = rest
-                run_logs.put_packed(name, None if first is None else _kept(Rec(*first), shared), data)
+                run_logs.put_packed(name, None if first is None else Rec(*first), data)
             else:
                 raise ValueError("kind")
     except (ValueError, TypeError, EOFError):
@@ -473,7 +554,7 @@ def _packed(view: ZipView, archive: Archive, name: str, raw: bytes) -> tuple[Spa
 
 
 def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
-             roles: dict, shared: dict) -> RunLog | VerificationError:
+             roles: "_Roles", shared: dict) -> RunLog | VerificationError:
     """Chain, first and last record, then each body's shape in order (stopping at the first
     ill-typed one) and the digests it references; the objects' roles noted in ``roles``.
     The parsed records are dropped here: a step parses them again from ``packed``."""
@@ -483,7 +564,7 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         records = _chain(name, data, limits)
     except VerificationError as e:
         return e
-    first, last = (_kept(records[0], shared), packed_rec(_compact(records[-1:])[0])) if records else (None, None)
+    first, last = (_compact(records[:1])[0], packed_rec(_compact(records[-1:])[0])) if records else (None, None)
 
     def log(bad_line=0, bad=None, refs=b"", ends=(), fault=None, known=False) -> RunLog:
         return RunLog(*packed, len(records), first, last, bad_line, bad, refs, array("I", ends), fault,
@@ -507,7 +588,7 @@ def _run_log(name: str, data: bytes, packed: tuple[Span, bool], limits: Limits,
         ends.append(end)
         if rec.kind == "run.start":  # what it names is read whole
             for digest in _ref_strings(rec.line, rec.body):
-                roles[digest] = roles.get(digest, 0) | _WHOLE
+                roles.note(digest, _WHOLE)
         else:
             _note_roles(rec, roles, sim)
         known = known and rec.kind in RUN
@@ -523,16 +604,16 @@ def _call_params(records: list, shared: dict) -> tuple | None:
                  for line, values, e in got)
 
 
-def _note_roles(rec, roles: dict, sim: bool) -> None:
+def _note_roles(rec, roles: _Roles, sim: bool) -> None:
     body = rec.body
     for key, role in _ROLES.get(rec.kind, ()):
         digest = body.get(key)
         if isinstance(digest, str):
-            roles[digest] = roles.get(digest, 0) | role | (_SIM if sim and role == _REQUEST else 0)
+            roles.note(digest, role | (_SIM if sim and role == _REQUEST else 0))
     if rec.kind == "action" and isinstance(body.get("args"), dict):
         content = body["args"].get("content")
         if isinstance(content, str):
-            roles[content] = roles.get(content, 0)
+            roles.note(content, 0)
 
 
 def _chain(name: str, data: bytes, limits: Limits) -> list:
@@ -620,16 +701,6 @@ def _compact(records: list) -> tuple[Rec, ...]:
     return tuple(Rec(r.seq, r.at, r.kind, r.body) for r in records)
 
 
-def _kept(rec, shared: dict) -> Rec:
-    """A run's first or last record as the index keeps it: its body's values that equal one
-    an earlier run's record had (the catalog, task, profile, settings and prices each
-    ``run.start`` repeats, the strings of its policy) are that value, held once for the
-    bundle instead of once a run, and so are its keys (a record the worker read comes
-    unmarshalled: its keys are its own). They are read-only, as the whole index is."""
-    return Rec(rec.seq, rec.at, _shared(rec.kind, shared),
-               {_shared(k, shared): _shared(v, shared) for k, v in rec.body.items()})
-
-
 def _shared(value, shared: dict, depth: int = 0):
     """``value``, or the equal value ``shared`` already holds (keyed by the BLAKE2b of its
     ``marshal`` bytes, which tell ``1``, ``1.0`` and ``true`` apart where ``==`` does not, as
@@ -676,11 +747,17 @@ def _streamed_ledger(pages: _Pages, view: ZipView, archive: Archive, name: str) 
     runs), never held whole. None at any defect, of its zip entry or of its chain: the
     whole entry is then read as any other, which says what is wrong."""
     e = view.entry(name)
-    raw = view.data[e.data_offset:e.end]  # as the zip holds it (deflated: a fifth of the size)
-    sha, sums = hashlib.sha256(), [0, 0]  # CRC-32, bytes
+    sha, sums, seals = hashlib.sha256(), [0, 0], bytearray()  # CRC-32, bytes; the Span's seal
+
+    def deflated():  # as the zip holds it (deflated: a fifth of the size), a sealed piece at a time
+        for at in range(e.data_offset, e.end, SEALED):
+            piece = view.data[at:min(at + SEALED, e.end)]
+            seals.extend(seal(piece))
+            pages.walked(len(piece))
+            yield piece
 
     def pieces():
-        for piece in _inflated(raw, e.method == _STORED, e.usize):
+        for piece in _inflated(deflated(), e.method == _STORED, e.usize):
             sha.update(piece)
             sums[0], sums[1] = zlib.crc32(piece, sums[0]), sums[1] + len(piece)
             yield piece
@@ -689,34 +766,48 @@ def _streamed_ledger(pages: _Pages, view: ZipView, archive: Archive, name: str) 
         count, first, last, earliest = _chain_stream(name, pieces())
     except (BenchClawError, _Broken):
         return None
-    pages.walked(e.csize)
-    if sums != [e.crc, e.usize]:
+    if sums != [e.crc, e.usize] or len(seals) != 16 * -(-e.csize // SEALED):
         return None
-    return LedgerLog(archive.span(e.data_offset, raw), e.method == _STORED, count, first, last, earliest), \
-        "sha256:" + sha.hexdigest()
+    return LedgerLog(Span(archive, e.data_offset, e.csize, bytes(seals)), e.method == _STORED, count, first, last,
+                     earliest), "sha256:" + sha.hexdigest()
 
 
-def _inflated(raw: bytes, stored: bool, usize: int):
-    """``raw``'s bytes inflated, a ``_PIECE`` at most at a time; ``_Broken`` past ``usize``
-    bytes, or at a corrupt, truncated or overlong deflate stream."""
-    if stored:
-        yield from (raw[at:at + _PIECE] for at in range(0, len(raw), _PIECE))
-        return
-    d, tail, n = zlib.decompressobj(-15), raw, 0
-    while not d.eof:
+def _inflated(raw, stored: bool, usize: int):
+    """``raw``'s bytes (or an iterable of pieces of them) inflated, a ``_PIECE`` at most at a
+    time, the input fed a piece at a time too (never the rest of it copied as a tail);
+    ``_Broken`` past ``usize`` bytes, or at a corrupt, truncated or overlong deflate stream."""
+    pieces = (raw,) if isinstance(raw, (bytes, bytearray, memoryview)) else raw
+    d, n = (None if stored else zlib.decompressobj(-15)), 0
+    for piece in pieces:
+        view = memoryview(piece)
+        for at in range(0, len(view), _PIECE):
+            chunk = view[at:at + _PIECE]
+            while chunk:
+                if d is None:
+                    out, chunk = bytes(chunk), b""
+                else:
+                    if d.eof:
+                        raise _Broken()  # bytes after the end of the stream
+                    try:
+                        out = d.decompress(chunk, _PIECE)
+                    except zlib.error:
+                        raise _Broken() from None
+                    chunk = d.unconsumed_tail
+                n += len(out)
+                if n > usize:
+                    raise _Broken()
+                if out:
+                    yield out
+    if d is not None:
         try:
-            out = d.decompress(tail, _PIECE)
+            out = d.flush()  # what the last input left pending
         except zlib.error:
             raise _Broken() from None
-        tail = d.unconsumed_tail
-        if not out and not tail:
-            raise _Broken()  # truncated
         n += len(out)
-        if n > usize:
-            raise _Broken()
-        yield out
-    if d.unused_data or tail:
-        raise _Broken()
+        if n > usize or not d.eof or d.unused_data:
+            raise _Broken()  # past the size, truncated, or followed by extra bytes
+        if out:
+            yield out
 
 
 _PIECE = 1 << 20  # inflated bytes of a ledger handled at a time
@@ -801,35 +892,35 @@ def _once(value, shared: dict):
 
 # ------------------------------------------------------------------------------ the objects
 
-def _read_objects(pages: _Pages, view: ZipView, names: list[str], roles: dict, digests: dict, unread: dict,
-                  meanwhile) -> dict[str, bytes]:
-    """Every object inflated, hashed and read once, the first ones in a forked worker while
-    this process calls ``meanwhile()``, then reads the last ones (``Shares``)."""
-    shares, mine = Shares(len(names)), []
-    pending = start(_objects_in_worker, pages, view, names, roles, shares, timeout=view.limits.worker_seconds)
+def _read_objects(pages: _Pages, view: ZipView, objects: array, roles: _Roles, digests: dict, unread: dict,
+                  readings: SpilledAt, meanwhile) -> None:
+    """Every object (``objects``: their positions in the zip) inflated, hashed and read once,
+    the first ones in a forked worker while this process calls ``meanwhile()``, then reads
+    the last ones (``Shares``); the readings kept go to ``readings``."""
+    shares, mine = Shares(len(objects)), []
+    pending = start(_objects_in_worker, pages, view, objects, roles, shares, timeout=view.limits.worker_seconds)
     try:
         meanwhile()
-        here = _objects(pages, view, _taking(shares.back(), names, mine), roles)
+        kept: dict[int, bytes] = {}
+        here = (*_objects(pages, view, _taking(shares.back(), objects, mine), roles, kept.__setitem__), kept)
         there = pending.result(chunked=True)
     finally:
         pending.cancel()
         shares.close()
-    readings: dict[str, bytes] = {}  # ObjectReading's fields, kept()
     try:
         got = _from_worker(there)
         count = len(got[0]) // 64
-        if not len(names) - len(mine) <= count <= len(names):  # one left out, or more than there are
+        if not len(objects) - len(mine) <= count <= len(objects):  # one left out, or more than there are
             raise ValueError("count")
-        _adopt(names[:count], got, digests, unread, readings)
+        _adopt(view, objects[:count], got, digests, unread, readings)
     except (ValueError, TypeError, KeyError, AttributeError):
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
     del there, got  # its bytes, before this process's readings join them
-    _adopt(mine, here, digests, unread, readings)  # the one both took, if any: read alike by both
-    return readings
+    _adopt(view, mine, here, digests, unread, readings)  # the one both took, if any: read alike by both
 
 
-def _taking(taken, names: list[str], mine: list):
-    """The names of the items ``taken`` gives, each noted in ``mine`` as it is taken."""
+def _taking(taken, names, mine: list):
+    """The names (or positions) of the items ``taken`` gives, each noted in ``mine`` as it is taken."""
     for i in taken:
         mine.append(names[i])
         yield names[i]
@@ -838,22 +929,29 @@ def _taking(taken, names: list[str], mine: list):
 _NONE = (1 << 64) - 1  # in the worker's lengths: nothing kept of that object
 
 
-def _objects_in_worker(pages: _Pages, view: ZipView, names: list[str], roles: dict, shares: Shares) -> Raw:
-    """``_objects`` of the ``names`` ``shares`` gives from the front, as bytes, not JSON (the
+def _objects_in_worker(pages: _Pages, view: ZipView, objects: array, roles: _Roles, shares: Shares) -> Raw:
+    """``_objects`` of the ``objects`` ``shares`` gives from the front, as bytes, not JSON (the
     parent never holds them parsed whole): {"count": how many it took, "errors": ...} on one
     line, the SHA-256 hexes, each kept reading's length (``array("Q")``, ``_NONE``: nothing
     kept), then the kept readings one after another."""
-    taken: list[str] = []
-    hexes, errors, kept = _objects(pages, view, _taking(shares.front(), names, taken), roles)
-    got = [kept.get(n) for n in taken]
+    taken: list[int] = []
+    lengths, readings = array("Q"), bytearray()  # appended to as each object is read: never copied
+
+    def keep(at: int, got: bytes) -> None:
+        lengths[-1] = len(got)
+        readings.extend(got)
+
+    def taking():
+        for at in _taking(shares.front(), objects, taken):
+            lengths.append(_NONE)
+            yield at
+
+    hexes, errors = _objects(pages, view, taking(), roles, keep)
     out = bytearray(jsonio.dumps({"count": len(taken), "errors": errors}))
     out += b"\n"
     out += hexes.encode("ascii")
-    out += array("Q", (_NONE if k is None else len(k) for k in got)).tobytes()
-    for k in got:
-        if k is not None:
-            out += k
-    return Raw(out)
+    out += lengths.tobytes()
+    return Raw(out, (readings,))
 
 
 def _from_worker(got: Raw) -> tuple[str, dict, "_Streamed"]:
@@ -886,23 +984,23 @@ class _Streamed:
         return None if k == _NONE else self.data.read(k)
 
 
-def _objects(pages: _Pages, view: ZipView, names: list[str], roles: dict) -> tuple[str, dict, dict]:
-    """(the SHA-256 hexes as one string (a fraction of the memory of a list), read errors
-    by entry as dicts, each object's reading as the index keeps it (``_index.kept``))."""
-    hexes, errors, kept = [], {}, {}
-    for name in names:
+def _objects(pages: _Pages, view: ZipView, objects, roles: _Roles, keep) -> tuple[str, dict]:
+    """(the SHA-256 hexes as one string, read errors by entry name as dicts); each object's
+    reading as the index keeps it (``_index.kept``) handed to ``keep(its position, it)``."""
+    hexes, errors = bytearray(), {}
+    for at in objects:
         try:
-            data = pages.read(view, name)
+            data = pages.read_at(view, at)
         except VerificationError as e:
-            hexes.append(_UNREAD)
-            errors[name] = e.to_dict()
+            hexes += _UNREAD_ASCII
+            errors[view.names[at]] = e.to_dict()
             continue
-        hexd = hashlib.sha256(data).hexdigest()
-        hexes.append(hexd)
-        got = _reading_of(roles.get("sha256:" + hexd, _WHOLE) if name.endswith(hexd) else _WHOLE, data)
+        sha = hashlib.sha256(data)
+        hexes += sha.hexdigest().encode("ascii")
+        got = _reading_of(roles.of(at, sha.digest()), data)
         if got is not None:
-            kept[name] = got
-    return "".join(hexes), errors, kept
+            keep(at, got)
+    return hexes.decode("ascii"), errors
 
 
 def _reading_of(needs: int, data: bytes) -> bytes | None:
@@ -927,64 +1025,80 @@ def _reading_of(needs: int, data: bytes) -> bytes | None:
     return kept(tuple(derived) if derived is not None else None, text, whole)
 
 
-def _adopt(names: list[str], got: tuple, digests: dict, unread: dict, readings: dict) -> None:
+def _adopt(view: ZipView, objects, got: tuple, digests: dict, unread: dict, readings: SpilledAt) -> None:
+    """The hexes, errors and readings ``_objects`` (or the worker) gave of ``objects`` (their
+    positions) into the index's mappings: a digest only when the name does not spell it."""
     hexes, errors, kept = got
-    if not isinstance(hexes, str) or len(hexes) != 64 * len(names):
+    if not isinstance(hexes, str) or len(hexes) != 64 * len(objects):
         raise UnreadableBundle("", "a verification worker returned a malformed result")
-    for i, name in enumerate(names):
+    names = view.names
+    for i, at in enumerate(objects):
         hexd = hexes[64 * i:64 * i + 64]
         if hexd != _UNREAD:
-            if name[11:] != hexd:  # else named: not held (_index.Digests)
-                digests[name] = "sha256:" + hexd
+            said = names.digest_at(at)
+            if said is None or said.hex() != hexd:  # else named: not held (_index.Digests)
+                digests[names[at]] = "sha256:" + hexd
     for name, e in errors.items():
         unread[name] = VerificationError(e["path"], e["message"], e["record"])
     by_place = isinstance(kept, _Streamed)
-    for i, name in enumerate(names):  # keyed by the zip's own name string, not the pipe's copy of it
-        got = kept.get(i if by_place else name)
+    for i, at in enumerate(objects):
+        got = kept.get(i if by_place else at)
         if got is not None:
-            readings[name] = got
+            readings.put_at(at, got)
 
 
 # ------------------------------------------------------------------------------ D: per-run facts
 
 def _facts(ix: Index, out: Spilled) -> Spilled:
-    """Each run log's ``RunFacts`` (marshalled, into ``out``), the first runs taken in a
-    forked worker while this process takes the last ones (``Shares``)."""
+    """Each run log's ``RunFacts`` (marshalled, into ``out``), taken by two forked workers,
+    one from the first run and one from the last (``Shares``), while this process waits:
+    the records each run's facts are taken from are parsed there, never in this process's
+    heap, where the index lives (what was freed between its values would stay resident)."""
     from . import _checks, _costs, _summary  # noqa: F401 - the steps' modules (and the checks, sqlite3...),
-    # imported here, before the fork, so that the worker inherits them rather than import them again
+    # imported here, before the fork, so that the workers inherit them rather than import them again
     names = [n for n in ix.run_logs if ix.run_logs.is_log(n) and RUN_PATH.match(n)]
-    shares, mine = Shares(len(names)), []
-    pending = start(_facts_in_worker, ix, names, shares, timeout=ix.limits.worker_seconds)
+    shares = Shares(len(names))
+    front = start(_facts_in_worker, ix, names, shares, False, timeout=ix.limits.worker_seconds)
+    back = start(_facts_in_worker, ix, names, shares, True, timeout=ix.limits.worker_seconds)
     try:
-        for name, facts in _taken(ix, _taking(shares.back(), names, mine)):  # now, while the worker takes the first
-            _keep(out, name, _packed_facts(facts))
-        there = pending.result()
+        firsts, lasts = front.result(), back.result()
     finally:
-        pending.cancel()
+        front.cancel()
+        back.cancel()
         shares.close()
     try:
-        count = _FRAME.unpack_from(there.data, len(there.data) - 4)[0] if len(there.data) >= 4 else -1
-        if not len(names) - len(mine) <= count <= len(names):  # one left out, or more than there are
+        got = [(_count(firsts), firsts), (_count(lasts), lasts)]
+        if got[0][0] + got[1][0] < len(names):  # one left out
             raise ValueError("count")
-        for name, packed in zip(names[:count], _frames(memoryview(there.data)[:-4], count), strict=True):
-            if name not in out:  # the one both took, if any: taken alike by both
-                _keep(out, name, packed)
+        for (count, there), taken in zip(got, (names[:got[0][0]], names[::-1][:got[1][0]])):
+            for name, packed in zip(taken, _frames(memoryview(there.data)[:-4], count), strict=True):
+                if name not in out:  # the one both took, if any: taken alike by both
+                    _keep(out, name, packed)
     except ValueError:
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
     return out
+
+
+def _count(there: Raw) -> int:
+    """How many frames a ``_facts_in_worker`` result holds (its last 4 bytes). Raises ValueError."""
+    data = there.data
+    if len(data) < 4:
+        raise ValueError("truncated")
+    return _FRAME.unpack_from(data, len(data) - 4)[0]
 
 
 _FRAME = struct.Struct("<I")  # a frame's length; _NO_FACTS for a run with none
 _NO_FACTS = 0xFFFFFFFF
 
 
-def _facts_in_worker(ix: Index, names: list[str], shares: Shares) -> Raw:
-    """``_packed_facts`` of each run's ``_taken`` that ``shares`` gives from the front, one
-    frame a run: its length (4 bytes, little-endian; ``_NO_FACTS``: none), then the
-    marshalled facts, exactly what the parent keeps of a run it takes itself (no JSON
-    written here and parsed there); then the count of frames (4 bytes)."""
+def _facts_in_worker(ix: Index, names: list[str], shares: Shares, from_back: bool) -> Raw:
+    """``_packed_facts`` of each run's ``_taken`` that ``shares`` gives from the front (or,
+    ``from_back``, from the back: the frames then come last run first), one frame a run:
+    its length (4 bytes, little-endian; ``_NO_FACTS``: none), then the marshalled facts,
+    exactly what the parent keeps (no JSON written here and parsed there); then the count
+    of frames (4 bytes)."""
     out, count = bytearray(), 0
-    for _, facts in _taken(ix, (names[i] for i in shares.front())):
+    for _, facts in _taken(ix, (names[i] for i in (shares.back() if from_back else shares.front()))):
         packed = _packed_facts(facts)
         if packed is None:
             out += _FRAME.pack(_NO_FACTS)
@@ -1051,20 +1165,6 @@ def _packed_facts(facts) -> bytes | None:
         return packed_facts(facts)
     except ValueError:  # a value marshal does not take: the steps read the run
         return None
-
-
-def _untaken(readings: dict, run_logs, facts: dict) -> dict:
-    """The readings a step may still read once D took its facts (a new dict: the old one's
-    table is as large as it ever was): not a request's, usage's or reply's that only runs
-    whose step 3 and step 4 facts were taken name (those steps read them only of a run
-    without). An object kept whole stays (catalogs, specs)."""
-    needed = set()
-    for name in run_logs:
-        got = facts.get(name)
-        if (got is None or not all(taken_facts(got)[:2])) and run_logs.is_log(name):
-            refs = run_logs[name].refs
-            needed.update(object_path("sha256:" + refs[i:i + 32].hex()) for i in range(0, len(refs), 32))
-    return {name: got for name, got in readings.items() if name in needed or holds_bytes(got)}
 
 
 def _keep(out: Spilled, name: str, packed: bytes | None) -> None:

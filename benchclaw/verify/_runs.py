@@ -55,13 +55,11 @@ class Runs:
 
 
 def verify_runs(ix: Index, sec: Section) -> Runs:
-    for name in ix.names:
-        if name.startswith("objects/"):
-            sec.attempt(_check_object, ix, name)
+    for name in ix.names_under("objects/"):
+        sec.attempt(_check_object, ix, name)
     # the objects whose bytes hash to their name, as raw digests (a record's refs are packed so)
-    good = {bytes.fromhex(n[11:]) for n in ix.names
-            if n.startswith("objects/") and ix.digests.get(n) == "sha256:" + n[11:]}
-    names = [n for n in ix.names if n.startswith("runs/")]
+    good = ix.digests.hashed_to_names(ix.names)
+    names = ix.names_under("runs/")
     accepted: dict[str, Run] = {}
     rejected: set[str] = set()
     digests: dict[str, str | ValueError] = {}  # task version -> its digest, computed once
@@ -81,7 +79,7 @@ def _check_object(ix: Index, name: str) -> None:
         raise VerificationError(name, f"object bytes hash to {ix.digests[name]}, not to its name")
 
 
-def _check_run(ix: Index, name: str, good: set, digests: dict, accepted: dict, rejected: set,
+def _check_run(ix: Index, name: str, good, digests: dict, accepted: dict, rejected: set,
                sec: Section) -> None:
     m = RUN_PATH.match(name)
     if not m or m.group(1) != m.group(2)[:2]:
@@ -102,7 +100,7 @@ def _check_run(ix: Index, name: str, good: set, digests: dict, accepted: dict, r
     sec.count("records", parsed.count)
 
 
-def _check_records(ix: Index, name: str, parsed: RunLog, good: set, sec: Section) -> None:
+def _check_records(ix: Index, name: str, parsed: RunLog, good, sec: Section) -> None:
     """In record order: a body's types, then its references. The records are read only when
     something is wrong or to count: the reading stage checked every body and noted the
     references of a run whose records are all of known kinds and well typed."""

@@ -76,12 +76,13 @@ class Shares:
 class Raw:
     """A result the child has already written (JSON lines, say: the caller reads them one
     at a time, never all parsed at once): ``data`` (bytes or a bytearray, not copied) is
-    sent as it is and handed back as a ``Raw`` again."""
+    sent as it is, then each buffer of ``more`` (so a child need not join its parts into
+    one copy), and handed back as a ``Raw`` of them all."""
 
-    __slots__ = ("data",)
+    __slots__ = ("data", "more")
 
-    def __init__(self, data: bytes | bytearray):
-        self.data = data
+    def __init__(self, data: bytes | bytearray, more: tuple = ()):
+        self.data, self.more = data, more
 
 
 class Pending:
@@ -98,7 +99,10 @@ class Pending:
         came in, never joined), else as one bytearray."""
         if self._pid is None:
             value = self._value
-            return Raw(Received([bytes(value.data)])) if chunked and isinstance(value, Raw) else value
+            if isinstance(value, Raw):
+                parts = [bytes(value.data), *map(bytes, value.more)]
+                return Raw(Received(parts)) if chunked else Raw(bytearray(b"".join(parts)))
+            return value
         data = Received(list(self._chunks())) if chunked else self._read()
         status = self._reap()
         try:
@@ -253,8 +257,8 @@ def _child(fn: Callable, args: tuple, r: int, w: int) -> None:
         except BaseException as e:  # noqa: BLE001 - reported to the parent, never a traceback
             out = ["error", f"{type(e).__name__}: {e}"[:500]]
         try:  # a Raw result: a header line, then its bytes as they are (not copied)
-            parts = ([jsonio.dumps(["raw", len(out[1].data)]) + b"\n", out[1].data] if isinstance(out[1], Raw)
-                     else [jsonio.dumps(out)])
+            parts = ([jsonio.dumps(["raw", len(out[1].data) + sum(map(len, out[1].more))]) + b"\n", out[1].data,
+                      *out[1].more] if isinstance(out[1], Raw) else [jsonio.dumps(out)])
         except (TypeError, ValueError) as e:
             parts = [jsonio.dumps(["error", f"result is not transferable ({e})"[:500]])]
         for data in parts:

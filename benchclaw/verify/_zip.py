@@ -17,10 +17,12 @@ every local header itself with ``struct``, and refuses anything a bundle written
 - more entries, bigger entries, a bigger total or a higher compression ratio than
   ``Limits`` allow.
 
-The directory is kept in parallel arrays (offsets, sizes, CRCs, methods) beside the list
-of names, found by bisection (a bundle lists its entries sorted, so the names are their own
-index; any other order gets a sorted copy): about 50 bytes an entry beyond its name, not
-the ~240 of an object per entry with its boxed ints and a dict slot.
+The directory is kept in parallel arrays (offsets, sizes, CRCs, methods) beside the names
+(``Names``): an object entry's name (``objects/<aa>/<64 hex>``, nine in ten of a bundle's) is
+kept as the 32 bytes its hex spells and made again when asked for, found by an
+open-addressing table of positions in an array; any other name is kept as a string. About
+45 bytes an object entry in all, not the ~200 of a name string in a list, a sorted copy
+and a dict of them.
 
 Those are ``UnreadableBundle`` (exit 2). Member bytes are inflated here too, with
 ``zlib`` and an output cap of the declared size + 1, so a member can never inflate past
@@ -35,15 +37,14 @@ import re
 import struct
 import zlib
 from array import array
-from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from ..formats.names import ENTRY_NAME_BYTES, entry_name_fold, entry_name_problem
 from ._errors import UnreadableBundle, VerificationError
 
-__all__ = ["Limits", "Entry", "ZipView", "Sizes"]
+__all__ = ["Limits", "Entry", "ZipView", "Sizes", "Names", "object_digest"]
 
 _EOCD = struct.Struct("<4s4H2LH")
 _Z64_LOC = struct.Struct("<4sLQL")
@@ -64,6 +65,137 @@ _WALKED = 1 << 20  # archive bytes the directory walk spans between two calls of
 # ``entry_name_problem`` accepts and ``entry_name_fold`` folds to its lower case (ASCII: NFKC
 # leaves it as it is), checked by one regex match (every name of an honest bundle is one).
 _PLAIN_NAME = re.compile(r"(?!\.\.?(?:/|\Z))[A-Za-z0-9_.\-]+(?:/(?!\.\.?(?:/|\Z))[A-Za-z0-9_.\-]+)*\Z")
+# An object entry's name: ``objects/<aa>/<64 hex>``, lower case, ``aa`` the first two of the hex.
+_OBJECT_NAME = re.compile(r"objects/([0-9a-f]{2})/\1[0-9a-f]{62}\Z")
+_OBJECT_NAME_BYTES = re.compile(rb"objects/([0-9a-f]{2})/\1[0-9a-f]{62}\Z")
+
+
+def object_digest(name) -> bytes | None:
+    """The 32 bytes an object entry's name spells (``Names`` keeps it so), or None for any
+    other name."""
+    if type(name) is str and len(name) == 75 and _OBJECT_NAME.match(name):
+        return bytes.fromhex(name[11:])
+    return None
+
+
+def _object_name(raw) -> str:
+    hexd = raw.hex()
+    return "objects/" + hexd[:2] + "/" + hexd
+
+
+class Names(Sequence):
+    """The entry names in archive order, read-only once the directory walk has added them.
+    An object entry's name (``object_digest``) is kept as its 32 bytes and made again when
+    asked for, found by an open-addressing table (an array of positions + 1, slots chosen
+    by the bytes' salted ``hash``, probed linearly); any other name is a string, in a dict."""
+
+    __slots__ = ("_n", "_raw", "_plain", "_at", "_table", "_mask")
+
+    def __init__(self, count: int):
+        """Room for ``count`` entries (the table is never resized)."""
+        size = 8
+        while size < 2 * count:
+            size <<= 1
+        self._n, self._raw, self._plain, self._at = 0, bytearray(), {}, {}
+        self._table, self._mask = array("i", bytes(4 * size)), size - 1
+
+    def add(self, name: str, digest: bytes | None) -> int | None:
+        """Append ``name`` (``digest``: its ``object_digest``); the position of an entry of
+        the same name already added instead (nothing is appended)."""
+        if digest is None:
+            got = self._at.get(name)
+            if got is not None:
+                return got
+            self._plain[self._n] = name
+            self._at[name] = self._n
+            self._raw += bytes(32)
+        else:
+            slot = self._slot(digest)
+            if self._table[slot]:
+                return self._table[slot] - 1
+            if self._n >= self._mask:
+                raise ValueError("more names than the table was made for")
+            self._table[slot] = self._n + 1
+            self._raw += digest
+        self._n += 1
+        return None
+
+    def _slot(self, digest: bytes) -> int:
+        """The table slot holding the object entry ``digest`` spells, or the empty one where it
+        would go."""
+        table, mask, raw = self._table, self._mask, self._raw
+        i = hash(digest) & mask
+        while True:
+            at = table[i]
+            if not at or raw[32 * at - 32:32 * at] == digest:
+                return i
+            i = (i + 1) & mask
+
+    def find(self, name) -> int:
+        """Entry ``name``'s position, -1 when there is none."""
+        digest = object_digest(name)
+        if digest is None:
+            return self._at.get(name, -1)
+        return self._table[self._slot(digest)] - 1
+
+    def find_digest(self, digest: bytes) -> int:
+        """The position of the object entry whose name spells ``digest`` (32 bytes), -1 when
+        there is none."""
+        return self._table[self._slot(digest)] - 1 if len(digest) == 32 else -1
+
+    def index(self, name) -> int:
+        """Entry ``name``'s position. Raises KeyError."""
+        got = self.find(name)
+        if got < 0:
+            raise KeyError(name)
+        return got
+
+    def digest_at(self, i: int) -> bytes | None:
+        """The 32 bytes the name of entry ``i`` spells when it is an object entry's, else None."""
+        return None if i in self._plain else bytes(self._raw[32 * i:32 * i + 32])
+
+    def __contains__(self, name) -> bool:
+        return self.find(name) >= 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        name = self._plain.get(i)
+        return _object_name(self._raw[32 * i:32 * i + 32]) if name is None else name
+
+    def __iter__(self):
+        plain, raw = self._plain.get, memoryview(self._raw)
+        for i in range(self._n):
+            name = plain(i)
+            if name is None:
+                hexd = raw[32 * i:32 * i + 32].hex()
+                name = "objects/" + hexd[:2] + "/" + hexd
+            yield name
+
+    def plain(self):
+        """(position, name) of every entry that is not an object entry, in archive order."""
+        return iter(self._plain.items())
+
+    def positions_under(self, prefix: str) -> list[int]:
+        """The positions of the entries whose name starts with ``prefix``, in archive order."""
+        if prefix == "objects/":  # every object entry, no name made
+            plain = self._plain
+            return [i for i in range(self._n) if i not in plain or plain[i].startswith(prefix)]
+        return [i for i, _ in self.under(prefix)]
+
+    def under(self, prefix: str):
+        """(position, name) of every entry whose name starts with ``prefix``, in archive order
+        (an object entry's name made only when ``prefix`` could begin one)."""
+        if "objects/".startswith(prefix) or prefix.startswith("objects/"):
+            return ((i, n) for i, n in enumerate(self) if n.startswith(prefix))
+        return ((i, n) for i, n in self._plain.items() if n.startswith(prefix))
 
 
 @dataclass(frozen=True)
@@ -120,13 +252,12 @@ class ZipView:
         if len(data) > limits.archive_bytes:
             raise _bad(f"the archive is {len(data)} bytes, above the limit of {limits.archive_bytes}")
         cd_offset, cd_end, count = self._end_records()
-        self.names: list[str] = []  # in archive order; entry i's fields are item i of each array
+        self.names = Names(count)  # in archive order; entry i's fields are item i of each array
         self.methods, self.crcs = array("B"), array("I")
         self.csizes, self.usizes = array("Q"), array("Q")
         self.header_offsets, self.data_offsets = array("Q"), array("Q")
         self._parse_central(cd_offset, cd_end, count)
         self._check_tiling(cd_offset)
-        self._keys, self._order = self._lookup()
 
     @property
     def entries(self) -> Mapping[str, Entry]:
@@ -136,16 +267,14 @@ class ZipView:
 
     def index(self, name: str) -> int:
         """Entry ``name``'s position in archive order. Raises KeyError if there is none."""
-        return _find(self._keys, self._order, name)
+        return self.names.index(name)
 
     def __contains__(self, name: str) -> bool:
-        keys = self._keys
-        i = bisect_left(keys, name)
-        return i < len(keys) and keys[i] == name
+        return name in self.names
 
     def sizes(self) -> Mapping[str, int]:
         """name -> uncompressed size, over this view's arrays but not the view (it outlives it)."""
-        return Sizes(self.names, self._keys, self._order, self.usizes)
+        return Sizes(self.names, self.usizes)
 
     def entry(self, name: str) -> Entry:
         """Entry ``name`` as an object, made on each call. Raises KeyError."""
@@ -160,15 +289,6 @@ class ZipView:
 
     def usize(self, name: str) -> int:
         return self.usizes[self.index(name)]
-
-    def _lookup(self) -> tuple[list[str], array | None]:
-        """(the names sorted, their archive positions or None when already in that order).
-        Names are unique here (``_check_name``), so sorted means strictly increasing."""
-        names = self.names
-        if all(a < b for a, b in zip(names, names[1:])):
-            return names, None
-        order = array("L", sorted(range(len(names)), key=names.__getitem__))
-        return [names[i] for i in order], order
 
     # -- end records ------------------------------------------------------------------
     def _end_records(self) -> tuple[int, int, int]:
@@ -228,7 +348,7 @@ class ZipView:
         unpack, size, local, local_size, end_of_data = _CENTRAL.unpack_from, _CENTRAL.size, _LOCAL.unpack_from, \
             _LOCAL.size, len(self.data)
         small = min(lim.entry_bytes, lim.ratio_floor)  # a size below it passes both of _check_size's bounds
-        names, methods, crcs = self.names.append, self.methods.append, self.crcs.append
+        names, methods, crcs = self.names.add, self.methods.append, self.crcs.append
         csizes, usizes, heads, starts = (self.csizes.append, self.usizes.append, self.header_offsets.append,
                                          self.data_offsets.append)
         for _ in range(count):
@@ -242,7 +362,7 @@ class ZipView:
             if end > cd_end:
                 raise _bad("the central directory is truncated")
             raw_name = data[pos + size:pos + size + name_len]
-            name = self._check_name(raw_name, flags, seen)
+            name, digest = self._check_name(raw_name, flags, seen)
             # an entry as ``benchclaw export`` writes it passes _check_kind and _check_size (they only raise)
             if flags & _ODD_FLAGS or method not in (_STORED, _DEFLATED) or disk or eattr & _DOS_DIR or \
                     (system == _UNIX and (eattr >> 16) & _S_IFMT not in (0, _S_IFREG)) or \
@@ -263,7 +383,7 @@ class ZipView:
                     lcrc != crc or lcsize != csize or lusize != usize or data[start:start + lname_len] != raw_name:
                 self._check_local(name, offset, crc, csize, usize, raw_name, (flags, method, mtime, mdate))
             data_offset = start + lname_len + lextra_len
-            names(name)
+            names(name, digest)  # new: _check_name refused a name seen before
             methods(method)
             crcs(crc)
             csizes(csize)
@@ -281,20 +401,26 @@ class ZipView:
         if pos != cd_end:
             raise _bad("the central directory holds more than its end record counts")
 
-    def _check_name(self, raw: bytes, flags: int, seen: dict[str, str]) -> str:
+    def _check_name(self, raw: bytes, flags: int, seen: dict[str, str]) -> tuple[str, bytes | None]:
+        """(the name, its ``object_digest``), once it is checked against the rules and the
+        names before it (``seen``: every name but an object entry's, folded, to itself; the
+        object entries' are ``self.names``, their own fold)."""
         if len(raw) > self.limits.name_bytes or not raw:
             raise _bad(f"an entry name is empty or longer than {self.limits.name_bytes} bytes")
+        if len(raw) == 75 and _OBJECT_NAME_BYTES.match(raw):  # lower case ASCII: its own fold
+            name = raw.decode("ascii")
+            if name in seen:
+                raise _bad(f"entry {name!r}: differs only by case or Unicode normalisation from entry {seen[name]!r}")
+            digest = bytes.fromhex(name[11:])
+            if self.names.find_digest(digest) >= 0:
+                raise _bad(f"entry {name!r}: duplicate entry {name!r}")
+            return name, digest
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise _bad(f"entry name {raw[:80]!r} is not UTF-8") from None
         if _PLAIN_NAME.match(name) and len(raw) <= ENTRY_NAME_BYTES:  # the checks below pass: only the fold
-            folded = name.lower()
-            if folded in seen:
-                same = "duplicate" if seen[folded] == name else "differs only by case or Unicode normalisation from"
-                raise _bad(f"entry {name!r}: {same} entry {seen[folded]!r}")
-            seen[folded] = name
-            return name
+            return name, self._unseen(name, name.lower(), seen)
         if not name.isascii() and not flags & 0x800:
             raise _bad(f"entry {name!r}: non-ASCII name without the UTF-8 flag (ambiguous)")
         if name.endswith("/"):
@@ -302,12 +428,19 @@ class ZipView:
         problem = entry_name_problem(name)  # the rules the task loader applies too
         if problem:
             raise _bad(f"entry {name!r}: {problem}")
-        folded = entry_name_fold(name)
-        if folded in seen:
-            same = "duplicate" if seen[folded] == name else "differs only by case or Unicode normalisation from"
-            raise _bad(f"entry {name!r}: {same} entry {seen[folded]!r}")
+        return name, self._unseen(name, entry_name_fold(name), seen)
+
+    def _unseen(self, name: str, folded: str, seen: dict[str, str]) -> None:
+        """Raises unless ``folded`` (``name``'s fold) is new; then notes it in ``seen``. None:
+        ``name`` is not an object entry's (``_check_name`` took those)."""
+        before = seen.get(folded)
+        if before is None and object_digest(folded) is not None and folded in self.names:
+            before = folded
+        if before is not None:
+            same = "duplicate" if before == name else "differs only by case or Unicode normalisation from"
+            raise _bad(f"entry {name!r}: {same} entry {before!r}")
         seen[folded] = name
-        return name
+        return None
 
     def _check_kind(self, name: str, flags: int, method: int, system: int, eattr: int,
                     disk: int, fields: tuple[int, int, int]) -> None:
@@ -406,33 +539,22 @@ class ZipView:
         return out
 
 
-def _find(keys: list[str], order: array | None, name: str) -> int:
-    """``name``'s archive position: ``keys`` are the names sorted, ``order`` their positions
-    (None: the archive order is the sorted one). Raises KeyError."""
-    i = bisect_left(keys, name)
-    if i == len(keys) or keys[i] != name:
-        raise KeyError(name)
-    return i if order is None else order[i]
 
 
 class Sizes(Mapping):
-    """name -> uncompressed size (the index's ``sizes``): the names and one array, not a dict
-    of boxed ints (~70 bytes an entry, held through every step)."""
+    """name -> uncompressed size (the index's ``sizes``): the ``Names`` and one array, not a
+    dict of boxed ints (~70 bytes an entry, held through every step)."""
 
-    __slots__ = ("_names", "_keys", "_order", "_sizes")
+    __slots__ = ("_names", "_sizes")
 
-    def __init__(self, names: list[str], keys: list[str], order: array | None, sizes: array):
-        self._names, self._keys, self._order, self._sizes = names, keys, order, sizes
+    def __init__(self, names: Names, sizes: array):
+        self._names, self._sizes = names, sizes
 
     def __getitem__(self, name: str) -> int:
-        return self._sizes[_find(self._keys, self._order, name)]
+        return self._sizes[self._names.index(name)]
 
     def __contains__(self, name: object) -> bool:
-        if not isinstance(name, str):
-            return False
-        keys = self._keys
-        i = bisect_left(keys, name)
-        return i < len(keys) and keys[i] == name
+        return isinstance(name, str) and self._names.find(name) >= 0
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)

@@ -90,7 +90,8 @@ def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
     journal = journal_records(files, experiment) if journal is None else journal
     entries = [(name[len(prefix):-len(".jsonl")], rec) for name, _, rec in journal]
     fold = ExperimentFold(experiment)
-    for name in sorted(files):  # run id order: runs/<aa>/<id>.jsonl
+    for name in sorted(n for n in files if n.startswith("runs/")):  # run id order: runs/<aa>/<id>.jsonl
+        # (the other entries filtered out before the sort: the verifier's names are made as they are read)
         m = RUN_PATH.match(name)
         got = condensed(name) if m and condensed is not None else None
         if got is not None:

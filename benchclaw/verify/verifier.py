@@ -184,7 +184,7 @@ def _after(ix: Index, report: VerifyReport) -> None:
             report.registrations[exp] = registration_of(ix, exp)
             report.notes.extend(repinned(ix, exp))
             report.notes.extend(unshown_stops(ix, exp))
-    site = [n for n in ix.names if n.startswith("site/")]
+    site = ix.names_under("site/")
     if site:
         report.unproven.append(("site/", len(site), "the pages are not recomputed: their tables and "
                                 "numbers are NOT verified; read the numbers from summary.json"))
