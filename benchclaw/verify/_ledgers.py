@@ -97,11 +97,37 @@ def ledger_records(ix: Index, name: str) -> tuple:
 
 
 def replay_into(ix: Index, name: str, lid: str, replays: dict) -> None:
+    """Replay ledger entry ``name`` into ``replays[lid]``: the reading stage's replay when it
+    took one as it streamed the ledger (``ledger_fold``: it held), else replayed here.
+    Raises the VerificationError of the first record that does not hold."""
     records = ledger_records(ix, name)
-    rep = LedgerReplay(lid, LedgerState(ledger=lid))
-    line, err = 0, None
-    try:
-        for line, rec in enumerate(records, 1):
+    taken = ix.ledger_facts_of(name).replay
+    if taken is not None:
+        replays[lid] = taken
+        return
+    fold = Replaying(name, lid)
+    for rec in records:
+        if not fold.add(rec):
+            break
+    replays[lid] = fold.result(records)
+
+
+class Replaying:
+    """``replay_into``'s fold, fed one record at a time: the step feeds it a ledger's
+    records, the reading stage the same records as it streams them (``ledger_fold``)."""
+
+    __slots__ = ("name", "rep", "line", "err")
+
+    def __init__(self, name: str, lid: str):
+        self.name, self.rep, self.line, self.err = name, LedgerReplay(lid, LedgerState(ledger=lid)), 0, None
+
+    def add(self, rec) -> bool:
+        """Fold the next record; False once one did not hold (its error kept for ``result``)."""
+        if self.err is not None:
+            return False
+        self.line += 1
+        rep, name, line = self.rep, self.name, self.line
+        try:
             check_body(rec.kind, rec.body, LEDGER, name, line)
             _CHECK.get(rec.kind, _no_check)(rep, rec.body, name, line)
             try:
@@ -109,16 +135,31 @@ def replay_into(ix: Index, name: str, lid: str, replays: dict) -> None:
             except BenchClawError as e:
                 raise from_error(e, name) from None
             _INDEX.get(rec.kind, _no_check)(rep, rec.body, name, line)
-    except UnreadableBundle:
-        raise
-    except VerificationError as e:
-        err = e
-    reused = rep.book.first_reused(records)  # the check a reservation's id is new, made here
-    if reused is not None and (err is None or reused[0] < line):
-        raise VerificationError(name, f"reservation id {reused[1]!r} is not new", reused[0])
-    if err is not None:
-        raise err
-    replays[lid] = rep
+        except VerificationError as e:
+            if isinstance(e, UnreadableBundle):
+                raise
+            self.err = e
+            return False
+        return True
+
+    def result(self, records) -> LedgerReplay:
+        """The replay, once every record is added. Raises the VerificationError of the
+        first record that did not hold; ``records``: the ledger's again, read only when
+        two reservation ids' hashes are equal (None: reading them is not possible, and
+        this raises ``LookupError`` then)."""
+        rep, err = self.rep, self.err
+        reused = rep.book.first_reused(records)  # the check a reservation's id is new, made here
+        if reused is not None and (err is None or reused[0] < self.line):
+            raise VerificationError(self.name, f"reservation id {reused[1]!r} is not new", reused[0])
+        if err is not None:
+            raise err
+        return rep
+
+
+def ledger_fold(name: str) -> "Replaying":
+    """Step 5's replay of ledger entry ``name``, for the reading stage to feed as it streams
+    the ledger; its ``result(None)`` is the replay when every record held (``_index.LedgerFacts``)."""
+    return Replaying(name, name[len(_PREFIX):].removesuffix(".jsonl"))
 
 
 def _no_check(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
@@ -286,7 +327,7 @@ class Book:
     def first_reused(self, records) -> tuple[int, str] | None:
         """(line, id) of the first reservation whose id an earlier one had, or None.
         Ids whose hashes differ differ; only when two hashes are equal are the ids read
-        again from ``records`` (the ledger's, in order) to tell."""
+        again from ``records`` (the ledger's, in order) to tell (None: LookupError then)."""
         buckets: list = [array("q") for _ in range(256)]
         for h in self._id_hash:
             buckets[h & 255].append(h)
@@ -297,6 +338,8 @@ class Book:
                 twice.update(h for h in b if h in seen or seen.add(h))
         if not twice:
             return None
+        if records is None:
+            raise LookupError("two reservation ids hash alike: the records are needed to tell them apart")
         wanted = {n for n, h in enumerate(self._id_hash) if h in twice}
         ids, n = {}, 0
         for rec in records:

@@ -17,7 +17,9 @@ A. the zip's directory is validated (``_zip``), the manifest parsed; every run l
 B. the objects (most of a bundle's bytes) are inflated, hashed and read on two cores: a
    forked worker (``_workers``) takes some and returns its results as bytes (the digests,
    then the kept readings back to back, read out here one at a time as they came), this
-   process, once it has taken in the worker's run logs of A, the rest;
+   process, once it has taken in the worker's run logs of A and read each ledger again for
+   steps 5 and 6 (their ``LedgerFacts``: step 5's replay, step 6's reserved keys, pickled
+   into the spill; as D's facts, a conclusion that held, else None), the rest;
 C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, those
    of its runs spilled (``Journal``), its files' bytes then dropped: step 6 reads the
    records), in A, while the worker reads run logs;
@@ -59,6 +61,7 @@ import hashlib
 import marshal
 import mmap
 import os
+import pickle
 import re
 import struct
 import zlib
@@ -68,6 +71,7 @@ from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+from ..analysis.fold import ReservedKeys
 from ..formats import jsonio
 from ..errors import BenchClawError
 from ..formats.records import (ENVELOPE_VERSION, GENESIS, MAX_LINE_BYTES, blob_refs,
@@ -75,7 +79,7 @@ from ..formats.records import (ENVELOPE_VERSION, GENESIS, MAX_LINE_BYTES, blob_r
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
-from ._index import (ENVELOPE, Archive, Digests, Index, Journal, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
+from ._index import (ENVELOPE, Archive, Digests, Index, Journal, LedgerFacts, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
                      Spilled, holds_bytes, packed_log, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot,
                      taken_facts)
 from ._shape import JOURNAL, RUN, check_body
@@ -246,6 +250,9 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     def meanwhile() -> None:  # B: what this process does while the worker reads the first objects
         _adopt_logs(logs, held.pop().data, cut, count, mine, pages, view, archive, limits, digests, unread,
                     run_logs, roles, shared)
+        ledger_facts.update(_ledger_facts(ledgers, spill))
+
+    ledger_facts: dict[str, LedgerFacts] = {}
 
     readings = _read_objects(pages, view, objects, roles, digests, unread, meanwhile)  # B: on two cores
     pages.release()
@@ -255,7 +262,8 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
                manifest=manifest, digests=Digests(digests, sizes, unread), unread=unread,
                run_logs=run_logs.ordered(view.names),
                objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
-               content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
+               content=frozen(content), task_files=frozen(_task_files(content)), registered=registered,
+               ledger_facts=frozen(ledger_facts))
     del view, run_logs  # the directory (its arrays, ~50 bytes an entry), before D's facts join the index
     facts = _facts(ix, Spilled(spill))  # D: on two cores
     return dataclasses.replace(ix, objects=frozen(_untaken(readings, ix.run_logs, facts)), facts=facts)
@@ -943,6 +951,70 @@ def _adopt(names: list[str], got: tuple, digests: dict, unread: dict, readings: 
         got = kept.get(i if by_place else name)
         if got is not None:
             readings[name] = got
+
+
+# ------------------------------------------------------------------------------ B: the ledgers' facts
+
+def _ledger_facts(ledgers: dict, spill: Spill) -> dict[str, LedgerFacts]:
+    """Each ledger's ``LedgerFacts``, in B while the worker reads the first objects: its
+    records read again as the steps read them (``LedgerLog``, a piece at a time) and folded
+    by steps 5 and 6 (``_LedgerFold``), their conclusions pickled into ``spill``."""
+    out = {}
+    for name, log in ledgers.items():
+        if isinstance(log, LedgerLog):
+            fold = _LedgerFold(name)
+            for rec in log:
+                if not fold.add(rec):
+                    break
+            got = fold.put(spill)
+            if got is not None:
+                out[name] = got
+    return out
+
+
+class _LedgerFold:
+    """Steps 5's and 6's readings of a ledger on its own (``_ledgers.ledger_fold``,
+    ``analysis.fold.ReservedKeys``), fed its records one at a time, so that neither step
+    reads it again; ``put(spill)``: their ``LedgerFacts``. A fold that did not hold or
+    raised is dropped (None in the facts): its step reads the ledger and reports it."""
+
+    def __init__(self, name: str):
+        from ._ledgers import ledger_fold
+
+        self.replay, self.reserved = ledger_fold(name), ReservedKeys()
+
+    def add(self, rec: Rec) -> bool:
+        """The next record; False once neither fold is left."""
+        if self.replay is not None:
+            try:
+                if not self.replay.add(rec):
+                    self.replay = None
+            except Exception:  # noqa: BLE001 - step 5 replays it and says why
+                self.replay = None
+        if self.reserved is not None:
+            try:
+                self.reserved.add(rec)
+            except Exception:  # noqa: BLE001 - step 6 reads the ledger
+                self.reserved = None
+        return self.replay is not None or self.reserved is not None
+
+    def put(self, spill: Spill) -> LedgerFacts | None:
+        replay = reserved = None
+        try:
+            replay = None if self.replay is None else self.replay.result(None)
+        except (VerificationError, LookupError):
+            pass
+        try:
+            reserved = None if self.reserved is None else self.reserved.result()
+        except Exception:  # noqa: BLE001 - step 6 reads the ledger
+            pass
+        self.replay = self.reserved = None  # (the folds' own values, dropped as they are pickled)
+        if replay is None and reserved is None:
+            return None
+        try:
+            return LedgerFacts.put(spill, replay, reserved)
+        except (pickle.PicklingError, TypeError, ValueError, RecursionError, AttributeError):
+            return None
 
 
 # ------------------------------------------------------------------------------ D: per-run facts
