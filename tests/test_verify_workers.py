@@ -176,7 +176,7 @@ def test_steps_3_4_and_6_take_each_honest_run_from_the_reading_stage_facts(bundl
     parsed = []
     real = _index.RunLog.records
     monkeypatch.setattr(_index.RunLog, "records", lambda self: (parsed.append(1), real(self))[1])
-    monkeypatch.setattr(_reading, "_facts", lambda ix, out: out)  # no facts: every step reads every run
+    monkeypatch.setattr(_reading, "_facts", lambda ix, out, meanwhile=None: out)  # no facts: every step reads every run
     without = verify_bundle(bundle).to_dict()
     assert without == with_facts and with_facts["exit_code"] == 0
     runs = with_facts["sections"][1]["counts"]["runs"]
@@ -205,7 +205,7 @@ def test_a_run_that_does_not_hold_has_no_facts_and_its_step_reports_it_as_withou
         assert facts.costs is None and facts.checks is not None
     rep = verify_bundle(forged)
     assert rep.exit_code == 1 and rep.section("costs").failures, rep.to_dict()
-    monkeypatch.setattr(_reading, "_facts", lambda ix, out: out)
+    monkeypatch.setattr(_reading, "_facts", lambda ix, out, meanwhile=None: out)
     assert verify_bundle(forged).to_dict() == rep.to_dict()
 
 

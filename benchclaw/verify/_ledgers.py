@@ -305,6 +305,19 @@ class Book:
             n = prev[n]
         return None if n < 0 else n
 
+    def of_attempt(self, attempt) -> dict:
+        """key -> ``find(attempt, key)``, of every key ``attempt`` reserved: one walk of its
+        reservations (``find`` for each of a run's calls walks them once a call)."""
+        aid = self._attempts.get(attempt)
+        out: dict = {}
+        if aid is None:
+            return out
+        n, kids, prev, keys = self._latest[aid], self._kid, self._prev, self._key_of
+        while n >= 0:
+            out.setdefault(keys[kids[n]], n)
+            n = prev[n]
+        return out
+
     def reservation(self, n: int) -> Reserved:
         at = self._res_at
         return Reserved(*marshal.loads(self._res[at[n]:at[n + 1] if n + 1 < len(at) else len(self._res)]))
@@ -317,12 +330,20 @@ class Book:
         return Settled(*marshal.loads(self._set[at[k]:at[k + 1] if k + 1 < len(at) else len(self._set)]))
 
     def keyed(self):
-        """(n, attempt, key) of each reservation ``find`` finds, in ledger order."""
+        """(n, attempt, key) of each reservation ``find`` finds, in ledger order (each
+        attempt's reservations walked once, latest first: the first of each key is found)."""
+        found, kids, prev = bytearray(len(self._aid)), self._kid, self._prev
+        for n in self._latest:
+            seen = set()
+            while n >= 0:
+                if kids[n] not in seen:
+                    seen.add(kids[n])
+                    found[n] = 1
+                n = prev[n]
         attempts, keys = self._attempt_of, self._key_of
-        for n, (aid, kid) in enumerate(zip(self._aid, self._kid)):
-            attempt, key = attempts[aid], keys[kid]
-            if self._latest[aid] == n or self.find(attempt, key) == n:
-                yield n, attempt, key
+        for n, (aid, kid) in enumerate(zip(self._aid, kids)):
+            if found[n]:
+                yield n, attempts[aid], keys[kid]
 
     def first_reused(self, records) -> tuple[int, str] | None:
         """(line, id) of the first reservation whose id an earlier one had, or None.
@@ -437,12 +458,13 @@ def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt, confirmed) 
     # settlement, which follows the next reservation (FORMAT.md "Ledgers"), has it settled
     # as cut off: at its bound, as unknown.
     cut = calls[-1][0] if calls and run.end.get("status") == "aborted" else None
+    found = rep.book.of_attempt(attempt) if calls else {}  # the reservation of each of its keys
     for line, rec in calls:
         try:
             if confirmed is None:
-                check_call(tie, run, line, rec.body, rep, attempt, prices, cut=line == cut)
+                check_call(tie, run, line, rec.body, rep, attempt, prices, cut=line == cut, found=found)
             else:
-                _tie(tie, run, rec, rep, attempt, prices, cut=line == cut)
+                _tie(tie, run, rec, rep, attempt, prices, cut=line == cut, found=found)
         except (BenchClawError, ArithmeticError, TypeError, ValueError) as e:
             if isinstance(e, VerificationError):
                 raise
@@ -453,10 +475,11 @@ def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt, confirmed) 
 
 
 def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, attempt,
-               prices: Prices, *, cut: bool = False) -> None:
+               prices: Prices, *, cut: bool = False, found: dict | None = None) -> None:
+    """``found``: ``rep.book.of_attempt(attempt)``, when the caller has it."""
     key = f"{body.get('turn')}.{body.get('attempt')}"
     estimate, max_tokens = body.get("prompt_estimate"), (body.get("params") or {}).get("max_tokens")
-    n = _reserved(tie, run, line, key, estimate, max_tokens, rep, attempt, prices)
+    n = _reserved(tie, run, line, key, estimate, max_tokens, rep, attempt, prices, found)
     settled = rep.settlement(n)
     usage = Usage.from_dict(body["usage"]) if isinstance(body.get("usage"), dict) else None
     if settled is None:
@@ -468,18 +491,19 @@ def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, att
 
 
 def _tie(tie: Tie, run: Run, call: Confirmed, rep: LedgerReplay, attempt, prices: Prices, *,
-         cut: bool = False) -> None:
+         cut: bool = False, found: dict | None = None) -> None:
     """``check_call`` of a call step 4 confirmed, from what it confirmed."""
-    n = _reserved(tie, run, call.line, call.key, call.estimate, call.max_tokens, rep, attempt, prices)
+    n = _reserved(tie, run, call.line, call.key, call.estimate, call.max_tokens, rep, attempt, prices, found)
     settled = rep.settlement(n)
     if settled is not None:
         _settled(run, call.line, call.key, rep, settled, call.cost, call.tokens or 0, cut)
 
 
 def _reserved(tie: Tie, run: Run, line: int, key: str, estimate, max_tokens, rep: LedgerReplay, attempt,
-              prices: Prices) -> int:
-    """The call's reservation (its number in ``rep.book``), which must be its bound."""
-    n = rep.book.find(attempt, key)
+              prices: Prices, found: dict | None = None) -> int:
+    """The call's reservation (its number in ``rep.book``; ``found``: ``of_attempt``'s
+    answer, else it is looked up), which must be its bound."""
+    n = rep.book.find(attempt, key) if found is None else found.get(key)
     if n is None:
         raise VerificationError(run.path, f"call {key} has no reservation in ledger {rep.name}", line)
     res = rep.book.reservation(n)
@@ -516,8 +540,9 @@ def _no_orphans(rep: LedgerReplay, runs: dict, calls: dict) -> None:
         if run is None:
             raise VerificationError(name, f"reservation for attempt {attempt} (call {key}) but no run in the "
                                     "bundle carries that attempt", rep.book.reservation(n).line)
+        if key in calls[attempt]:
+            continue
         settled = rep.settlement(n)
-        called = key in calls[attempt]
-        if settled and settled.known is True and not called:
+        if settled and settled.known is True:
             raise VerificationError(name, f"settled a known call {key} of {run.run_id[:12]} that the run "
                                     "does not record", settled.line)

@@ -17,9 +17,7 @@ A. the zip's directory is validated (``_zip``), the manifest parsed; every run l
 B. the objects (most of a bundle's bytes) are inflated, hashed and read on two cores: a
    forked worker (``_workers``) takes some and returns its results as bytes (the digests,
    then the kept readings back to back, read out here one at a time as they came), this
-   process, once it has taken in the worker's run logs of A and read each ledger again for
-   steps 5 and 6 (their ``LedgerFacts``: step 5's replay, step 6's reserved keys, pickled
-   into the spill; as D's facts, a conclusion that held, else None), the rest;
+   process, once it has taken in the worker's run logs of A, the rest;
 C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, those
    of its runs spilled (``Journal``), its files' bytes then dropped: step 6 reads the
    records), in A, while the worker reads run logs;
@@ -31,6 +29,10 @@ D. each run's records are parsed once more and the per-run functions of steps 3,
    is kept (``RunFacts``, marshalled); where a function raised, nothing is kept and the
    step reads the run itself and reports it (so its messages, and which step fails
    first, are the step's own). Without this, each of those steps parsed every run again.
+   Before its share of runs, this process reads each ledger again and folds it for steps
+   5 and 6 (``LedgerFacts``: step 5's replay, step 6's reserved keys, pickled into the
+   spill; as a run's, a conclusion that held, else None): here, not in A or B, where the
+   worker's larger share would grow the results held whole (its run logs, its readings).
    Then the readings only those steps would read of a run without facts are dropped.
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
@@ -250,9 +252,6 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     def meanwhile() -> None:  # B: what this process does while the worker reads the first objects
         _adopt_logs(logs, held.pop().data, cut, count, mine, pages, view, archive, limits, digests, unread,
                     run_logs, roles, shared)
-        ledger_facts.update(_ledger_facts(ledgers, spill))
-
-    ledger_facts: dict[str, LedgerFacts] = {}
 
     readings = _read_objects(pages, view, objects, roles, digests, unread, meanwhile)  # B: on two cores
     pages.release()
@@ -262,11 +261,12 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
                manifest=manifest, digests=Digests(digests, sizes, unread), unread=unread,
                run_logs=run_logs.ordered(view.names),
                objects=frozen(readings), ledgers=frozen(ledgers), journals=frozen(journals),
-               content=frozen(content), task_files=frozen(_task_files(content)), registered=registered,
-               ledger_facts=frozen(ledger_facts))
+               content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
     del view, run_logs  # the directory (its arrays, ~50 bytes an entry), before D's facts join the index
-    facts = _facts(ix, Spilled(spill))  # D: on two cores
-    return dataclasses.replace(ix, objects=frozen(_untaken(readings, ix.run_logs, facts)), facts=facts)
+    ledger_facts: dict[str, LedgerFacts] = {}
+    facts = _facts(ix, Spilled(spill), lambda: ledger_facts.update(_ledger_facts(ledgers, spill)))  # D: on two cores
+    return dataclasses.replace(ix, objects=frozen(_untaken(readings, ix.run_logs, facts)), facts=facts,
+                               ledger_facts=frozen(ledger_facts))
 
 
 def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
@@ -953,10 +953,10 @@ def _adopt(names: list[str], got: tuple, digests: dict, unread: dict, readings: 
             readings[name] = got
 
 
-# ------------------------------------------------------------------------------ B: the ledgers' facts
+# ------------------------------------------------------------------------------ D: the ledgers' facts
 
 def _ledger_facts(ledgers: dict, spill: Spill) -> dict[str, LedgerFacts]:
-    """Each ledger's ``LedgerFacts``, in B while the worker reads the first objects: its
+    """Each ledger's ``LedgerFacts``, in D while the worker takes the first runs: its
     records read again as the steps read them (``LedgerLog``, a piece at a time) and folded
     by steps 5 and 6 (``_LedgerFold``), their conclusions pickled into ``spill``."""
     out = {}
@@ -969,7 +969,21 @@ def _ledger_facts(ledgers: dict, spill: Spill) -> dict[str, LedgerFacts]:
             got = fold.put(spill)
             if got is not None:
                 out[name] = got
+            del fold
+            _trim_heap()  # the fold's parsed records and book, handed back
     return out
+
+
+def _trim_heap() -> None:
+    """Hand the free memory at the top and inside of glibc's heap back to the kernel
+    (``malloc_trim``): a forked worker counts every page this process holds. Elsewhere
+    (another libc, no ctypes) nothing changes."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (ImportError, OSError, AttributeError):
+        return
 
 
 class _LedgerFold:
@@ -1019,15 +1033,16 @@ class _LedgerFold:
 
 # ------------------------------------------------------------------------------ D: per-run facts
 
-def _facts(ix: Index, out: Spilled) -> Spilled:
+def _facts(ix: Index, out: Spilled, meanwhile=lambda: None) -> Spilled:
     """Each run log's ``RunFacts`` (marshalled, into ``out``), the first runs taken in a
-    forked worker while this process takes the last ones (``Shares``)."""
+    forked worker while this process calls ``meanwhile()``, then takes the last ones (``Shares``)."""
     from . import _checks, _costs, _summary  # noqa: F401 - the steps' modules (and the checks, sqlite3...),
     # imported here, before the fork, so that the worker inherits them rather than import them again
     names = [n for n in ix.run_logs if ix.run_logs.is_log(n) and RUN_PATH.match(n)]
     shares, mine = Shares(len(names)), []
     pending = start(_facts_in_worker, ix, names, shares, timeout=ix.limits.worker_seconds)
     try:
+        meanwhile()
         for name, facts in _taken(ix, _taking(shares.back(), names, mine)):  # now, while the worker takes the first
             _keep(out, name, _packed_facts(facts))
         there = pending.result()
