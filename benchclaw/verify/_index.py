@@ -24,7 +24,9 @@ zip. What the index keeps of an entry is what some step reads of it, and no more
   run alone, taken by the reading stage with the records parsed once (on two cores), so
   that those steps parse no record of an honest run. A fact is only ever "this run holds,
   and here is what the step counts and hands on"; a run without one (it failed, or could
-  not be taken) is read by the step itself, which reports it as it always did.
+  not be taken) is read by the step itself, which reports it as it always did;
+- each ledger's facts (``LedgerFacts``, spilled): step 5's replay and step 6's reserved
+  keys, taken by the reading stage on the ledger alone, each only when it held.
 
 Nothing here changes once ``_reading.reading`` yields it: the mappings are read-only.
 """

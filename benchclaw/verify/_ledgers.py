@@ -15,6 +15,10 @@ refusal rule decides whether a reservation could have passed a limit); this step
 what a writer cannot see: ids reused, unknown settlements that do not repeat their bound,
 close totals, carried spend, and the tie to the runs. A call's cost and its run's prices
 are the ones step 4 confirmed (``Costs``); its bound is recomputed from those prices.
+
+The replay of a ledger is the fold ``Replaying`` of its records, which the reading stage
+feeds as it reads the ledger (``ledger_fold``) and keeps when every record held
+(``_index.LedgerFacts``); a ledger without one is replayed here, and its fault reported.
 """
 
 from __future__ import annotations
