@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 from ..errors import FormatError
 from ..formats.records import Record
 from .stream import RunGroups
-from .inputs import (ExperimentData, PackedCalls, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
+from .inputs import (_USD_RE, ExperimentData, PackedCalls, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
                      merge_journal, registered_digest, spec_from_bytes, task_key, view_from_json, view_from_packed,
                      view_run, view_to_json, view_to_packed)
 
@@ -302,11 +302,8 @@ class ReservedKeys:
 
 
 def _is_usd(text) -> bool:
-    try:
-        usd(text, "")
-    except FormatError:
-        return False
-    return True
+    """Whether ``usd(text, ...)`` returns (its test, without making the Decimal)."""
+    return isinstance(text, str) and _USD_RE.match(text) is not None
 
 
 def _keeps_any(seen, taken: dict, keyed: bool) -> bool:
