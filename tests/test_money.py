@@ -194,6 +194,20 @@ _RAW_USAGES = [
 ]
 
 
+@pytest.mark.parametrize("raw", _RAW_USAGES + [
+    {"prompt_tokens": 9, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": -1}},
+    {"prompt_tokens": 9, "completion_tokens": 3, 7: 4},
+    {"prompt_tokens": 9, "completion_tokens": 3, "prompt_tokens_details": 5, "x": {"y": 0, "z": 2}},
+    {"prompt_tokens": 9, "completion_tokens": 3, "prompt_tokens_details": {"created_cache_tokens": 2,
+                                                                         "cache_write_tokens": 5}},
+    {}])
+def test_usage_unread_one_walk_is_the_general_walk(raw):
+    """The usual shape's one walk says what the general walk says (any other shape takes it)."""
+    from benchclaw.formats.money import _unread_walk
+
+    assert usage_unread(raw) == _unread_walk(raw)
+
+
 @pytest.mark.parametrize("raw", _RAW_USAGES)
 def test_read_usage_is_normalise_and_unread(raw):
     """``read_usage``'s one walk gives what the two readers give, errors included."""

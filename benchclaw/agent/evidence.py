@@ -30,7 +30,7 @@ LITERAL_PREFIX = "literal:"
 
 def lit(value: Any) -> Any:
     """``value``, or ``"literal:" + value`` when it is a string shaped like a blob digest."""
-    if isinstance(value, str) and DIGEST_RE.match(value):
+    if isinstance(value, str) and value.startswith("sha256:") and DIGEST_RE.match(value):
         return LITERAL_PREFIX + value
     return value
 

@@ -85,9 +85,15 @@ def _looks_wrapped(text: str) -> bool:
     return True
 
 
+# One decoder for every reply (``json.loads`` with a hook builds a new one per call).
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+
+
 def _decode(text: str) -> object | Invalid:
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates)
+        if text.startswith("\ufeff"):  # as ``json.loads`` refuses it
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        return _DECODER.decode(text)
     except RecursionError:
         return Invalid("invalid reply: JSON nested too deeply")
     except _Duplicate as e:

@@ -455,9 +455,13 @@ class RunWriter(ChainFile):
 
     def append(self, kind: str, body: dict, *, durable: bool = True) -> Record:
         """Append one record; durable when this returns, unless ``awaits_commits`` (then
-        written, and durable with the next commit)."""
+        written, and durable with the next commit). ``ChainFile.append`` spelt out for a
+        file whose lock is held for the run's life (a run appends every record this way)."""
         try:
-            return super().append(kind, body, durable=durable)
+            with self._mutex:
+                self._open()
+                self._refresh()
+                return self._write(kind, body, durable and not self.awaits_commits)
         except StorageError as e:
             if self._fd is not None:
                 self._failure = e
@@ -524,6 +528,7 @@ class Store:
         self._objects: str | None = None
         self._present: set[str] = set()  # hex digests seen in objects/ (``_seen``)
         self._packs: PackIndex | None = None  # every pack's entries, built on first need
+        self._sealed_dirs: set[str] = set()  # ``runs/<aa>`` folders made (or found) by this Store
 
     # -- layout ---------------------------------------------------------------------------
     @classmethod
@@ -732,8 +737,7 @@ class Store:
         """Seal a complete, durable run file (``hexd`` = the SHA-256 of its bytes): rename it to
         ``runs/<aa>/<hexd>.jsonl`` (or drop it when those bytes are already sealed), then fsync
         both directories now (recovery, the Ray landing; a run writer seals by ``seal_after_sync``)."""
-        target = self.root / "runs" / hexd[:2] / f"{hexd}.jsonl"
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target = self._sealed_path(hexd)
         if target.exists():
             open_path.unlink()  # same bytes already sealed: nothing to do
         else:
@@ -754,12 +758,22 @@ class Store:
         its bytes are the sealed run's, ``run.end`` last, so recovery seals it to the same
         name and drops it. (``open/`` is fsynced when a run file is created, by the pass
         that makes its first records durable.)"""
-        target = self.root / "runs" / hexd[:2] / f"{hexd}.jsonl"
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            target = self._sealed_path(hexd)
         except OSError as e:
-            raise storage_error(target, "seal the run", e) from None
+            raise storage_error(self.run_path(hexd), "seal the run", e) from None
         return committer().rename_after_sync(fd, open_path, target, dirs=(target.parent,))
+
+    def _sealed_path(self, hexd: str) -> Path:
+        """``runs/<aa>/<hexd>.jsonl``, its folder made first: once per folder and Store (a
+        runs folder is never removed, and ``mkdir`` of one that exists costs a failed system
+        call and an exception per run). Raises OSError when it cannot be made."""
+        aa = hexd[:2]
+        folder = self.root / "runs" / aa
+        if aa not in self._sealed_dirs:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._sealed_dirs.add(aa)
+        return folder / f"{hexd}.jsonl"
 
     def run_path(self, run_id: str) -> Path:
         return self.root / "runs" / run_id[:2] / f"{run_id}.jsonl"

@@ -134,10 +134,14 @@ class Usage:
     reasoning: int = 0
 
     def __post_init__(self) -> None:
-        for name in USAGE_FIELDS:
-            v = getattr(self, name)
-            if type(v) is not int or v < 0:
-                raise ValueError(f"usage.{name} must be a non-negative int, got {v!r}")
+        # the five fields spelt out (a Usage is made several times per call): ints, not bools
+        p, r, w, c, x = self.prompt, self.cached_read, self.cache_write, self.completion, self.reasoning
+        if not (type(p) is int and type(r) is int and type(w) is int and type(c) is int and type(x) is int
+                and p >= 0 and r >= 0 and w >= 0 and c >= 0 and x >= 0):
+            for name in USAGE_FIELDS:
+                v = getattr(self, name)
+                if type(v) is not int or v < 0:
+                    raise ValueError(f"usage.{name} must be a non-negative int, got {v!r}")
         if self.cached_read + self.cache_write > self.prompt:
             raise ValueError(f"usage: cached_read + cache_write ({self.cached_read} + "
                              f"{self.cache_write}) exceed prompt ({self.prompt})")
@@ -156,11 +160,14 @@ class Usage:
     def __add__(self, other: "Usage") -> "Usage":
         if not isinstance(other, Usage):
             return NotImplemented
-        return Usage(*(getattr(self, n) + getattr(other, n) for n in USAGE_FIELDS))
+        return Usage(self.prompt + other.prompt, self.cached_read + other.cached_read,
+                     self.cache_write + other.cache_write, self.completion + other.completion,
+                     self.reasoning + other.reasoning)
 
     def to_dict(self) -> dict[str, int]:
         """The on-disk object: keys prompt, cached_read, cache_write, completion, reasoning."""
-        return {n: getattr(self, n) for n in USAGE_FIELDS}
+        return {"prompt": self.prompt, "cached_read": self.cached_read, "cache_write": self.cache_write,
+                "completion": self.completion, "reasoning": self.reasoning}
 
     @classmethod
     def from_dict(cls, d: Mapping, where: str = "usage") -> "Usage":
@@ -305,7 +312,46 @@ def usage_unread(raw) -> tuple[str, ...]:
     """What in a raw usage object could change the cost but is not read: each non-zero
     number at a path the normaliser does not know (``audio_tokens``, a gateway's ``cost``),
     and ``disagree:<field>`` when two paths of one field give different non-zero counts.
-    Sorted; empty for a fully understood object (or one that is not an object)."""
+    Sorted; empty for a fully understood object (or one that is not an object). The usual
+    shape is read in one walk (``_unread_flat``, every call of a run), any other by the
+    general walk (``_unread_walk``); both say the same."""
+    if type(raw) is dict:
+        flat = _unread_flat(raw)
+        if flat is not None:
+            return flat
+    return _unread_walk(raw)
+
+
+def _unread_flat(raw: dict) -> tuple[str, ...] | None:
+    """``usage_unread`` of an object whose values are non-negative ints, nulls, or objects of
+    them under string keys (what providers send), in one walk; None for any other shape."""
+    found: dict[str, set] = {}
+    unread = []
+    for key, value in raw.items():
+        if type(key) is not str:
+            return None
+        if type(value) is dict:
+            leaves = [((key, k), v) for k, v in value.items()]
+        else:
+            leaves = [((key,), value)]
+        for path, v in leaves:
+            if v is None:
+                continue
+            if type(v) is not int or v < 0 or type(path[-1]) is not str:
+                return None
+            if not v:
+                continue
+            name = _PATH_FIELD.get(path)
+            if name is not None:
+                found.setdefault(name, set()).add(v)
+            elif path not in _HARMLESS:
+                unread.append("unread:" + ".".join(path))
+    unread.extend(f"disagree:{name}" for name in _MULTI_PATH if len(found.get(name, ())) > 1)
+    return tuple(sorted(set(unread)))
+
+
+def _unread_walk(raw) -> tuple[str, ...]:
+    """``usage_unread`` by the general walk: any shape, any depth."""
     if type(raw) is not dict and not isinstance(raw, Mapping):
         return ()
     out = {"unread:" + ".".join(p) for p, _ in _numbers(raw, (), []) if p not in _READ}
