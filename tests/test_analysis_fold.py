@@ -179,3 +179,46 @@ def test_the_ledgers_are_read_once_when_no_reservation_matters_and_a_bad_settlem
         fold._reservations(ledgers(worse))
     unknown = honest + [Record(2, "0" * 64, "t", "settle", {"id": "r9", "known": False, "usd": "x"})]
     assert fold._reservations(ledgers(unknown)) == {}  # an unknown settlement's amount is not read
+
+
+def test_reserved_keys_taken_beforehand_give_what_reading_the_ledgers_gives():
+    """``ReservedKeys`` (what the verifier's reading stage takes of a ledger): the ledgers
+    are not read when no reservation can change a view, and the answer (or the error) is
+    the one reading them gives whenever one can, or an amount would not parse."""
+    import pytest
+
+    from benchclaw.analysis.fold import ReservedKeys
+    from benchclaw.errors import FormatError
+
+    def taken(records):
+        keys = ReservedKeys()
+        for rec in records:
+            keys.add(rec)
+        return keys.result()
+
+    data = random_data(30, 7)
+    runs = {**data.runs, **_odd_runs(data.runs)}
+    cut_off = _ledger(runs, 7)
+    honest = [Record(0, "0" * 64, "t", "reserve", {"id": "r0", "attempt": "a", "key": "0.0", "usd": "0.02"}),
+              Record(1, "0" * 64, "t", "settle", {"id": "r0", "known": True, "usd": "0.01"})]
+    bad = honest + [Record(2, "0" * 64, "t", "settle", {"id": "r9", "known": True, "usd": "1e3"})]
+    assert taken(bad) is None and taken(honest) == {("0.0",): ["a"]}
+    for spill in (False, True):
+        fold = ExperimentFold("E01", spill=spill)
+        for rid in sorted(runs):
+            fold.add(rid, runs[rid])
+        for ledger in (cut_off, honest, bad, []):
+            reads = []
+
+            def read(ledger=ledger):
+                reads.append(1)
+                return [ledger]
+            try:
+                want = fold._reservations(read)
+            except FormatError as e:
+                with pytest.raises(FormatError, match=str(e)):
+                    fold._reservations(read, [taken(ledger)])
+                continue
+            reads.clear()
+            assert fold._reservations(read, [taken(ledger)]) == want
+            assert bool(reads) == bool(want)  # read only when some reservation is kept

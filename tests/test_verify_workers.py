@@ -176,7 +176,7 @@ def test_steps_3_4_and_6_take_each_honest_run_from_the_reading_stage_facts(bundl
     parsed = []
     real = _index.RunLog.records
     monkeypatch.setattr(_index.RunLog, "records", lambda self: (parsed.append(1), real(self))[1])
-    monkeypatch.setattr(_reading, "_facts", lambda ix, out: out)  # no facts: every step reads every run
+    monkeypatch.setattr(_reading, "_facts", lambda ix, out, meanwhile=None: out)  # no facts: every step reads every run
     without = verify_bundle(bundle).to_dict()
     assert without == with_facts and with_facts["exit_code"] == 0
     runs = with_facts["sections"][1]["counts"]["runs"]
@@ -205,7 +205,7 @@ def test_a_run_that_does_not_hold_has_no_facts_and_its_step_reports_it_as_withou
         assert facts.costs is None and facts.checks is not None
     rep = verify_bundle(forged)
     assert rep.exit_code == 1 and rep.section("costs").failures, rep.to_dict()
-    monkeypatch.setattr(_reading, "_facts", lambda ix, out: out)
+    monkeypatch.setattr(_reading, "_facts", lambda ix, out, meanwhile=None: out)
     assert verify_bundle(forged).to_dict() == rep.to_dict()
 
 
@@ -364,3 +364,62 @@ def test_lines_that_only_parse_as_records_together_are_refused():
         _chain_stream("ledgers/x.jsonl", data)
     with pytest.raises(VerificationError, match=r"ledgers/x\.jsonl"):
         chain_records({"ledgers/x.jsonl": data}, "ledgers/x.jsonl")
+
+
+@pytest.fixture(scope="module")
+def grid_bundle(tmp_path_factory) -> bytes:
+    from tests.test_bundle_support import grid_runs
+
+    root = tmp_path_factory.mktemp("grid")
+    export_bundle(grid_runs(root / "runs"), EXP, root / "b.zip")
+    return (root / "b.zip").read_bytes()
+
+
+def test_steps_5_and_6_take_an_honest_ledger_from_the_reading_stage_facts(grid_bundle, monkeypatch):
+    """Each honest ledger's replay (step 5) and reserved keys (step 6) are taken once by
+    the reading stage; the report is the one the steps give reading the ledgers themselves."""
+    from benchclaw.verify import _reading
+    from benchclaw.verify._ledgers import Replaying
+    from benchclaw.verify._reading import reading
+
+    bundle = grid_bundle
+    with reading(bundle, Limits()) as ix:
+        names = [n for n in ix.ledgers if n.startswith("ledgers/")]
+        assert names
+        for name in names:
+            facts = ix.ledger_facts_of(name)
+            assert facts.replay is not None and facts.reserved is not None
+            fold = Replaying(name, name[len("ledgers/"):-len(".jsonl")])
+            for rec in ix.ledgers[name]:
+                assert fold.add(rec)
+            mine = fold.result(ix.ledgers[name])
+            assert facts.replay.state.summary() == mine.state.summary()
+            assert [facts.replay.book.find(a, k) for _, a, k in mine.book.keyed()] == \
+                [n for n, _, _ in mine.book.keyed()]
+    with_facts = verify_bundle(bundle).to_dict()
+    monkeypatch.setattr(_reading, "_ledger_facts", lambda ledgers, spill: {})
+    assert verify_bundle(bundle).to_dict() == with_facts and with_facts["exit_code"] == 0
+
+
+def test_a_ledger_that_does_not_hold_has_no_replay_and_step_5_reports_it_as_without_any(grid_bundle, monkeypatch,
+                                                                                      tmp_path):
+    from benchclaw.verify import _reading
+    from benchclaw.verify._reading import reading
+    from tests.forgery_kit import of
+
+    f = of(grid_bundle)
+    name = f.ledger_names()[0]
+
+    def understated(objs):
+        close = next(o for o in objs if o["kind"] == "ledger.close")
+        close["body"]["settled"]["usd"] = "0"
+        return objs
+    f.edit_chain(name, understated)
+    forged = f.pack(tmp_path)
+    with reading(forged, Limits()) as ix:
+        facts = ix.ledger_facts_of(name)
+        assert facts.replay is None and facts.reserved is not None
+    rep = verify_bundle(forged)
+    assert rep.exit_code == 1 and rep.section("ledgers").failures, rep.to_dict()
+    monkeypatch.setattr(_reading, "_ledger_facts", lambda ledgers, spill: {})
+    assert verify_bundle(forged).to_dict() == rep.to_dict()

@@ -22,18 +22,18 @@ import sys
 from array import array
 from decimal import Decimal
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Mapping, NamedTuple
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from ..errors import FormatError
 from ..formats.records import Record
 from .stream import RunGroups
-from .inputs import (ExperimentData, PackedCalls, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
+from .inputs import (_USD_RE, ExperimentData, PackedCalls, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
                      merge_journal, registered_digest, spec_from_bytes, task_key, view_from_json, view_from_packed,
                      view_run, view_to_json, view_to_packed)
 
 __all__ = ["CondensedRun", "condense_run", "ExperimentFold", "condensed_to_json", "condensed_from_json",
            "condensed_to_packed", "condensed_from_packed",
-           "in_experiment"]
+           "in_experiment", "ReservedKeys"]
 
 
 class CondensedRun(NamedTuple):
@@ -174,19 +174,23 @@ class ExperimentFold:
 
     def data(self, journal: Iterable[tuple[str, Record]], get_blob: Callable[[str], bytes], *,
              ledgers: Callable[[], Iterable[Iterable[Record]]] = tuple, spec: Mapping | None = None,
-             tasks_with_lures: frozenset[str] | None = None) -> ExperimentData:
+             tasks_with_lures: frozenset[str] | None = None,
+             reserved: Sequence | None = None) -> ExperimentData:
         """``ExperimentData`` that summarises exactly as what ``experiment_data`` builds from
         the whole records. ``ledgers()`` gives the records of every ledger the runs or grids
         name, afresh each time it is called (they are read twice, to keep only the
-        reservations a view needs). With ``spec`` given, the registered spec is not read
-        (nor required). Raises as ``experiment_data`` otherwise."""
+        reservations a view needs). ``reserved``: ``ReservedKeys.result`` of each of those
+        ledgers, in the same order, taken as they were read (None where not taken): when
+        none of their reservations can change a view, the ledgers are not read at all.
+        With ``spec`` given, the registered spec is not read (nor required). Raises as
+        ``experiment_data`` otherwise."""
         records = merge_journal(journal)
         digest = registered_digest(records)
         if spec is None:
             if digest is None:
                 raise FormatError(f"experiment {self.experiment}: the journal has no prereg record")
             spec = spec_from_bytes(get_blob(digest), f"{self.experiment} spec {digest}")
-        reservations = self._reservations(ledgers)
+        reservations = self._reservations(ledgers, reserved)
         views, unread = {}, {}
         for run_id, c in self.runs.items():
             if c.view is None:
@@ -204,11 +208,13 @@ class ExperimentFold:
         return ExperimentData(self.experiment, spec, digest, records, unread, tasks_with_lures,
                               reservations, views=views, groups=groups)
 
-    def _reservations(self, ledgers: Callable[[], Iterable[Iterable[Record]]]) -> dict[str, tuple]:
+    def _reservations(self, ledgers: Callable[[], Iterable[Iterable[Record]]],
+                      taken: Sequence | None = None) -> dict[str, tuple]:
         """``ledger_reservations`` restricted to the reservations that can change a view:
         not those whose call has a record in every run of its attempt (nearly all of them),
         all of those of a run held as records. A grid's ledger holds two records per call,
-        so keeping them all would cost more than the runs' views."""
+        so keeping them all would cost more than the runs' views. ``taken``: each ledger's
+        ``ReservedKeys.result`` (``data``)."""
         # attempt -> call keys every run of it has (None: keep all); a run's own tuple while
         # the attempt has one run (a grid's every attempt), not a set per run
         seen: dict | _Seen = {}
@@ -218,6 +224,9 @@ class ExperimentFold:
             for c in self.runs.values():
                 if c.attempt is not None:
                     _see(seen, _attempt_key(c.attempt), None if c.view is None else c.keys)
+        if taken is not None and all(t is not None for t in taken) and \
+                not any(_keeps_any(seen, t, not self.spill) for t in taken):
+            return reservations_of({}, {})  # what 1. and 2. find: nothing kept, nothing raised
         reserved: dict[str, tuple[str, str, Decimal]] = {}
         bad_settle = None  # the first known settlement whose amount 2. would refuse
         for records in ledgers():  # 1. the latest reservation of each id, if it matters
@@ -256,6 +265,58 @@ class ExperimentFold:
         if self._odd:
             return [{"task": self._odd_task}]
         return [{"task": task} for task in self._tasks.values()]
+
+
+class ReservedKeys:
+    """A ledger's reservations as ``ExperimentFold._reservations`` reads them to find that
+    it keeps none, folded one record at a time (as a reader streams the ledger): the keys
+    of each attempt's reservations, and whether that reading raises nowhere (every
+    ``reserve`` of an attempt and every known ``settle`` carries a USD string ``usd``
+    accepts). ``result``: {tuple of keys: the attempts that reserved exactly those}, or
+    None when a USD string is not one (the ledger is then read)."""
+
+    __slots__ = ("_keys", "_ok")
+
+    def __init__(self):
+        self._keys: dict[str, dict] = {}
+        self._ok = True
+
+    def add(self, rec) -> None:
+        b = rec.body
+        if rec.kind == "reserve" and isinstance(b.get("attempt"), str):
+            self._ok = self._ok and _is_usd(b.get("usd"))
+            got = self._keys.get(b["attempt"])
+            if got is None:
+                got = self._keys[b["attempt"]] = {}
+            got[str(b.get("key"))] = None
+        elif rec.kind == "settle" and b.get("known") is True:
+            self._ok = self._ok and _is_usd(b.get("usd"))
+
+    def result(self) -> dict | None:
+        if not self._ok:
+            return None
+        out: dict[tuple, list] = {}
+        for attempt, keys in self._keys.items():
+            out.setdefault(tuple(keys), []).append(attempt)
+        return out
+
+
+def _is_usd(text) -> bool:
+    """Whether ``usd(text, ...)`` returns (its test, without making the Decimal)."""
+    return isinstance(text, str) and _USD_RE.match(text) is not None
+
+
+def _keeps_any(seen, taken: dict, keyed: bool) -> bool:
+    """Whether ``_reservations``' first pass keeps any reservation of the ledger that
+    ``taken`` (``ReservedKeys.result``) is of; ``keyed``: ``seen`` holds ``_attempt_key``s."""
+    for keys, attempts in taken.items():
+        for attempt in attempts:
+            ak = _attempt_key(attempt) if keyed else attempt
+            if ak in seen:
+                mine = seen[ak]
+                if mine is None or any(k not in mine for k in keys):
+                    return True
+    return False
 
 
 class _Seen:

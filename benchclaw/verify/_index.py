@@ -24,7 +24,9 @@ zip. What the index keeps of an entry is what some step reads of it, and no more
   run alone, taken by the reading stage with the records parsed once (on two cores), so
   that those steps parse no record of an honest run. A fact is only ever "this run holds,
   and here is what the step counts and hands on"; a run without one (it failed, or could
-  not be taken) is read by the step itself, which reports it as it always did.
+  not be taken) is read by the step itself, which reports it as it always did;
+- each ledger's facts (``LedgerFacts``, spilled): step 5's replay and step 6's reserved
+  keys, taken by the reading stage on the ledger alone, each only when it held.
 
 Nothing here changes once ``_reading.reading`` yields it: the mappings are read-only.
 """
@@ -32,8 +34,10 @@ Nothing here changes once ``_reading.reading`` yields it: the mappings are read-
 from __future__ import annotations
 
 import hashlib
+import io
 import marshal
 import os
+import pickle
 import sys
 import tempfile
 import zlib
@@ -51,7 +55,7 @@ from .manifest import FileEntry, Manifest, object_path
 
 __all__ = ["Index", "Archive", "Span", "Digests", "Journal", "NAMED", "RunLog", "LedgerLog", "ManifestRows", "Run", "ObjectReading", "Rec", "frozen", "kept",
            "ENVELOPE", "line_chunks", "RunFacts", "unkept", "holds_bytes", "packed_rec", "recent_slot",
-           "packed_facts", "taken_facts", "Spill", "Spilled", "SpilledAt", "RunLogs", "SEALED", "seal", "held_records", "packed_log"]
+           "packed_facts", "taken_facts", "LedgerFacts", "Spill", "Spilled", "SpilledAt", "RunLogs", "SEALED", "seal", "held_records", "packed_log"]
 
 
 def frozen(d: dict) -> Mapping:
@@ -509,6 +513,88 @@ class RunFacts:
         return _unpacked(self._parts[2])
 
 
+class LedgerFacts:
+    """What steps 5 and 6 concluded about one ledger on its own, taken by the reading stage
+    as it streamed the ledger (each None when not taken: the step reads the ledger itself).
+    ``replay``: step 5's replay (``_ledgers.LedgerReplay``), every record of it held;
+    ``reserved``: ``analysis.fold.ReservedKeys.result`` of its records. Each lies ``pickle``d
+    on its own in a ``Spill`` (its values are this stage's own objects, made from the parsed
+    records: no bundle bytes are unpickled), written and read back a piece at a time, and
+    is unpickled when its step reads it: step 6 reads a few hundred kilobytes, not step 5's
+    replay, and neither holds the pickle whole beside what it makes of it."""
+
+    __slots__ = ("_spill", "_at")
+
+    def __init__(self, spill: "Spill | None" = None, at: tuple = (None, None)):
+        self._spill, self._at = spill, at  # each part's (offset, length) in the spill, or None
+
+    @classmethod
+    def put(cls, spill: "Spill", replay, reserved) -> "LedgerFacts":
+        """The facts (each None when not taken), pickled into ``spill``. Raises what
+        ``pickle.dump`` raises for a value it does not take."""
+        return cls(spill, tuple(None if f is None else _pickled_into(spill, f) for f in (replay, reserved)))
+
+    @property
+    def replay(self):
+        return self._part(0)
+
+    @property
+    def reserved(self):
+        return self._part(1)
+
+    def _part(self, i: int):
+        at = self._at[i]
+        if at is None:
+            return None
+        return pickle.load(io.BufferedReader(_SpillReader(self._spill, *at), 1 << 16))
+
+
+def _pickled_into(spill: "Spill", value) -> tuple[int, int]:
+    """(offset, length) of ``value`` pickled into ``spill``, written as pickle writes it."""
+    out = _SpillWriter(spill)
+    pickle.dump(value, out, protocol=pickle.HIGHEST_PROTOCOL)
+    return out.at, out.length
+
+
+class _SpillWriter:
+    """A file ``pickle.dump`` writes into a ``Spill``: its writes lie one after another."""
+
+    def __init__(self, spill: "Spill"):
+        self._spill, self.at, self.length = spill, None, 0
+
+    def write(self, data) -> int:
+        n = len(data)
+        if n:
+            at = self._spill.put(data)
+            if self.at is None:
+                self.at = at
+            elif at != self.at + self.length:  # another writer between two writes
+                raise ValueError("the spill was written in between")
+            self.length += n
+        return n
+
+
+class _SpillReader(io.RawIOBase):
+    """``length`` bytes of a ``Spill`` from ``at``, as a raw file (``pread``, a piece at a time)."""
+
+    def __init__(self, spill: "Spill", at: int, length: int):
+        self._spill, self._pos, self._end = spill, at, at + length
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        n = min(len(buf), self._end - self._pos)
+        if n <= 0:
+            return 0
+        buf[:n] = self._spill.get(self._pos, n)
+        self._pos += n
+        return n
+
+
+_NO_LEDGER_FACTS = LedgerFacts()
+
+
 def _unpacked(part: bytes | None):
     return None if part is None else marshal.loads(part)
 
@@ -834,6 +920,7 @@ class Index:
     task_files: Mapping[str, Mapping[str, bytes]]  # tasks/<id>/v<N> -> {relative path: bytes}
     registered: frozenset | None                 # registration digests the auditor holds
     facts: Mapping[str, bytes] = field(default_factory=lambda: MappingProxyType({}))  # runs/... entry -> its RunFacts, marshalled
+    ledger_facts: Mapping[str, "LedgerFacts"] = field(default_factory=lambda: MappingProxyType({}))  # ledgers/... entry -> its LedgerFacts
     recent: list = field(default_factory=lambda: recent_slot(), repr=False, compare=False)
     # ^ the one run whose records are held (``Run.records``): a memo, not evidence
 
@@ -874,6 +961,10 @@ class Index:
         """The per-run facts the reading stage took of run log ``name`` (all None if none)."""
         got = self.facts.get(name)
         return _NO_FACTS if got is None else RunFacts(marshal.loads(got))
+
+    def ledger_facts_of(self, name: str) -> "LedgerFacts":
+        """The facts the reading stage took of ledger ``name`` as it streamed it (all None if none)."""
+        return self.ledger_facts.get(name, _NO_LEDGER_FACTS)
 
     def names_under(self, prefix: str) -> list[str]:
         """The entries whose name starts with ``prefix``, in archive order (an object

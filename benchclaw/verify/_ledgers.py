@@ -15,6 +15,10 @@ refusal rule decides whether a reservation could have passed a limit); this step
 what a writer cannot see: ids reused, unknown settlements that do not repeat their bound,
 close totals, carried spend, and the tie to the runs. A call's cost and its run's prices
 are the ones step 4 confirmed (``Costs``); its bound is recomputed from those prices.
+
+The replay of a ledger is the fold ``Replaying`` of its records, which the reading stage
+feeds as it reads the ledger (``ledger_fold``) and keeps when every record held
+(``_index.LedgerFacts``); a ledger without one is replayed here, and its fault reported.
 """
 
 from __future__ import annotations
@@ -97,11 +101,37 @@ def ledger_records(ix: Index, name: str) -> tuple:
 
 
 def replay_into(ix: Index, name: str, lid: str, replays: dict) -> None:
+    """Replay ledger entry ``name`` into ``replays[lid]``: the reading stage's replay when it
+    took one as it streamed the ledger (``ledger_fold``: it held), else replayed here.
+    Raises the VerificationError of the first record that does not hold."""
     records = ledger_records(ix, name)
-    rep = LedgerReplay(lid, LedgerState(ledger=lid))
-    line, err = 0, None
-    try:
-        for line, rec in enumerate(records, 1):
+    taken = ix.ledger_facts_of(name).replay
+    if taken is not None:
+        replays[lid] = taken
+        return
+    fold = Replaying(name, lid)
+    for rec in records:
+        if not fold.add(rec):
+            break
+    replays[lid] = fold.result(records)
+
+
+class Replaying:
+    """``replay_into``'s fold, fed one record at a time: the step feeds it a ledger's
+    records, the reading stage the same records as it streams them (``ledger_fold``)."""
+
+    __slots__ = ("name", "rep", "line", "err")
+
+    def __init__(self, name: str, lid: str):
+        self.name, self.rep, self.line, self.err = name, LedgerReplay(lid, LedgerState(ledger=lid)), 0, None
+
+    def add(self, rec) -> bool:
+        """Fold the next record; False once one did not hold (its error kept for ``result``)."""
+        if self.err is not None:
+            return False
+        self.line += 1
+        rep, name, line = self.rep, self.name, self.line
+        try:
             check_body(rec.kind, rec.body, LEDGER, name, line)
             _CHECK.get(rec.kind, _no_check)(rep, rec.body, name, line)
             try:
@@ -109,16 +139,31 @@ def replay_into(ix: Index, name: str, lid: str, replays: dict) -> None:
             except BenchClawError as e:
                 raise from_error(e, name) from None
             _INDEX.get(rec.kind, _no_check)(rep, rec.body, name, line)
-    except UnreadableBundle:
-        raise
-    except VerificationError as e:
-        err = e
-    reused = rep.book.first_reused(records)  # the check a reservation's id is new, made here
-    if reused is not None and (err is None or reused[0] < line):
-        raise VerificationError(name, f"reservation id {reused[1]!r} is not new", reused[0])
-    if err is not None:
-        raise err
-    replays[lid] = rep
+        except VerificationError as e:
+            if isinstance(e, UnreadableBundle):
+                raise
+            self.err = e
+            return False
+        return True
+
+    def result(self, records) -> LedgerReplay:
+        """The replay, once every record is added. Raises the VerificationError of the
+        first record that did not hold; ``records``: the ledger's again, read only when
+        two reservation ids' hashes are equal (None: reading them is not possible, and
+        this raises ``LookupError`` then)."""
+        rep, err = self.rep, self.err
+        reused = rep.book.first_reused(records)  # the check a reservation's id is new, made here
+        if reused is not None and (err is None or reused[0] < self.line):
+            raise VerificationError(self.name, f"reservation id {reused[1]!r} is not new", reused[0])
+        if err is not None:
+            raise err
+        return rep
+
+
+def ledger_fold(name: str) -> "Replaying":
+    """Step 5's replay of ledger entry ``name``, for the reading stage to feed as it streams
+    the ledger; its ``result(None)`` is the replay when every record held (``_index.LedgerFacts``)."""
+    return Replaying(name, name[len(_PREFIX):].removesuffix(".jsonl"))
 
 
 def _no_check(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
@@ -168,8 +213,10 @@ def _settle_check(rep: LedgerReplay, body: dict, name: str, line: int) -> None:
     n = rep.book.open.get(body.get("id"))
     if n is None:
         raise VerificationError(name, f"settles reservation {body.get('id')!r}, which is not open", line)
+    if body.get("known") is True:
+        return
     res = rep.book.reservation(n)
-    if body.get("known") is not True and (body.get("tokens") != res.tokens or body.get("usd") != res.usd):
+    if body.get("tokens") != res.tokens or body.get("usd") != res.usd:
         raise VerificationError(name, "an unknown settlement does not repeat its reservation's bound "
                                 f"({res.tokens} tokens, ${res.usd})", line)
 
@@ -264,6 +311,19 @@ class Book:
             n = prev[n]
         return None if n < 0 else n
 
+    def of_attempt(self, attempt) -> dict:
+        """key -> ``find(attempt, key)``, of every key ``attempt`` reserved: one walk of its
+        reservations (``find`` for each of a run's calls walks them once a call)."""
+        aid = self._attempts.get(attempt)
+        out: dict = {}
+        if aid is None:
+            return out
+        n, kids, prev, keys = self._latest[aid], self._kid, self._prev, self._key_of
+        while n >= 0:
+            out.setdefault(keys[kids[n]], n)
+            n = prev[n]
+        return out
+
     def reservation(self, n: int) -> Reserved:
         at = self._res_at
         return Reserved(*marshal.loads(self._res[at[n]:at[n + 1] if n + 1 < len(at) else len(self._res)]))
@@ -276,17 +336,25 @@ class Book:
         return Settled(*marshal.loads(self._set[at[k]:at[k + 1] if k + 1 < len(at) else len(self._set)]))
 
     def keyed(self):
-        """(n, attempt, key) of each reservation ``find`` finds, in ledger order."""
+        """(n, attempt, key) of each reservation ``find`` finds, in ledger order (each
+        attempt's reservations walked once, latest first: the first of each key is found)."""
+        found, kids, prev = bytearray(len(self._aid)), self._kid, self._prev
+        for n in self._latest:
+            seen = set()
+            while n >= 0:
+                if kids[n] not in seen:
+                    seen.add(kids[n])
+                    found[n] = 1
+                n = prev[n]
         attempts, keys = self._attempt_of, self._key_of
-        for n, (aid, kid) in enumerate(zip(self._aid, self._kid)):
-            attempt, key = attempts[aid], keys[kid]
-            if self._latest[aid] == n or self.find(attempt, key) == n:
-                yield n, attempt, key
+        for n, (aid, kid) in enumerate(zip(self._aid, kids)):
+            if found[n]:
+                yield n, attempts[aid], keys[kid]
 
     def first_reused(self, records) -> tuple[int, str] | None:
         """(line, id) of the first reservation whose id an earlier one had, or None.
         Ids whose hashes differ differ; only when two hashes are equal are the ids read
-        again from ``records`` (the ledger's, in order) to tell."""
+        again from ``records`` (the ledger's, in order) to tell (None: LookupError then)."""
         buckets: list = [array("q") for _ in range(256)]
         for h in self._id_hash:
             buckets[h & 255].append(h)
@@ -297,6 +365,8 @@ class Book:
                 twice.update(h for h in b if h in seen or seen.add(h))
         if not twice:
             return None
+        if records is None:
+            raise LookupError("two reservation ids hash alike: the records are needed to tell them apart")
         wanted = {n for n, h in enumerate(self._id_hash) if h in twice}
         ids, n = {}, 0
         for rec in records:
@@ -394,12 +464,13 @@ def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt, confirmed) 
     # settlement, which follows the next reservation (FORMAT.md "Ledgers"), has it settled
     # as cut off: at its bound, as unknown.
     cut = calls[-1][0] if calls and run.end.get("status") == "aborted" else None
+    found = rep.book.of_attempt(attempt) if calls else {}  # the reservation of each of its keys
     for line, rec in calls:
         try:
             if confirmed is None:
-                check_call(tie, run, line, rec.body, rep, attempt, prices, cut=line == cut)
+                check_call(tie, run, line, rec.body, rep, attempt, prices, cut=line == cut, found=found)
             else:
-                _tie(tie, run, rec, rep, attempt, prices, cut=line == cut)
+                _tie(tie, run, rec, rep, attempt, prices, cut=line == cut, found=found)
         except (BenchClawError, ArithmeticError, TypeError, ValueError) as e:
             if isinstance(e, VerificationError):
                 raise
@@ -410,10 +481,11 @@ def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt, confirmed) 
 
 
 def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, attempt,
-               prices: Prices, *, cut: bool = False) -> None:
+               prices: Prices, *, cut: bool = False, found: dict | None = None) -> None:
+    """``found``: ``rep.book.of_attempt(attempt)``, when the caller has it."""
     key = f"{body.get('turn')}.{body.get('attempt')}"
     estimate, max_tokens = body.get("prompt_estimate"), (body.get("params") or {}).get("max_tokens")
-    n = _reserved(tie, run, line, key, estimate, max_tokens, rep, attempt, prices)
+    n = _reserved(tie, run, line, key, estimate, max_tokens, rep, attempt, prices, found)
     settled = rep.settlement(n)
     usage = Usage.from_dict(body["usage"]) if isinstance(body.get("usage"), dict) else None
     if settled is None:
@@ -425,18 +497,19 @@ def check_call(tie: Tie, run: Run, line: int, body: dict, rep: LedgerReplay, att
 
 
 def _tie(tie: Tie, run: Run, call: Confirmed, rep: LedgerReplay, attempt, prices: Prices, *,
-         cut: bool = False) -> None:
+         cut: bool = False, found: dict | None = None) -> None:
     """``check_call`` of a call step 4 confirmed, from what it confirmed."""
-    n = _reserved(tie, run, call.line, call.key, call.estimate, call.max_tokens, rep, attempt, prices)
+    n = _reserved(tie, run, call.line, call.key, call.estimate, call.max_tokens, rep, attempt, prices, found)
     settled = rep.settlement(n)
     if settled is not None:
         _settled(run, call.line, call.key, rep, settled, call.cost, call.tokens or 0, cut)
 
 
 def _reserved(tie: Tie, run: Run, line: int, key: str, estimate, max_tokens, rep: LedgerReplay, attempt,
-              prices: Prices) -> int:
-    """The call's reservation (its number in ``rep.book``), which must be its bound."""
-    n = rep.book.find(attempt, key)
+              prices: Prices, found: dict | None = None) -> int:
+    """The call's reservation (its number in ``rep.book``; ``found``: ``of_attempt``'s
+    answer, else it is looked up), which must be its bound."""
+    n = rep.book.find(attempt, key) if found is None else found.get(key)
     if n is None:
         raise VerificationError(run.path, f"call {key} has no reservation in ledger {rep.name}", line)
     res = rep.book.reservation(n)
@@ -473,8 +546,9 @@ def _no_orphans(rep: LedgerReplay, runs: dict, calls: dict) -> None:
         if run is None:
             raise VerificationError(name, f"reservation for attempt {attempt} (call {key}) but no run in the "
                                     "bundle carries that attempt", rep.book.reservation(n).line)
+        if key in calls[attempt]:
+            continue
         settled = rep.settlement(n)
-        called = key in calls[attempt]
-        if settled and settled.known is True and not called:
+        if settled and settled.known is True:
             raise VerificationError(name, f"settled a known call {key} of {run.run_id[:12]} that the run "
                                     "does not record", settled.line)

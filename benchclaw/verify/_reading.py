@@ -30,6 +30,9 @@ D. each run's records are parsed once more and the per-run functions of steps 3,
    is kept (``RunFacts``, marshalled); where a function raised, nothing is kept and the
    step reads the run itself and reports it (so its messages, and which step fails
    first, are the step's own). Without this, each of those steps parsed every run again.
+   While the two workers take them, this process reads each ledger again and folds it for
+   steps 5 and 6 (``LedgerFacts``: step 5's replay, step 6's reserved keys, pickled into the
+   spill; as a run's, a conclusion that held, else None), then hands the fold's heap back.
 
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
 walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
@@ -62,6 +65,7 @@ import hashlib
 import marshal
 import mmap
 import os
+import pickle
 import re
 import struct
 import zlib
@@ -71,6 +75,7 @@ from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+from ..analysis.fold import ReservedKeys
 from ..formats import jsonio
 from ..errors import BenchClawError
 from ..formats.records import (ENVELOPE_VERSION, GENESIS, MAX_LINE_BYTES, blob_refs,
@@ -78,13 +83,14 @@ from ..formats.records import (ENVELOPE_VERSION, GENESIS, MAX_LINE_BYTES, blob_r
 from ._costs import derive
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._journal import call_params, times_in_order
-from ._index import (ENVELOPE, SEALED, Archive, Digests, Index, Journal, LedgerLog, ManifestRows, Rec, Run, RunLog, RunLogs, Span, Spill,
-                     Spilled, SpilledAt, packed_log, line_chunks, frozen, kept, packed_facts, packed_rec, recent_slot, seal)
+from ._index import (ENVELOPE, SEALED, Archive, Digests, Index, Journal, LedgerFacts, LedgerLog, ManifestRows, Rec, Run, RunLog,
+                     RunLogs, Span, Spill, Spilled, SpilledAt, packed_log, line_chunks, frozen, kept, packed_facts, packed_rec,
+                     recent_slot, seal)
 from ._shape import JOURNAL, RUN, check_body
 from ._workers import Raw, Shares, start
 from ._zip import Limits, ZipView
 from .experiment import chain_records, journal_records
-from .manifest import MANIFEST, RUN_PATH, Manifest, object_path, parse_manifest
+from .manifest import MANIFEST, RUN_PATH, Manifest, parse_manifest
 
 __all__ = ["reading"]
 
@@ -300,7 +306,9 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
                objects=readings, ledgers=frozen(ledgers), journals=frozen(journals),
                content=frozen(content), task_files=frozen(_task_files(content)), registered=registered)
     del view, run_logs  # the directory (its arrays, ~50 bytes an entry), before D's facts join the index
-    return dataclasses.replace(ix, facts=_facts(ix, Spilled(spill)))  # D: on two cores
+    ledger_facts: dict[str, LedgerFacts] = {}
+    facts = _facts(ix, Spilled(spill), lambda: ledger_facts.update(_ledger_facts(ledgers, spill)))  # D: on two cores
+    return dataclasses.replace(ix, facts=facts, ledger_facts=frozen(ledger_facts))
 
 
 def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limits: Limits, digests: dict,
@@ -1047,13 +1055,92 @@ def _adopt(view: ZipView, objects, got: tuple, digests: dict, unread: dict, read
             readings.put_at(at, got)
 
 
+# ------------------------------------------------------------------------------ D: the ledgers' facts
+
+def _ledger_facts(ledgers: dict, spill: Spill) -> dict[str, LedgerFacts]:
+    """Each ledger's ``LedgerFacts``, in D while the worker takes the first runs: its
+    records read again as the steps read them (``LedgerLog``, a piece at a time) and folded
+    by steps 5 and 6 (``_LedgerFold``), their conclusions pickled into ``spill``."""
+    out = {}
+    for name, log in ledgers.items():
+        if isinstance(log, LedgerLog):
+            fold = _LedgerFold(name)
+            for rec in log:
+                if not fold.add(rec):
+                    break
+            got = fold.put(spill)
+            if got is not None:
+                out[name] = got
+            del fold
+            _trim_heap()  # the fold's parsed records and book, handed back
+    return out
+
+
+def _trim_heap() -> None:
+    """Hand the free memory at the top and inside of glibc's heap back to the kernel
+    (``malloc_trim``): a forked worker counts every page this process holds. Elsewhere
+    (another libc, no ctypes) nothing changes."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (ImportError, OSError, AttributeError):
+        return
+
+
+class _LedgerFold:
+    """Steps 5's and 6's readings of a ledger on its own (``_ledgers.ledger_fold``,
+    ``analysis.fold.ReservedKeys``), fed its records one at a time, so that neither step
+    reads it again; ``put(spill)``: their ``LedgerFacts``. A fold that did not hold or
+    raised is dropped (None in the facts): its step reads the ledger and reports it."""
+
+    def __init__(self, name: str):
+        from ._ledgers import ledger_fold
+
+        self.replay, self.reserved = ledger_fold(name), ReservedKeys()
+
+    def add(self, rec: Rec) -> bool:
+        """The next record; False once neither fold is left."""
+        if self.replay is not None:
+            try:
+                if not self.replay.add(rec):
+                    self.replay = None
+            except Exception:  # noqa: BLE001 - step 5 replays it and says why
+                self.replay = None
+        if self.reserved is not None:
+            try:
+                self.reserved.add(rec)
+            except Exception:  # noqa: BLE001 - step 6 reads the ledger
+                self.reserved = None
+        return self.replay is not None or self.reserved is not None
+
+    def put(self, spill: Spill) -> LedgerFacts | None:
+        replay = reserved = None
+        try:
+            replay = None if self.replay is None else self.replay.result(None)
+        except (VerificationError, LookupError):
+            pass
+        try:
+            reserved = None if self.reserved is None else self.reserved.result()
+        except Exception:  # noqa: BLE001 - step 6 reads the ledger
+            pass
+        self.replay = self.reserved = None  # (the folds' own values, dropped as they are pickled)
+        if replay is None and reserved is None:
+            return None
+        try:
+            return LedgerFacts.put(spill, replay, reserved)
+        except (pickle.PicklingError, TypeError, ValueError, RecursionError, AttributeError):
+            return None
+
+
 # ------------------------------------------------------------------------------ D: per-run facts
 
-def _facts(ix: Index, out: Spilled) -> Spilled:
+def _facts(ix: Index, out: Spilled, meanwhile=lambda: None) -> Spilled:
     """Each run log's ``RunFacts`` (marshalled, into ``out``), taken by two forked workers,
-    one from the first run and one from the last (``Shares``), while this process waits:
-    the records each run's facts are taken from are parsed there, never in this process's
-    heap, where the index lives (what was freed between its values would stay resident)."""
+    one from the first run and one from the last (``Shares``), while this process calls
+    ``meanwhile()`` (the ledgers' folds) and then waits: the records each run's facts are
+    taken from are parsed there, never in this process's heap, where the index lives (what
+    was freed between its values would stay resident)."""
     from . import _checks, _costs, _summary  # noqa: F401 - the steps' modules (and the checks, sqlite3...),
     # imported here, before the fork, so that the workers inherit them rather than import them again
     names = [n for n in ix.run_logs if ix.run_logs.is_log(n) and RUN_PATH.match(n)]
@@ -1061,6 +1148,7 @@ def _facts(ix: Index, out: Spilled) -> Spilled:
     front = start(_facts_in_worker, ix, names, shares, False, timeout=ix.limits.worker_seconds)
     back = start(_facts_in_worker, ix, names, shares, True, timeout=ix.limits.worker_seconds)
     try:
+        meanwhile()
         firsts, lasts = front.result(), back.result()
     finally:
         front.cancel()

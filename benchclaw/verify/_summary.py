@@ -129,7 +129,8 @@ def _compare(ix: Index, exp: str, claimed, sec: Section) -> None:
     try:
         data = experiment_data_from_files(files, exp, chains=lambda name: _chain(ix, files, name),
                                           journal=None if journal is None or isinstance(journal, VerificationError) else journal,
-                                          condensed=lambda name: _condensed(ix, name))
+                                          condensed=lambda name: _condensed(ix, name),
+                                          reserved=lambda name: ix.ledger_facts_of(name).reserved)
         recomputed = jsonio.loads(jsonio.dumps(summarise(data)))  # the JSON value, as written
     except BenchClawError as e:
         raise VerificationError(SUMMARY, f"cannot recompute the summary of {exp}: {e}") from None

@@ -74,8 +74,8 @@ def registrations(journal: list[tuple[str, int, Record]]) -> list[tuple[str, str
 def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
                                chains: Callable[[str], Sequence[Record]] | None = None,
                                journal: Sequence[tuple[str, int, Record]] | None = None,
-                               condensed: Callable[[str], tuple[Record, CondensedRun] | None] | None = None
-                               ) -> ExperimentData:
+                               condensed: Callable[[str], tuple[Record, CondensedRun] | None] | None = None,
+                               reserved: Callable[[str], dict | None] | None = None) -> ExperimentData:
     """The analysis input of ``experiment`` from bundle files (path -> bytes), built as
     export builds the claim (``analysis.fold``: each run condensed as soon as it is read,
     so one run's records are held at a time). Raises VerificationError naming the entry
@@ -84,7 +84,10 @@ def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
     they are not verified twice; by default each is parsed from ``files``. ``journal``: what
     ``journal_records`` gives, already read from these files (else it is read here).
     ``condensed``: entry name -> (its first record, ``fold.condense_run`` of its records)
-    already taken from exactly these bytes (None: not taken; the run is read here)."""
+    already taken from exactly these bytes (None: not taken; the run is read here).
+    ``reserved``: ledger entry name -> ``fold.ReservedKeys.result`` of its records, taken
+    from exactly these bytes (None: not taken), so that a ledger none of whose
+    reservations matters is not read again."""
     chain = chains or (lambda name: chain_records(files, name))
     prefix = f"journals/{experiment}/"
     journal = journal_records(files, experiment) if journal is None else journal
@@ -101,6 +104,7 @@ def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
             fold.add(m.group(2), chain(name))
     names = [f"ledgers/{lid}.jsonl" for lid in fold.ledger_ids(rec for _, rec in entries)]
     ledgers = [chain(n) for n in names if n in files]
+    taken = None if reserved is None else [reserved(n) for n in names if n in files]
 
     def get_blob(d: str) -> bytes:
         name = object_path(d)
@@ -109,7 +113,7 @@ def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
         return files[name]
 
     try:
-        return fold.data(entries, get_blob, ledgers=lambda: ledgers)
+        return fold.data(entries, get_blob, ledgers=lambda: ledgers, reserved=taken)
     except BenchClawError as e:
         if isinstance(e, VerificationError):
             raise
