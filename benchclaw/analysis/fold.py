@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 from ..errors import FormatError
 from ..formats.records import Record
 from .stream import RunGroups
-from .inputs import (_USD_RE, ExperimentData, PackedCalls, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
+from .inputs import (ExperimentData, is_usd, PackedCalls, RunView, cut_off_calls, call_keys, lured_tasks, reservations_of, usd,
                      merge_journal, registered_digest, spec_from_bytes, task_key, view_from_json, view_from_packed,
                      view_run, view_to_json, view_to_packed)
 
@@ -284,13 +284,13 @@ class ReservedKeys:
     def add(self, rec) -> None:
         b = rec.body
         if rec.kind == "reserve" and isinstance(b.get("attempt"), str):
-            self._ok = self._ok and _is_usd(b.get("usd"))
+            self._ok = self._ok and is_usd(b.get("usd"))
             got = self._keys.get(b["attempt"])
             if got is None:
                 got = self._keys[b["attempt"]] = {}
             got[str(b.get("key"))] = None
         elif rec.kind == "settle" and b.get("known") is True:
-            self._ok = self._ok and _is_usd(b.get("usd"))
+            self._ok = self._ok and is_usd(b.get("usd"))
 
     def result(self) -> dict | None:
         if not self._ok:
@@ -299,11 +299,6 @@ class ReservedKeys:
         for attempt, keys in self._keys.items():
             out.setdefault(tuple(keys), []).append(attempt)
         return out
-
-
-def _is_usd(text) -> bool:
-    """Whether ``usd(text, ...)`` returns (its test, without making the Decimal)."""
-    return isinstance(text, str) and _USD_RE.match(text) is not None
 
 
 def _keeps_any(seen, taken: dict, keyed: bool) -> bool:

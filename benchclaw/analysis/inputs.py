@@ -27,7 +27,7 @@ from ..errors import FormatError
 from ..formats.records import Record
 
 __all__ = ["ExperimentData", "RunView", "RunTally", "CallView", "view_run", "lured_tasks", "parse_cell",
-           "task_key", "usd", "spec_from_bytes", "registered_digest", "merge_journal",
+           "task_key", "usd", "is_usd", "spec_from_bytes", "registered_digest", "merge_journal",
            "experiment_data", "ledger_reservations", "SpecView", "spec_view", "view_to_json",
            "view_from_json", "view_to_packed", "view_from_packed", "call_keys", "cut_off_calls", "reservations_of", "PackedCalls"]
 
@@ -267,6 +267,11 @@ def usd(text, where: str) -> Decimal:
     if not isinstance(text, str) or not _USD_RE.match(text):
         raise FormatError(f"{where}: expected a decimal USD string, got {text!r}")
     return Decimal(text)
+
+
+def is_usd(text) -> bool:
+    """Whether ``usd(text, ...)`` returns (its test, without making the Decimal)."""
+    return isinstance(text, str) and _USD_RE.match(text) is not None
 
 
 def task_key(task: Mapping) -> str:
