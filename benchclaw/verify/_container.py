@@ -10,7 +10,7 @@ SHA-256 differs, is a failure of this section (exit 1).
 from __future__ import annotations
 
 from ._errors import VerificationError
-from ._index import Index
+from ._index import Index, ManifestRows
 from ._report import Section
 from .manifest import MANIFEST, FileEntry
 
@@ -18,9 +18,10 @@ __all__ = ["verify_container"]
 
 
 def verify_container(ix: Index, sec: Section) -> None:
-    for name in ix.names:
-        if name in ix.unread:
-            sec.fail(ix.unread[name])
+    if ix.unread:  # (in archive order)
+        for name in ix.names:
+            if name in ix.unread:
+                sec.fail(ix.unread[name])
     if not _all_hold(ix):  # else each row and entry is checked on its own, every defect reported
         seen: set[str] = set()
         for row in ix.manifest.files:
@@ -35,16 +36,23 @@ def verify_container(ix: Index, sec: Section) -> None:
 def _all_hold(ix: Index) -> bool:
     """Whether every row is an entry read with its size and SHA-256, listed once, and every
     entry but the manifest listed: the checks below all holding, as in an honest bundle,
-    found in one pass (False at the first doubt: those checks then say what it is)."""
-    sizes, digests, seen = ix.sizes, ix.digests, set()
-    for row in ix.manifest.files:
-        path = row.path
-        size, digest = sizes.get(path), digests.get(path)
-        if path == MANIFEST or path in seen or size is None or size != row.size or digest is None \
-                or digest != row.digest:
+    found in one pass by the entries' positions (no name made or looked up: ``ManifestRows``
+    found each row's entry as the reading stage read it). False at the first doubt, and for
+    rows not so kept: those checks then say what it is."""
+    rows = ix.manifest.files
+    if not isinstance(rows, ManifestRows):
+        return False
+    names, sizes, digests = ix.names, ix.sizes.by_position(), ix.digests
+    hashed = digests.hashed_to_names(names)  # which object entries' bytes hash to their name
+    seen, listed, manifest = bytearray(len(names)), 0, names.find(MANIFEST)
+    for at, size, digest in rows.by_position():
+        if at < 0 or at == manifest or seen[at] or sizes[at] != size:
             return False
-        seen.add(path)
-    return len(seen) == len(ix.names) - (MANIFEST in ix.sizes)  # the rows are entries: these are all of them
+        seen[at] = 1
+        listed += 1
+        if not (hashed.at(at) if digest is None else digests.get(names[at]) == digest):
+            return False
+    return listed == len(names) - (manifest >= 0)  # the rows are entries: these are all of them
 
 
 def _check_row(ix: Index, row: FileEntry, seen: set[str]) -> None:

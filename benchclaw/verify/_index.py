@@ -335,6 +335,20 @@ class HashedToNames:
         at = self._names.find_digest(raw) if type(raw) is bytes else -1
         return at >= 0 and at not in self._odd
 
+    def at(self, i: int) -> bool:
+        """Whether entry ``i`` (a position) is an object entry whose bytes hash to its name."""
+        return i not in self._odd and self._names.digest_at(i) is not None
+
+    def holds_all(self, packed: bytes) -> bool:
+        """Whether each 32 bytes of ``packed`` (a run's ``refs``) are ``in`` this."""
+        odd = self._odd
+        return len(packed) % 32 == 0 and not any(at < 0 or at in odd for at in self._names.find_digests(packed))
+
+    def odd(self) -> list[int]:
+        """The positions of the entries read or unread that are not object entries whose
+        bytes hash to their name, in archive order."""
+        return sorted(i for i in self._odd if i >= 0)
+
 
 class ManifestRows:
     """The manifest's rows as the index keeps them: each path as the position of the zip
@@ -381,6 +395,15 @@ class ManifestRows:
         for r in rows:
             out.add(r.path, bytes.fromhex(r.digest[7:]), r.size)
         return out
+
+    def by_position(self):
+        """(the position of the entry of the row's path, -1 when the zip has none; the row's
+        size; its SHA-256 as ``sha256:<hex>``, or None where it is the one the path spells:
+        the entry at that position is then the object entry of that name) of each row, in
+        order, no path made (step 1 compares them with the entries by position)."""
+        digests = self._digests
+        for at, size, slot in zip(self._at, self._sizes, self._slots):
+            yield at, size, None if slot < 0 else "sha256:" + digests[32 * slot:32 * slot + 32].hex()
 
     def __len__(self) -> int:
         return len(self._at)

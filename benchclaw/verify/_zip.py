@@ -143,6 +143,21 @@ class Names(Sequence):
         there is none."""
         return self._table[self._slot(digest)] - 1 if len(digest) == 32 else -1
 
+    def find_digests(self, packed: bytes) -> list[int]:
+        """``find_digest`` of each 32 bytes of ``packed`` in turn (``_slot``'s probe, inline:
+        step 2 looks up every digest every run references)."""
+        table, mask, raw, out = self._table, self._mask, self._raw, []
+        for k in range(0, len(packed) - 31, 32):
+            digest = packed[k:k + 32]
+            i = hash(digest) & mask
+            while True:
+                at = table[i]
+                if not at or raw[32 * at - 32:32 * at] == digest:
+                    break
+                i = (i + 1) & mask
+            out.append(at - 1)
+        return out
+
     def index(self, name) -> int:
         """Entry ``name``'s position. Raises KeyError."""
         got = self.find(name)
@@ -564,6 +579,10 @@ class Sizes(Mapping):
 
     def values(self):
         return iter(self._sizes)
+
+    def by_position(self) -> memoryview:
+        """The sizes by the entry's position in the zip (``Names``), read-only."""
+        return memoryview(self._sizes).toreadonly()
 
 
 class _Entries(Mapping):
