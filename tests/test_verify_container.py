@@ -222,3 +222,52 @@ def test_an_object_entry_name_kept_as_its_digest_still_collides_with_a_name_equa
     words = "duplicate entry" if second.encode() == first else "differs only by case"
     with pytest.raises(UnreadableBundle, match=words):
         ZipView(raw_zip(pair if object_first else pair[::-1]))
+
+
+def _object(data: bytes) -> tuple[bytes, str]:
+    import hashlib
+
+    hexd = hashlib.sha256(data).hexdigest()
+    return f"objects/{hexd[:2]}/{hexd}".encode(), "sha256:" + hexd
+
+
+@pytest.mark.parametrize("edit, step, words", [
+    # steps 1 and 2 compare object entries by their position in the zip, no name made: each
+    # way an object entry or its row can be wrong is still found, and said as before
+    ("bytes", "container", "SHA-256 is sha256:"),
+    ("bytes", "runs", "object bytes hash to sha256:"),
+    ("row digest", "container", "the manifest says sha256:"),
+    ("row size", "container", "size is 3 bytes, the manifest says 4"),
+    ("listed twice", "container", "is listed twice"),
+    ("unlisted", "container", "in the bundle but not listed in the manifest"),
+    ("missing", "container", "listed in the manifest but missing from the bundle"),
+    ("odd name", "runs", "objects/odd: not an object name"),
+])
+def test_object_entries_are_checked_by_position_as_by_name(edit, step, words):
+    import json
+
+    name, digest = _object(b"obj")
+    files = {**GOOD, name: b"obj"}
+    manifest = json.loads(manifest_for(files))
+    rows = {r["path"]: r for r in manifest["files"]}
+    if edit == "bytes":
+        files[name] = b"jbo"
+    elif edit == "row digest":
+        rows[name.decode()]["digest"] = _object(b"other")[1]
+    elif edit == "row size":
+        rows[name.decode()]["size"] = 4
+    elif edit == "listed twice":
+        manifest["files"].append(rows[name.decode()])
+    elif edit == "unlisted":
+        manifest["files"].remove(rows[name.decode()])
+    elif edit == "missing":
+        del files[name]
+    elif edit == "odd name":
+        files[b"objects/odd"] = b"x"
+        manifest = json.loads(manifest_for(files))
+    data = raw_zip([RawEntry(b"manifest.json", json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode())]
+                   + [RawEntry(k, v) for k, v in files.items()])
+    rep = verify_bundle(data)
+    assert rep.fatal is None, rep.fatal
+    failures = [str(f) for f in rep.section(step).failures]
+    assert any(words in f for f in failures), failures
