@@ -447,8 +447,9 @@ class Run:
         if slot[0] != self.path:
             slot[:] = recent_slot()  # the old run's log and records go first
             slot[:2] = [self.path, self.logs[self.path]]
-        elif slot[1] is None:  # its first record was read alone
-            slot[1] = self.logs[self.path]
+        elif slot[1] is None:  # its first record was read alone: not made again
+            with_first = getattr(self.logs, "with_first", None)
+            slot[1] = self.logs[self.path] if with_first is None else with_first(self.path, slot[6])
         return slot[1]
 
     @property
@@ -860,6 +861,14 @@ class RunLogs(Mapping):
         if type(got) is tuple:
             return got[0]
         return got.first if isinstance(got, RunLog) else None
+
+    def with_first(self, name: str, first: Rec | None) -> "RunLog | VerificationError":
+        """``self[name]``, given its first record as ``first_of`` read it (not made again)."""
+        got = self._at[name]
+        if type(got) is not int:
+            return self[name]
+        data = marshal.loads(self._spill.get(got >> 32, got & 0xFFFFFFFF))[1]
+        return _log_of(first, marshal.loads(data), self._archive)
 
     def ordered(self, names) -> "RunLogs":
         """This mapping iterating in the order of ``names`` (the archive's)."""

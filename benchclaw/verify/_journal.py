@@ -65,13 +65,14 @@ def verify_prereg(ix: Index, runs, sec: Section) -> None:
         journal = journal_of(ix, exp)
         sec.attempt(journal_times, journal)
         calls: dict[str, list] = {}  # run id -> its calls' params, read while its records are held
-        for run in _runs_of(runs, exp):
+        mine = _runs_of(runs, exp)
+        for run in mine:
             sec.attempt(run_times, run)
             calls[run.run_id] = run_call_params(run)
         regs = sec.attempt(_registrations, ix, exp, journal) and _regs(journal)
         if not regs:
             continue
-        for run in _runs_of(runs, exp):
+        for run in mine:
             if sec.attempt(_run_registered, run, regs):
                 sec.count("runs after registration")
         records = [(name, line, rec) for name, line, rec in held_records(journal) if rec.kind in ("prereg", "deviation")]
@@ -80,7 +81,7 @@ def verify_prereg(ix: Index, runs, sec: Section) -> None:
                 sec.attempt(_grid_registered, name, line, rec, regs)
                 sec.attempt(_grid_as_registered, ix, journal, name, line, rec, records)
         sec.attempt(check_ledgers_after_registration, ix, journal, regs[0][0])
-        for run in _runs_of(runs, exp):
+        for run in mine:
             sec.attempt(_run_pinned, ix, run, records, specs, calls[run.run_id])
         sec.attempt(_registered_digest, ix, exp, records[0])
         sec.count("registrations", len(regs))
@@ -439,8 +440,8 @@ def verify_completeness(ix: Index, runs, sec: Section) -> None:
         for name, line, rec in journal:
             if rec.kind == "run":
                 sec.attempt(_named_run, runs, name, line, rec.body, named, reserved)
-        for run in _runs_of(runs, exp):
-            if run.run_id not in named:
+        for run in runs.values():  # (the runs of ``exp``: the named ones need not be read to know)
+            if run.run_id not in named and run.policy.get("experiment") == exp:
                 sec.fail(VerificationError(run.path, f"a sealed run of {exp} that the journal does not name"))
         for name, line, rec in held_records(journal):
             if rec.kind == "trial":
