@@ -27,7 +27,7 @@ from ..errors import BenchClawError
 from ..formats.money import fmt_usd, parse_usd
 from ..formats.policies import Attempt, PolicyError, next_batch, outcome
 from ..formats.records import Record
-from ._errors import VerificationError
+from ._errors import UnreadableBundle, VerificationError
 from ._index import Index, Run, held_records
 from ._report import Section
 from ._simusage import pinned_profiles
@@ -53,10 +53,6 @@ def journal_of(ix: Index, exp: str) -> list:
     return got
 
 
-def _runs_of(runs, exp: str) -> list[Run]:
-    return [r for r in runs.values() if r.policy.get("experiment") == exp]
-
-
 # ----------------------------------------------------------------------- 7. pre-registration
 
 def verify_prereg(ix: Index, runs, sec: Section) -> None:
@@ -65,26 +61,48 @@ def verify_prereg(ix: Index, runs, sec: Section) -> None:
         journal = journal_of(ix, exp)
         sec.attempt(journal_times, journal)
         calls: dict[str, list] = {}  # run id -> its calls' params, read while its records are held
-        mine = _runs_of(runs, exp)
-        for run in mine:
-            sec.attempt(run_times, run)
-            calls[run.run_id] = run_call_params(run)
+        mine = []  # the runs of ``exp``, found in the pass that reads their logs
+        for run in runs.values():
+            if run.policy.get("experiment") == exp:
+                mine.append(run)
+                sec.attempt(run_times, run)
+                calls[run.run_id] = run_call_params(run)
         regs = sec.attempt(_registrations, ix, exp, journal) and _regs(journal)
         if not regs:
             continue
+        records = [(name, line, rec) for name, line, rec in held_records(journal) if rec.kind in ("prereg", "deviation")]
+        pinned = []  # each run's _run_pinned, taken in the pass that reads its first record for _run_registered
         for run in mine:
             if sec.attempt(_run_registered, run, regs):
                 sec.count("runs after registration")
-        records = [(name, line, rec) for name, line, rec in held_records(journal) if rec.kind in ("prereg", "deviation")]
+            pinned.append(_outcome(_run_pinned, ix, run, records, specs, calls[run.run_id]))
         for name, line, rec in held_records(journal):
             if rec.kind == "grid.start":
                 sec.attempt(_grid_registered, name, line, rec, regs)
                 sec.attempt(_grid_as_registered, ix, journal, name, line, rec, records)
         sec.attempt(check_ledgers_after_registration, ix, journal, regs[0][0])
-        for run in mine:
-            sec.attempt(_run_pinned, ix, run, records, specs, calls[run.run_id])
+        for got in pinned:  # reported here, after the grid's, as if each run were checked now
+            sec.attempt(_raise, got)
         sec.attempt(_registered_digest, ix, exp, records[0])
         sec.count("registrations", len(regs))
+
+
+def _outcome(check, *args) -> Exception | None:
+    """What ``check(*args)`` raised (None: it held), for ``_raise`` to raise later, where
+    the check's place in its section is; its traceback dropped (it would hold the run's
+    values). ``UnreadableBundle`` is raised at once: it stops everything, wherever it is."""
+    try:
+        check(*args)
+    except UnreadableBundle:
+        raise
+    except Exception as e:  # noqa: BLE001 - raised again by _raise: reported as the step reports it
+        return e.with_traceback(None)
+    return None
+
+
+def _raise(got: Exception | None) -> None:
+    if got is not None:
+        raise got
 
 
 def _check_at(at, name: str, line: int) -> None:
