@@ -27,9 +27,9 @@ from ..errors import BenchClawError
 from ..formats.money import fmt_usd, parse_usd
 from ..formats.policies import Attempt, PolicyError, next_batch, outcome
 from ..formats.records import Record
-from ._errors import UnreadableBundle, VerificationError
+from ._errors import VerificationError
 from ._index import Index, Run, held_records
-from ._report import Section
+from ._report import Section, outcome_of, raised
 from ._simusage import pinned_profiles
 from ._stops import check_ledgers_after_registration, check_ledgers_closed, check_stop, ledger_chain, stop_notes
 from .experiment import registration_digest
@@ -75,34 +75,16 @@ def verify_prereg(ix: Index, runs, sec: Section) -> None:
         for run in mine:
             if sec.attempt(_run_registered, run, regs):
                 sec.count("runs after registration")
-            pinned.append(_outcome(_run_pinned, ix, run, records, specs, calls[run.run_id]))
+            pinned.append(outcome_of(_run_pinned, ix, run, records, specs, calls[run.run_id]))
         for name, line, rec in held_records(journal):
             if rec.kind == "grid.start":
                 sec.attempt(_grid_registered, name, line, rec, regs)
                 sec.attempt(_grid_as_registered, ix, journal, name, line, rec, records)
         sec.attempt(check_ledgers_after_registration, ix, journal, regs[0][0])
         for got in pinned:  # reported here, after the grid's, as if each run were checked now
-            sec.attempt(_raise, got)
+            sec.attempt(raised, got)
         sec.attempt(_registered_digest, ix, exp, records[0])
         sec.count("registrations", len(regs))
-
-
-def _outcome(check, *args) -> Exception | None:
-    """What ``check(*args)`` raised (None: it held), for ``_raise`` to raise later, where
-    the check's place in its section is; its traceback dropped (it would hold the run's
-    values). ``UnreadableBundle`` is raised at once: it stops everything, wherever it is."""
-    try:
-        check(*args)
-    except UnreadableBundle:
-        raise
-    except Exception as e:  # noqa: BLE001 - raised again by _raise: reported as the step reports it
-        return e.with_traceback(None)
-    return None
-
-
-def _raise(got: Exception | None) -> None:
-    if got is not None:
-        raise got
 
 
 def _check_at(at, name: str, line: int) -> None:

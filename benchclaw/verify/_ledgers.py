@@ -36,7 +36,7 @@ from ._costs import Confirmed, Costs, upper_bound
 from ._errors import UnreadableBundle, VerificationError, from_error
 from ._index import Index, Run
 from ._journal import journal_of
-from ._report import Section
+from ._report import Section, outcome_of, raised
 from ._shape import LEDGER, check_body
 
 __all__ = ["verify_ledgers", "LedgerReplay", "Tie", "Book"]
@@ -83,8 +83,15 @@ def verify_ledgers(ix: Index, runs, costs: Costs, sec: Section) -> None:
             sec.count("ledgers")
     for lid, rep in replays.items():
         sec.attempt(_check_carried, rep, replays)
-    sec.attempt(named_ledgers_present, ix, runs, replays)
-    tied, keys = _runs_by_attempt(Tie(costs), runs, replays, sec)
+    tied, keys, named, ties = _runs_by_attempt(Tie(costs), runs, replays)
+    sec.attempt(named_ledgers_present, ix, runs, replays, named)
+    for got in ties:  # each run's tie, reported after the ledgers named, where it always was
+        if type(got) is int:
+            sec.count("calls tied", got)
+        elif type(got) is tuple:
+            raise got[0]  # raised outside the checks: it ends the step, as it did there
+        else:
+            sec.attempt(raised, got)
     for rep in replays.values():
         sec.attempt(_no_orphans, rep, tied.get(rep.name, {}), keys.get(rep.name, {}))
 
@@ -419,42 +426,63 @@ def _check_carried(rep: LedgerReplay, replays: dict) -> None:
                                 f"the ledgers it names spent ${fmt_usd(usd)} / {tokens}", 1)
 
 
-def named_ledgers_present(ix: Index, runs, replays: dict) -> None:
+def named_ledgers_present(ix: Index, runs, replays: dict, named: set | None = None) -> None:
+    """Every ledger a ``grid.start`` or a run names is in ``replays``. ``named``: the
+    ledgers the runs name, when the caller read them (else they are read here)."""
     names = set()
     for exp in ix.manifest.experiments:
         for _, _, rec in journal_of(ix, exp):
             if rec.kind == "grid.start" and rec.body.get("ledger") is not None:
                 names.add(rec.body["ledger"])
-    for run in runs.values():
-        if run.start.get("ledger") is not None:
-            names.add(run.start["ledger"])
+    names.update(_named_by_runs(runs.values()) if named is None else named)
     missing = sorted(str(n) for n in names if n not in replays)
     if missing:
         raise VerificationError(f"{_PREFIX}{missing[0]}.jsonl", "named by the evidence but missing "
                                 f"from the bundle ({len(missing)} ledger(s) missing)")
 
 
-def _runs_by_attempt(tie: Tie, runs, replays: dict, sec: Section) -> tuple[dict, dict]:
-    """The runs naming each ledger, by attempt, with the keys of their calls (taken in the
-    same pass: a run's records are parsed again each time a step reads another run's)."""
+def _named_by_runs(runs) -> set:
+    """The ledgers ``runs`` name (their ``run.start.ledger``)."""
+    return {run.start["ledger"] for run in runs if run.start.get("ledger") is not None}
+
+
+def _runs_by_attempt(tie: Tie, runs, replays: dict) -> tuple[dict, dict, set, list]:
+    """The runs naming each ledger, by attempt, with the keys of their calls, the ledgers
+    the runs name (``named_ledgers_present``), and each run's ``_check_run_calls``: the
+    number of calls it tied when it held, else its ``outcome_of``, for the caller to report
+    after that check, where it always was; taken in one pass (a run's records are parsed
+    again each time a step reads another run's). An exception outside those checks ends
+    the list, as (itself,)."""
     tied: dict[str, dict] = {}
     keys: dict[str, dict] = {}
+    named: set = set()
+    ties: list = []
     once: dict[str, str] = {}  # a call key ("0.1") recurs in every run: held once
-    for run in runs.values():
+    runs = iter(runs.values())
+    for run in runs:
         lid = run.start.get("ledger")
-        if lid is None or lid not in replays:
-            continue
-        attempt = run.policy.get("attempt")
-        tied.setdefault(lid, {})[attempt] = run
-        confirmed = tie.costs.confirmed(run.run_id)  # else the calls are read from the records
-        calls = run.of_kind("call") if confirmed is None else confirmed
-        mine = ((f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in calls) if confirmed is None
-                else (c.key for c in confirmed))
-        mine = tuple({once.setdefault(k, k): None for k in mine})
-        keys.setdefault(lid, {})[attempt] = mine if len(mine) <= 16 else frozenset(mine)  # a few: a tuple
-        if sec.attempt(_check_run_calls, tie, run, replays[lid], attempt, confirmed):
-            sec.count("calls tied", len(calls))
-    return tied, keys
+        if lid is not None:
+            named.add(lid)
+        try:
+            if lid is None or lid not in replays:
+                continue
+            attempt = run.policy.get("attempt")
+            tied.setdefault(lid, {})[attempt] = run
+            confirmed = tie.costs.confirmed(run.run_id)  # else the calls are read from the records
+            calls = run.of_kind("call") if confirmed is None else confirmed
+            mine = ((f"{r.body.get('turn')}.{r.body.get('attempt')}" for _, r in calls) if confirmed is None
+                    else (c.key for c in confirmed))
+            mine = tuple({once.setdefault(k, k): None for k in mine})
+            keys.setdefault(lid, {})[attempt] = mine if len(mine) <= 16 else frozenset(mine)  # a few: a tuple
+            got = outcome_of(_check_run_calls, tie, run, replays[lid], attempt, confirmed)
+            ties.append(len(calls) if got is None else got)
+        except UnreadableBundle:
+            raise
+        except Exception as e:  # noqa: BLE001 - raised where it was, after named_ledgers_present
+            ties.append((e.with_traceback(None),))
+            named.update(_named_by_runs(runs))  # the rest, as named_ledgers_present read them
+            break
+    return tied, keys, named, ties
 
 
 def _check_run_calls(tie: Tie, run: Run, rep: LedgerReplay, attempt, confirmed) -> None:

@@ -13,7 +13,7 @@ from typing import Callable
 from ..errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ._errors import UnreadableBundle, VerificationError
 
-__all__ = ["Section", "VerifyReport", "SECTIONS", "MAX_KEPT"]
+__all__ = ["Section", "VerifyReport", "SECTIONS", "MAX_KEPT", "outcome_of", "raised"]
 
 MAX_KEPT = 200
 
@@ -27,6 +27,27 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("prereg", "registration (spec, catalog, tasks) before every call, ledger record and run"),
     ("complete", "every planned cell and sealed run accounted for; stops and trials follow"),
 )
+
+
+def outcome_of(check: Callable, *args) -> Exception | None:
+    """What ``check(*args)`` raised (None: it held), to be reported later with
+    ``section.attempt(raised, it)`` where the check's place in its section is (a step that
+    takes two checks of a run in one pass, so as to read the run once); its traceback
+    dropped (it would hold the run's values). ``UnreadableBundle`` is raised at once: it
+    stops everything, wherever it is."""
+    try:
+        check(*args)
+    except UnreadableBundle:
+        raise
+    except Exception as e:  # noqa: BLE001 - raised again by ``raised``, and reported as the step reports it
+        return e.with_traceback(None)
+    return None
+
+
+def raised(got: Exception | None) -> None:
+    """Raise what ``outcome_of`` kept (nothing when the check held)."""
+    if got is not None:
+        raise got
 
 
 @dataclass
