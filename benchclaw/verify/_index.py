@@ -790,7 +790,8 @@ def _interned(s):
     return sys.intern(s) if type(s) is str else s
 
 
-_VALUES = 1024  # first-record values ``RunLogs`` reads as one object (the first ones met)
+_VALUES = 1024  # first-record values ``RunLogs`` reads as one object (the first ones met twice)
+_ONCE = 4096    # hashes of values met once ``RunLogs`` remembers (forgotten all together when full)
 
 
 class RunLogs(Mapping):
@@ -801,11 +802,12 @@ class RunLogs(Mapping):
     ``marshal`` does not take holds that record; one with another value marshal does not
     take (an exception other than a ``VerificationError``) is held as it is."""
 
-    __slots__ = ("_spill", "_archive", "_at", "_values")
+    __slots__ = ("_spill", "_archive", "_at", "_values", "_once")
 
     def __init__(self, spill: Spill, archive: Archive):
         self._spill, self._archive, self._at = spill, archive, {}
         self._values: dict[bytes, object] = {}  # a first record's body value, by its marshal bytes
+        self._once: set[int] = set()  # the hashes of those bytes met once (a run's policy is its own)
 
     def put(self, name: str, log) -> None:
         data = packed_log(log) if isinstance(log, RunLog) else None
@@ -833,17 +835,25 @@ class RunLogs(Mapping):
     def _first(self, packed: tuple | None) -> Rec | None:
         """A first record as ``put_packed`` spilled it, its body's values read as the same
         objects each time they are equal (the catalog, task, prices... every ``run.start``
-        repeats: a step may key what it recomputes by them; ``_VALUES`` of them at most)."""
+        repeats: a step may key what it recomputes by them; ``_VALUES`` of them at most, each
+        kept from the second time it is met, so that values no other run has, such as its
+        policy, do not take the room of those every run shares)."""
         if packed is None:
             return None
         seq, at, kind, items = packed
-        values, body = self._values, {}
+        values, once, body = self._values, self._once, {}
         for key, raw in items:
             value = values.get(raw)
             if value is None:
                 value = marshal.loads(raw)
                 if len(values) < _VALUES:
-                    values[raw] = value
+                    h = hash(raw)
+                    if h in once:
+                        values[raw] = value
+                    elif len(once) < _ONCE:
+                        once.add(h)
+                    else:
+                        once.clear()
             body[key] = value
         return Rec(seq, at, kind, body)
 
