@@ -422,8 +422,9 @@ class ManifestRows:
 def recent_slot() -> list:
     """What ``Run``s share of the run read last: [its bundle path, its log (None until
     read), its records (None until parsed), its records by kind, the log whose ``run.end``
-    body is held, that body, its first record when read alone]."""
-    return [None, None, None, {}, None, None, None]
+    body is held, that body, its first record when read alone, and the rest of its log as
+    read with it (``RunLogs.first_and_rest``: made a ``RunLog`` without reading it again)]."""
+    return [None, None, None, {}, None, None, None, None]
 
 
 @dataclass(frozen=True)
@@ -447,9 +448,9 @@ class Run:
         if slot[0] != self.path:
             slot[:] = recent_slot()  # the old run's log and records go first
             slot[:2] = [self.path, self.logs[self.path]]
-        elif slot[1] is None:  # its first record was read alone: not made again
-            with_first = getattr(self.logs, "with_first", None)
-            slot[1] = self.logs[self.path] if with_first is None else with_first(self.path, slot[6])
+        elif slot[1] is None:  # its first record was read alone: not made again, nor read
+            slot[1] = self.logs.with_first(self.path, slot[6], slot[7])
+            slot[7] = None
         return slot[1]
 
     @property
@@ -466,11 +467,12 @@ class Run:
         slot = self._recent
         if slot[0] == self.path:
             return slot[1].first if slot[1] is not None else slot[6]
-        first_of = getattr(self.logs, "first_of", None)
-        if first_of is None:
+        first_and_rest = getattr(self.logs, "first_and_rest", None)
+        if first_and_rest is None:
             return self.log.first
         slot[:] = recent_slot()  # the old run's log and records go first
-        slot[0], slot[6] = self.path, first_of(self.path)
+        slot[0] = self.path
+        slot[6], slot[7] = first_and_rest(self.path)
         return slot[6]
 
     @property
@@ -865,20 +867,27 @@ class RunLogs(Mapping):
 
     def first_of(self, name: str) -> Rec | None:
         """Log ``name``'s first record, the rest of it left in the spill (None for an error)."""
+        return self.first_and_rest(name)[0]
+
+    def first_and_rest(self, name: str) -> tuple[Rec | None, bytes | None]:
+        """(``first_of(name)``, the rest of the log as ``with_first`` takes it: the bytes
+        read with the first record, not yet unmarshalled; None when there are none)."""
         got = self._at[name]
         if type(got) is int:
-            return self._spilled(got)[0]
+            return self._spilled(got)
         if type(got) is tuple:
-            return got[0]
-        return got.first if isinstance(got, RunLog) else None
+            return got[0], None
+        return (got.first if isinstance(got, RunLog) else None), None
 
-    def with_first(self, name: str, first: Rec | None) -> "RunLog | VerificationError":
-        """``self[name]``, given its first record as ``first_of`` read it (not made again)."""
+    def with_first(self, name: str, first: Rec | None, rest: bytes | None = None) -> "RunLog | VerificationError":
+        """``self[name]``, given its first record as ``first_of`` read it (not made again),
+        and ``rest`` as ``first_and_rest`` read it (None: read again)."""
         got = self._at[name]
         if type(got) is not int:
             return self[name]
-        data = marshal.loads(self._spill.get(got >> 32, got & 0xFFFFFFFF))[1]
-        return _log_of(first, marshal.loads(data), self._archive)
+        if rest is None:
+            rest = marshal.loads(self._spill.get(got >> 32, got & 0xFFFFFFFF))[1]
+        return _log_of(first, marshal.loads(rest), self._archive)
 
     def ordered(self, names) -> "RunLogs":
         """This mapping iterating in the order of ``names`` (the archive's)."""
