@@ -51,7 +51,7 @@ class _Res:
 def verify_ledgers(ix: Index, runs, costs: Costs, sec: Section) -> None:
     exp = studio_journal_id(ix)
     replays: dict[str, LedgerReplay] = {}
-    for name in sorted(n for n in ix.names if n.startswith(PREFIX)):
+    for name in sorted(ix.names_under(PREFIX)):  # (no object entry's name made)
         lid = name[len(PREFIX):].removesuffix(".jsonl")
         if sec.attempt(_studio_ledger_name, exp, name, lid) and sec.attempt(replay_into, ix, name, lid, replays):
             sec.count("ledgers")

@@ -77,7 +77,7 @@ class LedgerReplay:
 
 def verify_ledgers(ix: Index, runs, costs: Costs, sec: Section) -> None:
     replays: dict[str, LedgerReplay] = {}
-    for name in sorted(n for n in ix.names if n.startswith(_PREFIX)):
+    for name in sorted(ix.names_under(_PREFIX)):  # (no object entry's name made)
         lid = name[len(_PREFIX):].removesuffix(".jsonl")
         if sec.attempt(replay_into, ix, name, lid, replays):
             sec.count("ledgers")
