@@ -341,8 +341,10 @@ class HashedToNames:
 
     def holds_all(self, packed: bytes) -> bool:
         """Whether each 32 bytes of ``packed`` (a run's ``refs``) are ``in`` this."""
-        odd = self._odd
-        return len(packed) % 32 == 0 and not any(at < 0 or at in odd for at in self._names.find_digests(packed))
+        if len(packed) % 32:
+            return False
+        found = self._names.find_digests(packed)
+        return not found or (min(found) >= 0 and self._odd.isdisjoint(found))
 
     def odd(self) -> list[int]:
         """The positions of the entries read or unread that are not object entries whose
