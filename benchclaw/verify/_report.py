@@ -2,7 +2,10 @@
 
 Failures are collected per section rather than stopping at the first, so an auditor sees
 every run that does not hold; the stored list is capped (the count is not) so a bundle
-with a million broken records cannot exhaust memory through its own report.
+with a million broken records cannot exhaust memory through its own report. A step that
+takes two checks of a run in one pass (so as to read the run once) keeps the later one's
+``outcome_of`` and reports it where its place in the section is (``raised``): the same
+failures, in the same order.
 """
 
 from __future__ import annotations
