@@ -923,6 +923,8 @@ class Index:
     ledger_facts: Mapping[str, "LedgerFacts"] = field(default_factory=lambda: MappingProxyType({}))  # ledgers/... entry -> its LedgerFacts
     recent: list = field(default_factory=lambda: recent_slot(), repr=False, compare=False)
     # ^ the one run whose records are held (``Run.records``): a memo, not evidence
+    read_last: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # ^ the objects' readings made last (``reading``): a memo, not evidence
 
     def has(self, name: str) -> bool:
         return name in self.sizes
@@ -953,9 +955,20 @@ class Index:
         return obj
 
     def reading(self, digest: str) -> ObjectReading:
-        """What is kept of the object ``digest`` (an empty reading when nothing is)."""
-        got = self.objects.get(object_path(digest))
-        return _NOTHING if got is None else unkept(got)
+        """What is kept of the object ``digest`` (an empty reading when nothing is). The
+        last ``_READ_LAST`` made are kept (``read_last``): steps 3 and 4 each read a run's
+        requests and replies, one after the other; a reading holding bytes or a long text
+        is not kept, so what is held stays small."""
+        memo = self.read_last
+        got = memo.get(digest)
+        if got is None:
+            got = self.objects.get(object_path(digest))
+            got = _NOTHING if got is None else unkept(got)
+            if got.data is None and (got.text is None or len(got.text) <= _READ_LAST_CHARS):
+                if len(memo) >= _READ_LAST:
+                    memo.clear()
+                memo[digest] = got
+        return got
 
     def facts_of(self, name: str) -> RunFacts:
         """The per-run facts the reading stage took of run log ``name`` (all None if none)."""
@@ -973,6 +986,7 @@ class Index:
 
 
 _NOTHING = ObjectReading()
+_READ_LAST, _READ_LAST_CHARS = 256, 1 << 14  # readings ``Index.reading`` keeps, and the longest text one may hold
 
 
 def kept(derived: tuple | None, text: str | None, data: bytes | None) -> bytes:
