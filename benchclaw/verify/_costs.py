@@ -28,7 +28,7 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
-from ..formats import jsonio
+from ..formats import jsonio, money
 from ..formats.catalog import MAX_EXTENDS, Catalog, parse_catalog
 from ..errors import BenchClawError, FormatError
 from ..formats.money import (USAGE_FIELDS, CostBounds, Prices, Usage, call_cost_of,
@@ -415,6 +415,30 @@ def message_tokens(messages: list) -> list[int]:
     return [4 + (len(str(m.get("content") or "")) + 3) // 4 for m in messages]
 
 
+def request_counts(messages: list) -> tuple[list[int], int, int, bool]:
+    """(``message_tokens(messages)``, ``estimate_prompt_tokens(messages)``,
+    ``message_bytes(messages)``, whether every value of every message is a string), in one
+    walk: a message of an ASCII role and content (the usual one) is counted at once, its
+    UTF-8 bytes its characters; any other by those three functions. Raises what they raise."""
+    tokens, estimate, sent, strings = [], money.REQUEST_OVERHEAD_TOKENS, 0, True
+    append, overhead = tokens.append, money.MESSAGE_OVERHEAD_TOKENS
+    for m in messages:
+        content, role = m.get("content"), m.get("role")
+        if type(content) is str and type(role) is str and content.isascii() and role.isascii():
+            n = len(content)
+            append(4 + (n + 3) // 4)
+            estimate += overhead + len(role) + n
+            sent += n
+            if strings and len(m) != 2:
+                strings = all(type(v) is str for v in m.values())
+        else:
+            append(4 + (len(str(content or "")) + 3) // 4)
+            estimate += money.message_tokens(m)
+            sent += message_bytes((m,))
+            strings = strings and all(type(v) is str for v in m.values())
+    return tokens, estimate, sent, strings
+
+
 try:
     import orjson as _orjson
 except ImportError:  # pragma: no cover - orjson is optional
@@ -449,17 +473,18 @@ def conversation_hashes(messages: list, parts: list[bytes] | None = None) -> lis
                 short_hash(messages[1].get("content")) if n >= 2 else None]
     import hashlib
 
-    h, head = hashlib.sha256(b"["), None
-    for i, part in enumerate(parts):
-        if i == n - 2 and n > 2:  # the list of all but the last two, closed: its hash
-            closed = h.copy()
-            closed.update(b"]")
-            head = closed.hexdigest()[:32]
-        if i:
-            h.update(b",")
-        h.update(part)
-    h.update(b"]")
-    tail = hashlib.sha256(b"[" + parts[-2] + b"," + parts[-1] + b"]").hexdigest()[:32] if n > 2 else None
+    if n > 2:  # the list of all but the last two, closed, then the whole list: "[" head "," tail "]"
+        last = parts[-2] + b"," + parts[-1]
+        h = hashlib.sha256(b"[")
+        h.update(b",".join(parts[:-2]))
+        closed = h.copy()
+        closed.update(b"]")
+        h.update(b",")
+        h.update(last)
+        h.update(b"]")
+        head, tail = closed.hexdigest()[:32], hashlib.sha256(b"[" + last + b"]").hexdigest()[:32]
+    else:
+        h, head, tail = hashlib.sha256(b"[" + b",".join(parts) + b"]"), None, None
     return [n, h.hexdigest()[:32], head, tail, _task_hash(messages[1].get("content")) if n >= 2 else None]
 
 
@@ -524,10 +549,9 @@ def derive(data: bytes, sim: bool = False) -> list | None:
             return None
         try:
             parts = canon_parts(messages)
-            tokens = message_tokens(messages)
-            return ["r", max_tokens, estimate_prompt_tokens(messages), 3 + sum(tokens),
-                    conversation_hashes(messages, parts), message_bytes(messages),
-                    sim_facts(obj, parts, tokens) if sim else None]
+            tokens, estimate, sent, strings = request_counts(messages)
+            return ["r", max_tokens, estimate, 3 + sum(tokens), conversation_hashes(messages, parts), sent,
+                    sim_facts(obj, parts, tokens, strings) if sim else None]
         except Exception:  # noqa: BLE001 - RecursionError and the like: step 4 reports it
             return None
     n = _chars(data)
