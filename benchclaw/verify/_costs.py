@@ -33,7 +33,7 @@ from ..formats.catalog import MAX_EXTENDS, Catalog, parse_catalog
 from ..errors import BenchClawError, FormatError
 from ..formats.money import (USAGE_FIELDS, CostBounds, Prices, Usage, call_cost_of,
                              cost_upper_bound, estimate_prompt_tokens, fmt_usd, message_bytes,
-                             read_usage, stream_floor, sum_usage)
+                             read_usage, stream_floor, sum_usage, add_usd)
 from ..formats.records import DIGEST_RE
 from ._errors import VerificationError
 from ._index import Index, Run
@@ -319,16 +319,16 @@ def _check_prices(b: _Step, run: Run) -> Prices:
 def _run_costs(b: _Step, run: Run, count) -> None:
     """The run's prices and calls checked, kept for step 5; ``count(n)``: it has n calls."""
     prices = catalog_prices(b, run)
-    usages, total = [], CostBounds.zero()
+    usages, known, low, high = [], True, Decimal(0), Decimal(0)  # CostBounds.zero(), added as its __add__ adds
     calls = run.of_kind("call")
     costs = b.calls[run.run_id] = RunCalls()
     for line, rec in calls:
         usage, cost = _call(b, run, line, rec.body, prices, costs)
         usages.append(usage)
-        total = total + cost
+        known, low, high = known and cost.known, add_usd(low, cost.low), add_usd(high, cost.high)
     b.whole.add(run.run_id)
     count(len(calls))
-    _totals(run, len(calls), [u for u in usages if u is not None], total)
+    _totals(run, len(calls), [u for u in usages if u is not None], CostBounds(known, low, high))
 
 
 def _call(b: _Step, run: Run, line: int, body: dict, prices: Prices,
@@ -339,8 +339,7 @@ def _call(b: _Step, run: Run, line: int, body: dict, prices: Prices,
     if type(max_tokens) is not int or type(estimate) is not int or max_tokens < 0 or estimate < 0:
         raise VerificationError(run.path, "call: params.max_tokens or prompt_estimate is not a count", line)
     sim = _check_estimate(b, run, line, body, estimate, max_tokens)
-    usage = _check_usage(b, run, line, body, sim)
-    unread = b.cache.get(("unread", body.get("usage_raw")), ()) if usage is not None else ()
+    usage, unread = _check_usage(b, run, line, body, sim)
     floor = _stream_floor(b, run, line, body, max_tokens) if usage is None and "stream" in body else None
     try:
         got = call_cost_of(usage, estimate, max_tokens, prices, unread=unread, error=body.get("error"), floor=floor)
@@ -614,18 +613,19 @@ def _json_blob(b: _Step, run: Run, line: int, digest, what: str):
     return obj
 
 
-def _check_usage(b: _Step, run: Run, line: int, body: dict, sim: int | None) -> Usage | None:
+def _check_usage(b: _Step, run: Run, line: int, body: dict, sim: int | None) -> tuple[Usage | None, tuple]:
+    """The call's usage, checked, and what of its raw usage is not read (``read_usage``)."""
     recorded = body.get("usage")
-    want = None
+    want, unread = None, ()
     if body.get("usage_raw") is not None:
-        want = _normalised(b, run, line, body["usage_raw"])
+        want, unread = _normalised(b, run, line, body["usage_raw"])
     if (want.to_dict() if want else None) != recorded:
         raise VerificationError(run.path, f"call usage {recorded} differs from the raw usage "
                                 f"normalised: {want.to_dict() if want else None}", line)
     rid = body.get("response_id")
     if want is not None and run.start.get("provider") == "sim" and isinstance(rid, str) and rid.startswith(_SIM_ID):
         _simulated_usage(b, run, line, body, want, sim)
-    return want
+    return want, (unread if want is not None else ())
 
 
 _SIM_ID = "chatcmpl-sim-"  # the simulator's response ids (a scripted test provider has others)
@@ -668,21 +668,22 @@ def _reply_chars(b: _Step, run: Run, reply, line: int) -> int | None:
     return len(text) if text is not None else _chars(_blob(b, run, reply, line, "reply"))
 
 
-def _normalised(b: _Step, run: Run, line: int, digest) -> Usage | None:
-    """The raw usage blob normalised, once per blob (step 2 tied its bytes to its digest)."""
+def _normalised(b: _Step, run: Run, line: int, digest) -> tuple[Usage | None, tuple]:
+    """The raw usage blob normalised, and what of it is not read: the reading stage's
+    reading of it, else the blob read, once per blob (step 2 tied its bytes to its digest)."""
+    known = _derived(b, run, digest, line, "usage_raw", ("u",))
+    if known is not None:
+        return None if known[1] is None else Usage(**known[1]), tuple(known[3])
     key = ("usage", digest)
-    if key not in b.cache:
-        known = _derived(b, run, digest, line, "usage_raw", ("u",))
-        if known is not None:
-            b.cache[key] = None if known[1] is None else Usage(**known[1])
-            b.cache[("unread", digest)] = tuple(known[3])
-            return b.cache[key]
+    got = b.cache.get(key)
+    if got is None:
         data = _blob(b, run, digest, line, "usage_raw")
         try:
-            b.cache[key], b.cache[("unread", digest)] = read_usage(jsonio.loads(data))
+            got = read_usage(jsonio.loads(data))
         except (BenchClawError, ValueError, TypeError):
-            b.cache[key] = None  # kept raw, costed as unknown (FORMAT.md "Catalogs", usage shapes)
-    return b.cache[key]
+            got = (None, ())  # kept raw, costed as unknown (FORMAT.md "Catalogs", usage shapes)
+        b.cache[key] = got
+    return got
 
 
 def _totals(run: Run, calls: int, usages: list[Usage], total: CostBounds) -> None:
