@@ -177,20 +177,20 @@ _ODD_MESSAGES = [
 @pytest.mark.parametrize("messages", _ODD_MESSAGES)
 def test_the_reading_stage_counts_and_hashes_a_request_as_the_plain_functions_do(messages):
     """``request_counts`` walks the messages once for what three functions count; the
-    conversation hashes and the simulator's noise hash its canonical parts: each the same
+    conversation hashes and the simulator's noise hash its canonical bytes: each the same
     as the plain, canonical way, whatever the messages hold."""
     from benchclaw.formats.money import estimate_prompt_tokens, message_bytes
     from benchclaw.formats.sim_rules import turn_noise
-    from benchclaw.verify._costs import canon_parts, conversation_hashes, message_tokens, request_counts
+    from benchclaw.verify._costs import canon_list, conversation_hashes, message_tokens, request_counts
     from benchclaw.verify._simusage import _noise
 
     tokens, estimate, sent, strings = request_counts(messages)
     assert (tokens, estimate, sent) == (message_tokens(messages), estimate_prompt_tokens(messages),
                                         message_bytes(messages))
     assert strings == all(type(v) is str for m in messages for v in m.values())
-    parts = canon_parts(messages)
-    assert conversation_hashes(messages, parts) == conversation_hashes(messages)
-    assert _noise(7, "m", messages, parts, strings).gauss(0.0, 1.0) == turn_noise(7, "m", messages).gauss(0.0, 1.0)
+    whole = canon_list(messages)
+    assert conversation_hashes(messages, whole) == conversation_hashes(messages)
+    assert _noise(7, "m", messages, whole, strings).gauss(0.0, 1.0) == turn_noise(7, "m", messages).gauss(0.0, 1.0)
 
 
 def test_steps_3_4_and_6_take_each_honest_run_from_the_reading_stage_facts(bundle, monkeypatch):

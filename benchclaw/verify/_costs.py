@@ -459,31 +459,30 @@ def short_hash(value) -> str:
     return hashlib.sha256(canon(value)).hexdigest()[:32]
 
 
-def conversation_hashes(messages: list, parts: list[bytes] | None = None) -> list:
+def conversation_hashes(messages: list, whole: bytes | None = None) -> list:
     """What step 3's replay needs of a request, so it never inflates a request again:
     [message count, hash of all messages, hash of all but the last two, hash of the last
     two, hash of the task message's content] (None where there is no such part).
-    ``parts``: ``canon_parts(messages)``, when there are: each hash is then that of the
-    very same bytes, with every byte serialised once and the shared prefix hashed once."""
+    ``whole``: ``canon_list(messages)``, when there is one: each hash is then that of the
+    very same bytes, the list serialised once (and its last two again) and the shared
+    prefix hashed once."""
     n = len(messages)
-    if parts is None:
+    if whole is None:
         return [n, short_hash(messages), short_hash(messages[:-2]) if n > 2 else None,
                 short_hash(messages[-2:]) if n > 2 else None,
                 short_hash(messages[1].get("content")) if n >= 2 else None]
     import hashlib
 
-    if n > 2:  # the list of all but the last two, closed, then the whole list: "[" head "," tail "]"
-        last = parts[-2] + b"," + parts[-1]
-        h = hashlib.sha256(b"[")
-        h.update(b",".join(parts[:-2]))
+    if n > 2:  # whole is "[" head "," m[-2] "," m[-1] "]", the last two's list "[" m[-2] "," m[-1] "]"
+        last = canon_list(messages[-2:])
+        k, view = len(last), memoryview(whole)
+        h = hashlib.sha256(view[:-k])
         closed = h.copy()
         closed.update(b"]")
-        h.update(b",")
-        h.update(last)
-        h.update(b"]")
-        head, tail = closed.hexdigest()[:32], hashlib.sha256(b"[" + last + b"]").hexdigest()[:32]
+        h.update(view[-k:])
+        head, tail = closed.hexdigest()[:32], hashlib.sha256(last).hexdigest()[:32]
     else:
-        h, head, tail = hashlib.sha256(b"[" + b",".join(parts) + b"]"), None, None
+        h, head, tail = hashlib.sha256(whole), None, None
     return [n, h.hexdigest()[:32], head, tail, _task_hash(messages[1].get("content")) if n >= 2 else None]
 
 
@@ -504,15 +503,14 @@ def _task_hash(content) -> str:
     return got
 
 
-def canon_parts(messages: list) -> list[bytes] | None:
-    """Each message's ``canon`` bytes, when orjson takes every one: ``canon(messages)`` is
-    then exactly ``[`` + the parts joined by ``,`` + ``]`` (None otherwise: the whole list
-    goes the canonical way, and so must the callers)."""
+def canon_list(messages: list) -> bytes | None:
+    """``canon(messages)`` when orjson takes the list whole (None otherwise: it goes the
+    canonical way, and so must the callers): ``[``, each message's bytes joined by ``,``,
+    ``]``, so any run of messages lies in it as its own bytes."""
     if _orjson is None:
         return None
-    dumps, option = _orjson.dumps, _orjson.OPT_SORT_KEYS
     try:
-        return [dumps(m, option=option) for m in messages]
+        return _orjson.dumps(messages, option=_orjson.OPT_SORT_KEYS)
     except TypeError:
         return None
 
@@ -547,10 +545,10 @@ def derive(data: bytes, sim: bool = False) -> list | None:
                 not all(isinstance(m, dict) for m in messages):
             return None
         try:
-            parts = canon_parts(messages)
+            whole = canon_list(messages)
             tokens, estimate, sent, strings = request_counts(messages)
-            return ["r", max_tokens, estimate, 3 + sum(tokens), conversation_hashes(messages, parts), sent,
-                    sim_facts(obj, parts, tokens, strings) if sim else None]
+            return ["r", max_tokens, estimate, 3 + sum(tokens), conversation_hashes(messages, whole), sent,
+                    sim_facts(obj, whole, tokens, strings) if sim else None]
         except Exception:  # noqa: BLE001 - RecursionError and the like: step 4 reports it
             return None
     n = _chars(data)
