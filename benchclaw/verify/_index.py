@@ -1007,6 +1007,8 @@ def _raw_digest(digest) -> bytes | None:
         if raw.hex() == hexd:  # 32 bytes, no space, no upper case
             return raw
     return None
+
+
 _READ_LAST, _READ_LAST_CHARS = 256, 1 << 14  # readings ``Index.reading`` keeps, and the longest text one may hold
 
 
