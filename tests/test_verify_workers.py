@@ -164,6 +164,35 @@ def test_the_reading_stage_derives_only_what_step_4_would_accept_itself():
     assert derive(b"\xff not utf-8") is None
 
 
+_ODD_MESSAGES = [
+    [{"role": "system", "content": "x"}, {"role": "user", "content": "task"}],
+    [{"role": "user", "content": "héllo ☃"}, {"role": "assistänt", "content": ""}, {"role": "user"}],
+    [{"content": None}, {"role": None, "content": 12}, {"role": "user", "content": 1.5}],
+    [{"role": "user", "content": "a", "name": "n"}, {"role": "user", "content": "b", "n": 2.0},
+     {"role": "tool", "content": ["x"]}, {"role": "user", "content": "c" * 1000}],
+    [{"role": "user", "content": "x", "extra": "y"}] * 5,
+]
+
+
+@pytest.mark.parametrize("messages", _ODD_MESSAGES)
+def test_the_reading_stage_counts_and_hashes_a_request_as_the_plain_functions_do(messages):
+    """``request_counts`` walks the messages once for what three functions count; the
+    conversation hashes and the simulator's noise hash its canonical bytes: each the same
+    as the plain, canonical way, whatever the messages hold."""
+    from benchclaw.formats.money import estimate_prompt_tokens, message_bytes
+    from benchclaw.formats.sim_rules import turn_noise
+    from benchclaw.verify._costs import canon_list, conversation_hashes, message_tokens, request_counts
+    from benchclaw.verify._simusage import _noise
+
+    tokens, estimate, sent, strings = request_counts(messages)
+    assert (tokens, estimate, sent) == (message_tokens(messages), estimate_prompt_tokens(messages),
+                                        message_bytes(messages))
+    assert strings == all(type(v) is str for m in messages for v in m.values())
+    whole = canon_list(messages)
+    assert conversation_hashes(messages, whole) == conversation_hashes(messages)
+    assert _noise(7, "m", messages, whole, strings).gauss(0.0, 1.0) == turn_noise(7, "m", messages).gauss(0.0, 1.0)
+
+
 def test_steps_3_4_and_6_take_each_honest_run_from_the_reading_stage_facts(bundle, monkeypatch):
     from benchclaw.verify import _index, _reading
     from benchclaw.verify._reading import reading

@@ -572,7 +572,8 @@ class CostBounds:
 
     def to_dict(self) -> dict:
         """``{"known": bool, "low": "…", "high": "…"}`` as in a ``call`` record."""
-        return {"known": self.known, "low": fmt_usd(self.low), "high": fmt_usd(self.high)}
+        low = fmt_usd(self.low)  # a known cost's bounds are one Decimal: formatted once
+        return {"known": self.known, "low": low, "high": low if self.high is self.low else fmt_usd(self.high)}
 
     @classmethod
     def from_dict(cls, d: Mapping, where: str = "cost") -> "CostBounds":

@@ -270,8 +270,11 @@ _SHAPES = {
 
 def reported(shape: str) -> tuple[bool, bool, bool]:
     """Which of (cached_read, cache_write, reasoning) a usage shape tells a client."""
-    return {"openai": (True, False, True), "cache_hit": (True, False, True),
-            "null_details": (False, False, False), "cache_write": (True, True, True)}[shape]
+    return _REPORTED[shape]
+
+
+_REPORTED = {"openai": (True, False, True), "cache_hit": (True, False, True),
+             "null_details": (False, False, False), "cache_write": (True, True, True)}
 
 
 _WRAPPED = re.compile(r"\ANext I will .*?\. Here is the action:\n```json\n(.*)\n```\Z", re.S)

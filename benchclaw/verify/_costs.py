@@ -28,12 +28,12 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
-from ..formats import jsonio
+from ..formats import jsonio, money
 from ..formats.catalog import MAX_EXTENDS, Catalog, parse_catalog
 from ..errors import BenchClawError, FormatError
 from ..formats.money import (USAGE_FIELDS, CostBounds, Prices, Usage, call_cost_of,
                              cost_upper_bound, estimate_prompt_tokens, fmt_usd, message_bytes,
-                             read_usage, stream_floor, sum_usage)
+                             read_usage, stream_floor, sum_usage, add_usd)
 from ..formats.records import DIGEST_RE
 from ._errors import VerificationError
 from ._index import Index, Run
@@ -319,16 +319,16 @@ def _check_prices(b: _Step, run: Run) -> Prices:
 def _run_costs(b: _Step, run: Run, count) -> None:
     """The run's prices and calls checked, kept for step 5; ``count(n)``: it has n calls."""
     prices = catalog_prices(b, run)
-    usages, total = [], CostBounds.zero()
+    usages, known, low, high = [], True, Decimal(0), Decimal(0)  # CostBounds.zero(), added as its __add__ adds
     calls = run.of_kind("call")
     costs = b.calls[run.run_id] = RunCalls()
     for line, rec in calls:
         usage, cost = _call(b, run, line, rec.body, prices, costs)
         usages.append(usage)
-        total = total + cost
+        known, low, high = known and cost.known, add_usd(low, cost.low), add_usd(high, cost.high)
     b.whole.add(run.run_id)
     count(len(calls))
-    _totals(run, len(calls), [u for u in usages if u is not None], total)
+    _totals(run, len(calls), [u for u in usages if u is not None], CostBounds(known, low, high))
 
 
 def _call(b: _Step, run: Run, line: int, body: dict, prices: Prices,
@@ -339,8 +339,7 @@ def _call(b: _Step, run: Run, line: int, body: dict, prices: Prices,
     if type(max_tokens) is not int or type(estimate) is not int or max_tokens < 0 or estimate < 0:
         raise VerificationError(run.path, "call: params.max_tokens or prompt_estimate is not a count", line)
     sim = _check_estimate(b, run, line, body, estimate, max_tokens)
-    usage = _check_usage(b, run, line, body, sim)
-    unread = b.cache.get(("unread", body.get("usage_raw")), ()) if usage is not None else ()
+    usage, unread = _check_usage(b, run, line, body, sim)
     floor = _stream_floor(b, run, line, body, max_tokens) if usage is None and "stream" in body else None
     try:
         got = call_cost_of(usage, estimate, max_tokens, prices, unread=unread, error=body.get("error"), floor=floor)
@@ -415,6 +414,30 @@ def message_tokens(messages: list) -> list[int]:
     return [4 + (len(str(m.get("content") or "")) + 3) // 4 for m in messages]
 
 
+def request_counts(messages: list) -> tuple[list[int], int, int, bool]:
+    """(``message_tokens(messages)``, ``estimate_prompt_tokens(messages)``,
+    ``message_bytes(messages)``, whether every value of every message is a string), in one
+    walk: a message of an ASCII role and content (the usual one) is counted at once, its
+    UTF-8 bytes its characters; any other by those three functions. Raises what they raise."""
+    tokens, estimate, sent, strings = [], money.REQUEST_OVERHEAD_TOKENS, 0, True
+    append, overhead = tokens.append, money.MESSAGE_OVERHEAD_TOKENS
+    for m in messages:
+        content, role = m.get("content"), m.get("role")
+        if type(content) is str and type(role) is str and content.isascii() and role.isascii():
+            n = len(content)
+            append(4 + (n + 3) // 4)
+            estimate += overhead + len(role) + n
+            sent += n
+            if strings and len(m) != 2:
+                strings = all(type(v) is str for v in m.values())
+        else:
+            append(4 + (len(str(content or "")) + 3) // 4)
+            estimate += money.message_tokens(m)
+            sent += message_bytes((m,))
+            strings = strings and all(type(v) is str for v in m.values())
+    return tokens, estimate, sent, strings
+
+
 try:
     import orjson as _orjson
 except ImportError:  # pragma: no cover - orjson is optional
@@ -436,30 +459,30 @@ def short_hash(value) -> str:
     return hashlib.sha256(canon(value)).hexdigest()[:32]
 
 
-def conversation_hashes(messages: list, parts: list[bytes] | None = None) -> list:
+def conversation_hashes(messages: list, whole: bytes | None = None) -> list:
     """What step 3's replay needs of a request, so it never inflates a request again:
     [message count, hash of all messages, hash of all but the last two, hash of the last
     two, hash of the task message's content] (None where there is no such part).
-    ``parts``: ``canon_parts(messages)``, when there are: each hash is then that of the
-    very same bytes, with every byte serialised once and the shared prefix hashed once."""
+    ``whole``: ``canon_list(messages)``, when there is one: each hash is then that of the
+    very same bytes, the list serialised once (and its last two again) and the shared
+    prefix hashed once."""
     n = len(messages)
-    if parts is None:
+    if whole is None:
         return [n, short_hash(messages), short_hash(messages[:-2]) if n > 2 else None,
                 short_hash(messages[-2:]) if n > 2 else None,
                 short_hash(messages[1].get("content")) if n >= 2 else None]
     import hashlib
 
-    h, head = hashlib.sha256(b"["), None
-    for i, part in enumerate(parts):
-        if i == n - 2 and n > 2:  # the list of all but the last two, closed: its hash
-            closed = h.copy()
-            closed.update(b"]")
-            head = closed.hexdigest()[:32]
-        if i:
-            h.update(b",")
-        h.update(part)
-    h.update(b"]")
-    tail = hashlib.sha256(b"[" + parts[-2] + b"," + parts[-1] + b"]").hexdigest()[:32] if n > 2 else None
+    if n > 2:  # whole is "[" head "," m[-2] "," m[-1] "]", the last two's list "[" m[-2] "," m[-1] "]"
+        last = canon_list(messages[-2:])
+        k, view = len(last), memoryview(whole)
+        h = hashlib.sha256(view[:-k])
+        closed = h.copy()
+        closed.update(b"]")
+        h.update(view[-k:])
+        head, tail = closed.hexdigest()[:32], hashlib.sha256(last).hexdigest()[:32]
+    else:
+        h, head, tail = hashlib.sha256(whole), None, None
     return [n, h.hexdigest()[:32], head, tail, _task_hash(messages[1].get("content")) if n >= 2 else None]
 
 
@@ -480,15 +503,14 @@ def _task_hash(content) -> str:
     return got
 
 
-def canon_parts(messages: list) -> list[bytes] | None:
-    """Each message's ``canon`` bytes, when orjson takes every one: ``canon(messages)`` is
-    then exactly ``[`` + the parts joined by ``,`` + ``]`` (None otherwise: the whole list
-    goes the canonical way, and so must the callers)."""
+def canon_list(messages: list) -> bytes | None:
+    """``canon(messages)`` when orjson takes the list whole (None otherwise: it goes the
+    canonical way, and so must the callers): ``[``, each message's bytes joined by ``,``,
+    ``]``, so any run of messages lies in it as its own bytes."""
     if _orjson is None:
         return None
-    dumps, option = _orjson.dumps, _orjson.OPT_SORT_KEYS
     try:
-        return [dumps(m, option=option) for m in messages]
+        return _orjson.dumps(messages, option=_orjson.OPT_SORT_KEYS)
     except TypeError:
         return None
 
@@ -523,11 +545,10 @@ def derive(data: bytes, sim: bool = False) -> list | None:
                 not all(isinstance(m, dict) for m in messages):
             return None
         try:
-            parts = canon_parts(messages)
-            tokens = message_tokens(messages)
-            return ["r", max_tokens, estimate_prompt_tokens(messages), 3 + sum(tokens),
-                    conversation_hashes(messages, parts), message_bytes(messages),
-                    sim_facts(obj, parts, tokens) if sim else None]
+            whole = canon_list(messages)
+            tokens, estimate, sent, strings = request_counts(messages)
+            return ["r", max_tokens, estimate, 3 + sum(tokens), conversation_hashes(messages, whole), sent,
+                    sim_facts(obj, whole, tokens, strings) if sim else None]
         except Exception:  # noqa: BLE001 - RecursionError and the like: step 4 reports it
             return None
     n = _chars(data)
@@ -590,18 +611,19 @@ def _json_blob(b: _Step, run: Run, line: int, digest, what: str):
     return obj
 
 
-def _check_usage(b: _Step, run: Run, line: int, body: dict, sim: int | None) -> Usage | None:
+def _check_usage(b: _Step, run: Run, line: int, body: dict, sim: int | None) -> tuple[Usage | None, tuple]:
+    """The call's usage, checked, and what of its raw usage is not read (``read_usage``)."""
     recorded = body.get("usage")
-    want = None
+    want, unread = None, ()
     if body.get("usage_raw") is not None:
-        want = _normalised(b, run, line, body["usage_raw"])
+        want, unread = _normalised(b, run, line, body["usage_raw"])
     if (want.to_dict() if want else None) != recorded:
         raise VerificationError(run.path, f"call usage {recorded} differs from the raw usage "
                                 f"normalised: {want.to_dict() if want else None}", line)
     rid = body.get("response_id")
     if want is not None and run.start.get("provider") == "sim" and isinstance(rid, str) and rid.startswith(_SIM_ID):
         _simulated_usage(b, run, line, body, want, sim)
-    return want
+    return want, (unread if want is not None else ())
 
 
 _SIM_ID = "chatcmpl-sim-"  # the simulator's response ids (a scripted test provider has others)
@@ -644,21 +666,22 @@ def _reply_chars(b: _Step, run: Run, reply, line: int) -> int | None:
     return len(text) if text is not None else _chars(_blob(b, run, reply, line, "reply"))
 
 
-def _normalised(b: _Step, run: Run, line: int, digest) -> Usage | None:
-    """The raw usage blob normalised, once per blob (step 2 tied its bytes to its digest)."""
+def _normalised(b: _Step, run: Run, line: int, digest) -> tuple[Usage | None, tuple]:
+    """The raw usage blob normalised, and what of it is not read: the reading stage's
+    reading of it, else the blob read, once per blob (step 2 tied its bytes to its digest)."""
+    known = _derived(b, run, digest, line, "usage_raw", ("u",))
+    if known is not None:
+        return None if known[1] is None else Usage(**known[1]), tuple(known[3])
     key = ("usage", digest)
-    if key not in b.cache:
-        known = _derived(b, run, digest, line, "usage_raw", ("u",))
-        if known is not None:
-            b.cache[key] = None if known[1] is None else Usage(**known[1])
-            b.cache[("unread", digest)] = tuple(known[3])
-            return b.cache[key]
+    got = b.cache.get(key)
+    if got is None:
         data = _blob(b, run, digest, line, "usage_raw")
         try:
-            b.cache[key], b.cache[("unread", digest)] = read_usage(jsonio.loads(data))
+            got = read_usage(jsonio.loads(data))
         except (BenchClawError, ValueError, TypeError):
-            b.cache[key] = None  # kept raw, costed as unknown (FORMAT.md "Catalogs", usage shapes)
-    return b.cache[key]
+            got = (None, ())  # kept raw, costed as unknown (FORMAT.md "Catalogs", usage shapes)
+        b.cache[key] = got
+    return got
 
 
 def _totals(run: Run, calls: int, usages: list[Usage], total: CostBounds) -> None:

@@ -252,11 +252,11 @@ def line_chunks(packed, stored: bool):
         yield rest
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectReading:
+class ObjectReading(NamedTuple):
     """What the steps read of an object besides its digest. ``derived``: ``_costs.derive``'s
     reading of a request or raw usage blob (None when it could not take one); ``text``: a
-    reply's text; ``data``: the bytes, for an object read whole."""
+    reply's text; ``data``: the bytes, for an object read whole. (A tuple: made again on
+    every read of one, a few hundred thousand times in a grid's steps.)"""
 
     derived: tuple | None = None
     text: str | None = None
@@ -716,6 +716,12 @@ class SpilledAt(Mapping):
             raise KeyError(name)
         return self._spill.get(at >> 32, at & 0xFFFFFFFF)
 
+    def of_digest(self, raw: bytes) -> bytes | None:
+        """``get`` of the object entry whose name spells ``raw`` (32 bytes), its name not made."""
+        i = self._names.find_digest(raw)
+        at = self._at[i] - 1 if i >= 0 else -1
+        return None if at < 0 else self._spill.get(at >> 32, at & 0xFFFFFFFF)
+
     def __contains__(self, name) -> bool:
         i = self._names.find(name) if type(name) is str else -1
         return i >= 0 and self._at[i] != 0
@@ -966,7 +972,7 @@ class Index:
     digests: Mapping[str, str]                   # entry -> sha256:<hex> of its bytes (read ones)
     unread: Mapping[str, VerificationError]      # entry -> why it could not be inflated
     run_logs: Mapping[str, RunLog | VerificationError]   # runs/... entry -> its parse (RunLogs)
-    objects: Mapping[str, bytes]                 # objects/... entry -> what is kept of it (kept(), spilled)
+    objects: SpilledAt                           # objects/... entry -> what is kept of it (kept(), spilled)
     ledgers: Mapping[str, LedgerLog | VerificationError]  # ledgers/... entry -> its chained records
     journals: Mapping[str, Journal | VerificationError]  # experiment -> (entry, line, Rec)
     content: Mapping[str, bytes]                 # every other entry's bytes (not a parsed journal's)
@@ -976,6 +982,8 @@ class Index:
     ledger_facts: Mapping[str, "LedgerFacts"] = field(default_factory=lambda: MappingProxyType({}))  # ledgers/... entry -> its LedgerFacts
     recent: list = field(default_factory=lambda: recent_slot(), repr=False, compare=False)
     # ^ the one run whose records are held (``Run.records``): a memo, not evidence
+    read_last: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # ^ the objects' readings made last (``reading``): a memo, not evidence
 
     def has(self, name: str) -> bool:
         return name in self.sizes
@@ -1006,9 +1014,21 @@ class Index:
         return obj
 
     def reading(self, digest: str) -> ObjectReading:
-        """What is kept of the object ``digest`` (an empty reading when nothing is)."""
-        got = self.objects.get(object_path(digest))
-        return _NOTHING if got is None else unkept(got)
+        """What is kept of the object ``digest`` (an empty reading when nothing is). The
+        last ``_READ_LAST`` made are kept (``read_last``): steps 3 and 4 each read a run's
+        requests and replies, one after the other; a reading holding bytes or a long text
+        is not kept, so what is held stays small."""
+        memo = self.read_last
+        got = memo.get(digest)
+        if got is None:
+            raw = _raw_digest(digest)
+            got = self.objects.get(object_path(digest)) if raw is None else self.objects.of_digest(raw)
+            got = _NOTHING if got is None else unkept(got)
+            if got.data is None and (got.text is None or len(got.text) <= _READ_LAST_CHARS):
+                if len(memo) >= _READ_LAST:
+                    memo.clear()
+                memo[digest] = got
+        return got
 
     def facts_of(self, name: str) -> RunFacts:
         """The per-run facts the reading stage took of run log ``name`` (all None if none)."""
@@ -1026,6 +1046,23 @@ class Index:
 
 
 _NOTHING = ObjectReading()
+
+
+def _raw_digest(digest) -> bytes | None:
+    """The 32 bytes ``sha256:<64 lower-case hex>`` spells (the object entry ``object_path``
+    names), None for any other value."""
+    if type(digest) is str and len(digest) == 71 and digest.startswith("sha256:"):
+        hexd = digest[7:]
+        try:
+            raw = bytes.fromhex(hexd)
+        except ValueError:
+            return None
+        if raw.hex() == hexd:  # 32 bytes, no space, no upper case
+            return raw
+    return None
+
+
+_READ_LAST, _READ_LAST_CHARS = 256, 1 << 14  # readings ``Index.reading`` keeps, and the longest text one may hold
 
 
 def kept(derived: tuple | None, text: str | None, data: bytes | None) -> bytes:

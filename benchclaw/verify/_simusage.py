@@ -183,17 +183,19 @@ class SimFacts(NamedTuple):
     family: str | None
 
 
-def sim_facts(request, parts: list[bytes] | None = None, tokens: list[int] | None = None) -> list | None:
+def sim_facts(request, whole: bytes | None = None, tokens: list[int] | None = None,
+              strings: bool = False) -> list | None:
     """``SimFacts`` of a parsed request as JSON values (``z`` as ``float.hex``, exact), or
     None when it holds no model or message list. Pure: the reading stage takes it, passing
-    what it has already made of the messages: ``parts``, each one's canonical bytes
-    (``_costs.canon_parts``), and ``tokens``, each one's tokens (``_costs.message_tokens``)."""
+    what it has already made of the messages: ``whole``, the list's canonical bytes
+    (``_costs.canon_list``), ``tokens``, each one's tokens (``_costs.message_tokens``), and
+    ``strings``: every value of every message is a string (``_costs.request_counts``)."""
     messages = request.get("messages") if isinstance(request, dict) else None
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages) \
             or not isinstance(request.get("model"), str):
         return None
     seed = request.get("seed") if isinstance(request.get("seed"), int) else 0
-    z = _noise(seed, request["model"], messages, parts).gauss(0.0, 1.0)  # the turn's first draw: its reasoning
+    z = _noise(seed, request["model"], messages, whole, strings).gauss(0.0, 1.0)  # the turn's first draw: its reasoning
     if tokens is None:
         prompt, prefix = prompt_tokens(messages), prompt_tokens(messages[:-2]) if len(messages) > 2 else 0
     else:
@@ -201,15 +203,17 @@ def sim_facts(request, parts: list[bytes] | None = None, tokens: list[int] | Non
     return [prompt, prefix, z.hex(), _family(first_prompt(messages))]
 
 
-def _noise(seed: int, model: str, messages: list, parts: list[bytes] | None):
+def _noise(seed: int, model: str, messages: list, whole: bytes | None, strings: bool = False):
     """``turn_noise(seed, model, messages)``: its digest is of ``jsonio.dumps([seed, model,
-    messages])``, which is the messages' ``parts`` framed by the seed's and model's bytes
-    when no message holds a float (then both backends write the same bytes); a float, or
-    no parts, goes the canonical way."""
-    if parts is None or not _all_plain(messages):
+    messages])``, which is the messages' ``whole`` framed by the seed's and model's bytes
+    when no message holds a float (then both backends write the same bytes; ``strings``:
+    the caller saw only strings in them); a float, or no bytes, goes the canonical way."""
+    if whole is None or not (strings or _all_plain(messages)):
         return turn_noise(seed, model, messages)
-    head = b"[" + jsonio.dumps(seed) + b"," + jsonio.dumps(model) + b",["
-    return Streams(hashlib.sha256(head + b",".join(parts) + b"]]").digest()).rng("noise")
+    h = hashlib.sha256(b"[" + jsonio.dumps(seed) + b"," + jsonio.dumps(model) + b",")
+    h.update(whole)
+    h.update(b"]")
+    return Streams(h.digest()).rng("noise")
 
 
 def _all_plain(messages: list) -> bool:
