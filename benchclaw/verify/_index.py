@@ -782,6 +782,8 @@ class RunLogs(Mapping):
     def __init__(self, spill: Spill, archive: Archive):
         self._spill, self._archive, self._at = spill, archive, {}
         self._values: dict[bytes, object] = {}  # a first record's body value, by its marshal bytes
+        # (version 2: no references nor interning flags, which depend on the objects' sharing,
+        # so that equal values are equal bytes)
 
     def put(self, name: str, log) -> None:
         data = packed_log(log) if isinstance(log, RunLog) else None
@@ -794,7 +796,7 @@ class RunLogs(Mapping):
         """A ``RunLog`` given as its first record and ``packed_log``'s bytes of it."""
         try:
             packed = None if first is None else \
-                (first.seq, first.at, first.kind, tuple((k, marshal.dumps(v)) for k, v in first.body.items()))
+                (first.seq, first.at, first.kind, tuple((k, marshal.dumps(v, 2)) for k, v in first.body.items()))
             both = marshal.dumps((packed, data))
         except ValueError:
             self._at[name] = (first, self._spill.put(data) << 32 | len(data))
