@@ -711,20 +711,28 @@ class Journal(Sequence):
     __slots__ = ("_spill", "_held", "_at")
 
     def __init__(self, spill: Spill, items):
+        """``items``: (entry, line, ``Rec``) in reader order, or what ``spilled`` made of one."""
         self._spill, self._held, self._at = spill, {}, array("Q")
         for i, item in enumerate(items):
-            name, line, rec = item
-            data = None
-            if rec.kind == "run":
-                try:
-                    data = marshal.dumps((name, line, rec.seq, rec.at, _interned(rec.kind), _keys_interned(rec.body)))
-                except (ValueError, TypeError):
-                    pass
-            if data is None:
+            at = item if type(item) is int else self.spilled(spill, item)
+            if at is None:
                 self._held[i] = item
                 self._at.append(0)
             else:
-                self._at.append(spill.put(data) << 32 | len(data))
+                self._at.append(at)
+
+    @staticmethod
+    def spilled(spill: Spill, item) -> int | None:
+        """Where a ``run`` record's (entry, line, ``Rec``) now lies in ``spill`` (None: any
+        other record, or one with a value ``marshal`` does not take, held as it is)."""
+        name, line, rec = item
+        if rec.kind != "run":
+            return None
+        try:
+            data = marshal.dumps((name, line, rec.seq, rec.at, _interned(rec.kind), _keys_interned(rec.body)))
+        except (ValueError, TypeError):
+            return None
+        return spill.put(data) << 32 | len(data)
 
     def __len__(self) -> int:
         return len(self._at)

@@ -17,7 +17,8 @@ A. the zip's directory is validated (``_zip``), the manifest parsed; every run l
 B. the objects (most of a bundle's bytes) are inflated, hashed and read on two cores: a
    forked worker (``_workers``) takes some and returns its results as bytes (the digests,
    then the kept readings back to back, read out here one at a time as they came), this
-   process, once it has taken in the worker's run logs of A, the rest;
+   process the rest. It forks once this process has taken in (spilled) the worker's run
+   logs of A, so that the worker does not start with them resident;
 C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, those
    of its runs spilled (``Journal``), its files' bytes then dropped: step 6 reads the
    records), in A, while the worker reads run logs;
@@ -288,15 +289,14 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
         roles.merge(there)
     except (ValueError, TypeError, EOFError):
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
-    held = [got]  # the worker's run logs, adopted (and dropped) while the next worker reads objects
-    del there, got
-
-    def meanwhile() -> None:  # B: what this process does while the worker reads the first objects
-        _adopt_logs(logs, held.pop().data, cut, count, mine, pages, view, archive, limits, digests, unread,
-                    run_logs, roles, shared)
-
+    del there
+    # the worker's run logs adopted (spilled) and dropped before B forks its worker, which
+    # would otherwise start with them resident (a third of the reading stage's peak)
+    _adopt_logs(logs, got.data, cut, count, mine, pages, view, archive, limits, digests, unread,
+                run_logs, roles, shared)
+    del got
     readings = SpilledAt(spill, view.names)  # ObjectReading's fields, kept()
-    _read_objects(pages, view, objects, roles, digests, unread, readings, meanwhile)  # B: on two cores
+    _read_objects(pages, view, objects, roles, digests, unread, readings)  # B: on two cores
     pages.release()
     del roles, shared, objects  # what B needed of the run logs
     sizes, unread = view.sizes(), frozen(unread)
@@ -830,7 +830,22 @@ def _chain_stream(name: str, data) -> tuple[int, Rec | None, Rec | None, str | N
     iterable of pieces of them), the chain checked as ``verify_chain`` checks it, a quarter
     megabyte of lines at a time (each parsed and hashed alone, at C level). Raises
     ``_Broken`` at the first defect (``chain_records`` then says which)."""
-    prev, first, obj, i, earliest = GENESIS, None, None, 0, None
+    first, obj, i, earliest = None, None, 0, None
+    for objs in _chained(data):
+        obj, i = objs[-1], i + len(objs)
+        if first is None:
+            first = ENVELOPE(objs[0])
+        least = min(map(_AT, objs))  # each a string: the envelopes were checked
+        earliest = least if earliest is None or least < earliest else earliest
+    return i, (None if first is None else Rec(*first)), (None if obj is None else Rec(*ENVELOPE(obj))), earliest
+
+
+def _chained(data):
+    """The parsed records of a chained JSONL entry (its bytes, or an iterable of pieces of
+    them), a list a quarter megabyte of lines at a time, the chain checked as
+    ``verify_chain`` checks it (each line parsed and hashed alone, at C level). Raises
+    ``_Broken`` at the first defect."""
+    prev, i = GENESIS, 0
     for chunk in line_chunks(data, True):
         if not chunk.endswith(b"\n"):
             raise _Broken()  # torn last line
@@ -849,11 +864,7 @@ def _chain_stream(name: str, data) -> tuple[int, Rec | None, Rec | None, str | N
                     type(obj.get("body")) is not dict:
                 raise _Broken()
             prev, i = line_hex, i + 1
-        if first is None:
-            first = ENVELOPE(objs[0])
-        least = min(map(_AT, objs))  # each a string: the envelopes were checked
-        earliest = least if earliest is None or least < earliest else earliest
-    return i, (None if first is None else Rec(*first)), (None if obj is None else Rec(*ENVELOPE(obj))), earliest
+        yield objs
 
 
 _AT = itemgetter("at")
@@ -876,21 +887,51 @@ def _journal(content: dict, unread: dict, exp: str, spill: Spill) -> Journal | V
     """The experiment's journal (entry, line, record) in reader order, chains verified and
     every body's shape checked, or the first error (an unreadable journal file's included).
     Its records are kept as ``Rec`` (no line bytes, no link: read by no step), those of its
-    runs spilled (``Journal``)."""
+    runs spilled (``Journal``) as each file is read a quarter megabyte at a time
+    (``_streamed_journal``); at any defect, its files are read whole, which says what is wrong."""
     prefix = f"journals/{exp}/"
     broken = sorted(n for n in unread if n.startswith(prefix) and n.endswith(".jsonl"))
     if broken:
         return unread[broken[0]]
+    names = sorted(n for n in content if n.startswith(prefix) and n.endswith(".jsonl"))  # as journal_records
+    shared: dict = {}  # the strings its records repeat (cell, tier, invocation, status...), held once
+    try:
+        return _streamed_journal(content, names, spill, shared)
+    except (_Broken, VerificationError):
+        pass
     try:
         journal = journal_records(content, exp)
         for name, line, rec in journal:
             check_body(rec.kind, rec.body, JOURNAL, name, line)
     except VerificationError as e:
         return e
-    shared: dict = {}  # the strings its records repeat (cell, tier, invocation, status...), held once
-    return Journal(spill, ((name, line, Rec(r.seq, r.at, _shared(r.kind, shared),
-                                            {k: _once(v, shared) for k, v in r.body.items()}))
-                           for name, line, r in journal))
+    return Journal(spill, ((name, line, _kept_rec(r.seq, r.at, r.kind, r.body, shared)) for name, line, r in journal))
+
+
+def _kept_rec(seq: int, at: str, kind: str, body: dict, shared: dict) -> Rec:
+    return Rec(seq, at, _shared(kind, shared), {k: _once(v, shared) for k, v in body.items()})
+
+
+def _streamed_journal(content: dict, names: list[str], spill: Spill, shared: dict) -> Journal:
+    """``_journal``'s fast path: each file's chain checked and each body's shape as it is
+    parsed, a ``run`` record spilled at once (``Journal.spilled``), then the records put in
+    reader order, (at, writer, seq) as ``journal_records`` sorts them. Raises ``_Broken``
+    or VerificationError at any defect (the caller then reads the files whole)."""
+    order = []
+    for name in names:
+        writer, line = name[name.rindex("/") + 1:-len(".jsonl")], 0
+        for objs in _chained(content[name]):
+            for obj in objs:
+                line += 1
+                kind, body = obj["kind"], obj["body"]
+                check_body(kind, body, JOURNAL, name, line)
+                item = (name, line, _kept_rec(obj["seq"], obj["at"], kind, body, shared))
+                order.append((obj["at"], writer, obj["seq"], Journal.spilled(spill, item) or item))
+    order.sort(key=_JOURNAL_ORDER)
+    return Journal(spill, (t[3] for t in order))
+
+
+_JOURNAL_ORDER = itemgetter(0, 1, 2)
 
 
 def _once(value, shared: dict):
@@ -901,14 +942,13 @@ def _once(value, shared: dict):
 # ------------------------------------------------------------------------------ the objects
 
 def _read_objects(pages: _Pages, view: ZipView, objects: array, roles: _Roles, digests: dict, unread: dict,
-                  readings: SpilledAt, meanwhile) -> None:
+                  readings: SpilledAt) -> None:
     """Every object (``objects``: their positions in the zip) inflated, hashed and read once,
-    the first ones in a forked worker while this process calls ``meanwhile()``, then reads
-    the last ones (``Shares``); the readings kept go to ``readings``."""
+    the first ones in a forked worker while this process reads the last ones (``Shares``);
+    the readings kept go to ``readings``."""
     shares, mine = Shares(len(objects)), []
     pending = start(_objects_in_worker, pages, view, objects, roles, shares, timeout=view.limits.worker_seconds)
     try:
-        meanwhile()
         kept: dict[int, bytes] = {}
         here = (*_objects(pages, view, _taking(shares.back(), objects, mine), roles, kept.__setitem__), kept)
         there = pending.result(chunked=True)
