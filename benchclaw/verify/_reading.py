@@ -945,12 +945,12 @@ def _read_objects(pages: _Pages, view: ZipView, objects: array, roles: _Roles, d
                   readings: SpilledAt) -> None:
     """Every object (``objects``: their positions in the zip) inflated, hashed and read once,
     the first ones in a forked worker while this process reads the last ones (``Shares``);
-    the readings kept go to ``readings``."""
+    the readings kept go to ``readings`` (this process's own at once: the worker does not
+    write to the spill)."""
     shares, mine = Shares(len(objects)), []
     pending = start(_objects_in_worker, pages, view, objects, roles, shares, timeout=view.limits.worker_seconds)
     try:
-        kept: dict[int, bytes] = {}
-        here = (*_objects(pages, view, _taking(shares.back(), objects, mine), roles, kept.__setitem__), kept)
+        here = (*_objects(pages, view, _taking(shares.back(), objects, mine), roles, readings.put_at), {})
         there = pending.result(chunked=True)
     finally:
         pending.cancel()
@@ -963,7 +963,7 @@ def _read_objects(pages: _Pages, view: ZipView, objects: array, roles: _Roles, d
         _adopt(view, objects[:count], got, digests, unread, readings)
     except (ValueError, TypeError, KeyError, AttributeError):
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
-    del there, got  # its bytes, before this process's readings join them
+    del there, got
     _adopt(view, mine, here, digests, unread, readings)  # the one both took, if any: read alike by both
 
 
