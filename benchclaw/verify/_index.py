@@ -638,6 +638,10 @@ class Spill:
             raise UnreadableBundle("", "the verifier's temporary file was truncated")
         return data
 
+    def reader(self, at: int, n: int):
+        """The ``n`` bytes from ``at`` as a file, read a piece at a time (``pread``)."""
+        return io.BufferedReader(_SpillReader(self, at, n), 1 << 16)
+
     def close(self) -> None:
         self._file.close()
 

@@ -10,14 +10,15 @@ meet, so neither waits long for the other whatever else it had to do.
 A. the zip's directory is validated (``_zip``), the manifest parsed; every run log and
    ledger is inflated, hashed and chain-parsed, and every other non-object entry (tasks,
    journals, summary, site) inflated, hashed and kept; a forked worker takes run logs and
-   returns each as this process keeps it (``_index.packed_log``, in length-prefixed frames:
-   nothing for it to parse). The run logs say
+   returns each as this process keeps it (``_index.packed_log``, in length-prefixed frames
+   written to a temporary file of its own, never all held: nothing for it to parse), taken
+   in before B forks. The run logs say
    which object is a request, a raw usage, a reply, or merely a digest to compare (an
    observation, a written content, an artifact), which decides what of each object is kept;
 B. the objects (most of a bundle's bytes) are inflated, hashed and read on two cores: a
-   forked worker (``_workers``) takes some and returns its results as bytes (the digests,
-   then the kept readings back to back, read out here one at a time as they came), this
-   process the rest. It forks once this process has taken in (spilled) the worker's run
+   forked worker (``_workers``) takes some and returns its results as bytes (the digests
+   through the pipe, the kept readings back to back in a temporary file of its own, read
+   out here one at a time), this process the rest. It forks once this process has taken in (spilled) the worker's run
    logs of A, so that the worker does not start with them resident;
 C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, those
    of its runs spilled (``Journal``), its files' bytes then dropped: step 6 reads the
@@ -266,8 +267,9 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     shared: dict = {}  # the values the run logs' call params share (_shared)
     objects = array("i", view.names.positions_under("objects/"))
     logs = [n for _, n in view.names.under("runs/")]
-    shares = Shares(len(logs))
-    pending = start(_run_logs_in_worker, pages, view, archive, logs, shares, limits, timeout=limits.worker_seconds)
+    shares, side = Shares(len(logs)), Spill()  # (the worker's run logs, written there: none held in memory)
+    pending = start(_run_logs_in_worker, pages, view, archive, logs, shares, limits, side,
+                    timeout=limits.worker_seconds)
     try:  # A: the run logs in a forked worker and here, the manifest and the rest but the objects here
         manifest = _manifest(view)
         digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
@@ -289,12 +291,10 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
         roles.merge(there)
     except (ValueError, TypeError, EOFError):
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
-    del there
-    # the worker's run logs adopted (spilled) and dropped before B forks its worker, which
-    # would otherwise start with them resident (a third of the reading stage's peak)
-    _adopt_logs(logs, got.data, cut, count, mine, pages, view, archive, limits, digests, unread,
-                run_logs, roles, shared)
-    del got
+    del there, got
+    with contextlib.closing(side):  # adopted (spilled here) before B forks its worker
+        _adopt_logs(logs, side.reader(0, cut), cut, count, mine, pages, view, archive, limits, digests, unread,
+                    run_logs, roles, shared)
     readings = SpilledAt(spill, view.names)  # ObjectReading's fields, kept()
     _read_objects(pages, view, objects, roles, digests, unread, readings)  # B: on two cores
     pages.release()
@@ -458,12 +458,14 @@ def _task_files(content: dict) -> dict:
 # ------------------------------------------------------------------------------ run logs in a worker
 
 def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, logs: list[str], shares: Shares,
-                        limits: Limits) -> Raw:
+                        limits: Limits, side: Spill) -> Raw:
     """``_run_log`` of the run logs ``shares`` gives from the front, one frame each (``_FRAME``
     length, then the ``marshal``led ``_log_frame``), exactly what this process keeps of a log it
-    reads itself; then the objects' roles (``marshal``led), their length (8 bytes) and the
-    count of frames (4 bytes, both little-endian)."""
-    out, roles, shared, count = bytearray(), _Roles(view.names), {}, 0
+    reads itself, written one after another into ``side`` from its start (a temporary file
+    this worker alone writes: the frames are never all held, here or by the parent); returns
+    the objects' roles (``marshal``led), their length (8 bytes), the count of frames (4
+    bytes) and their length in ``side`` (8 bytes, all little-endian)."""
+    roles, shared, count, end = _Roles(view.names), {}, 0, 0
     for i in shares.front():
         name = logs[i]
         try:
@@ -473,16 +475,15 @@ def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, logs: li
         else:
             log = _run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)
             frame = _log_frame(hashlib.sha256(data).hexdigest(), log)
-        out += _FRAME.pack(len(frame))
-        out += frame
+        side.put(_FRAME.pack(len(frame)) + frame)
+        end += _FRAME.size + len(frame)
         count += 1
-    tail = roles.data
-    out += tail
-    out += _TAIL.pack(len(tail), count)
+    out = bytearray(roles.data)
+    out += _TAIL.pack(len(out), count, end)
     return Raw(out)
 
 
-_TAIL = struct.Struct("<QI")  # a run-log worker's roles' length and count of frames
+_TAIL = struct.Struct("<QIQ")  # a run-log worker's roles' length, count of frames, and their length
 
 
 def _log_frame(hexd: str, log: RunLog | VerificationError) -> bytes:
@@ -505,29 +506,28 @@ def _error_fields(e: VerificationError) -> tuple:
 
 
 def _worker_logs(got: Raw) -> tuple[bytes, int, int]:
-    """(the roles, the count of frames, where the frames end) of ``_run_logs_in_worker``'s
-    result. Raises ValueError."""
+    """(the roles, the count of frames, where the frames end in the worker's file) of
+    ``_run_logs_in_worker``'s result. Raises ValueError."""
     data = got.data
     if len(data) < _TAIL.size:
         raise ValueError("truncated")
-    n, count = _TAIL.unpack_from(data, len(data) - _TAIL.size)
-    cut = len(data) - _TAIL.size - n
-    if cut < 0:
+    n, count, cut = _TAIL.unpack_from(data, len(data) - _TAIL.size)
+    if n != len(data) - _TAIL.size:
         raise ValueError("truncated")
-    return bytes(memoryview(data)[cut:cut + n]), count, cut
+    return bytes(memoryview(data)[:n]), count, cut
 
 
-def _adopt_logs(logs: list[str], data: bytearray, cut: int, count: int, mine: int, pages: _Pages, view: ZipView,
+def _adopt_logs(logs: list[str], frames, cut: int, count: int, mine: int, pages: _Pages, view: ZipView,
                 archive: Archive, limits: Limits, digests: dict, unread: dict, run_logs: RunLogs, roles: "_Roles",
                 shared: dict) -> None:
-    """The worker's ``count`` run logs (the first of ``logs``, one frame each in
-    ``data[:cut]``) into this process's mappings, but those from ``mine`` on (this process
-    read them too), each spilled with its first record (``RunLogs.put_packed``); a log it
-    handed back is read here."""
+    """The worker's ``count`` run logs (the first of ``logs``, one frame each in the first
+    ``cut`` bytes of ``frames``, a file) into this process's mappings, but those from
+    ``mine`` on (this process read them too), each spilled with its first record
+    (``RunLogs.put_packed``); a log it handed back is read here."""
     if count < mine or count > len(logs):
         raise UnreadableBundle("", "a verification worker returned a malformed result")
     try:
-        for name, frame in zip(logs[:count], _frames(memoryview(data)[:cut], count), strict=True):
+        for name, frame in zip(logs[:count], _read_frames(frames, cut, count), strict=True):
             if name in run_logs or name in unread:
                 continue
             kind, hexd, *rest = marshal.loads(frame)
@@ -947,22 +947,23 @@ def _read_objects(pages: _Pages, view: ZipView, objects: array, roles: _Roles, d
     the first ones in a forked worker while this process reads the last ones (``Shares``);
     the readings kept go to ``readings`` (this process's own at once: the worker does not
     write to the spill)."""
-    shares, mine = Shares(len(objects)), []
-    pending = start(_objects_in_worker, pages, view, objects, roles, shares, timeout=view.limits.worker_seconds)
+    shares, mine, side = Shares(len(objects)), [], Spill()  # (the worker's readings, written there)
+    pending = start(_objects_in_worker, pages, view, objects, roles, shares, side, timeout=view.limits.worker_seconds)
     try:
         here = (*_objects(pages, view, _taking(shares.back(), objects, mine), roles, readings.put_at), {})
         there = pending.result(chunked=True)
     finally:
         pending.cancel()
         shares.close()
-    try:
-        got = _from_worker(there)
-        count = len(got[0]) // 64
-        if not len(objects) - len(mine) <= count <= len(objects):  # one left out, or more than there are
-            raise ValueError("count")
-        _adopt(view, objects[:count], got, digests, unread, readings)
-    except (ValueError, TypeError, KeyError, AttributeError):
-        raise UnreadableBundle("", "a verification worker returned a malformed result") from None
+    with contextlib.closing(side):
+        try:
+            got = _from_worker(there, side)
+            count = len(got[0]) // 64
+            if not len(objects) - len(mine) <= count <= len(objects):  # one left out, or more than there are
+                raise ValueError("count")
+            _adopt(view, objects[:count], got, digests, unread, readings)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise UnreadableBundle("", "a verification worker returned a malformed result") from None
     del there, got
     _adopt(view, mine, here, digests, unread, readings)  # the one both took, if any: read alike by both
 
@@ -977,17 +978,21 @@ def _taking(taken, names, mine: list):
 _NONE = (1 << 64) - 1  # in the worker's lengths: nothing kept of that object
 
 
-def _objects_in_worker(pages: _Pages, view: ZipView, objects: array, roles: _Roles, shares: Shares) -> Raw:
+def _objects_in_worker(pages: _Pages, view: ZipView, objects: array, roles: _Roles, shares: Shares,
+                       side: Spill) -> Raw:
     """``_objects`` of the ``objects`` ``shares`` gives from the front, as bytes, not JSON (the
-    parent never holds them parsed whole): {"count": how many it took, "errors": ...} on one
-    line, the SHA-256 hexes, each kept reading's length (``array("Q")``, ``_NONE``: nothing
-    kept), then the kept readings one after another."""
+    parent never holds them parsed whole): {"count": how many it took, "errors": ...,
+    "kept": the kept readings' bytes} on one line, the SHA-256 hexes and each kept
+    reading's length (``array("Q")``, ``_NONE``: nothing kept); the kept readings are
+    written one after another into ``side`` from its start (a temporary file this worker
+    alone writes: never all held, here or by the parent)."""
     taken: list[int] = []
-    lengths, readings = array("Q"), bytearray()  # appended to as each object is read: never copied
+    lengths, kept = array("Q"), [0]
 
     def keep(at: int, got: bytes) -> None:
         lengths[-1] = len(got)
-        readings.extend(got)
+        side.put(got)
+        kept[0] += len(got)
 
     def taking():
         for at in _taking(shares.front(), objects, taken):
@@ -995,29 +1000,28 @@ def _objects_in_worker(pages: _Pages, view: ZipView, objects: array, roles: _Rol
             yield at
 
     hexes, errors = _objects(pages, view, taking(), roles, keep)
-    out = bytearray(jsonio.dumps({"count": len(taken), "errors": errors}))
+    out = bytearray(jsonio.dumps({"count": len(taken), "errors": errors, "kept": kept[0]}))
     out += b"\n"
     out += hexes.encode("ascii")
     out += lengths.tobytes()
-    return Raw(out, (readings,))
+    return Raw(out)
 
 
-def _from_worker(got: Raw) -> tuple[str, dict, "_Streamed"]:
+def _from_worker(got: Raw, side: Spill) -> tuple[str, dict, "_Streamed"]:
     """``_objects_in_worker``'s bytes (``Received``) as ``_objects`` gives them, the
-    readings read out one at a time as ``_adopt`` asks (the worker's bytes are dropped as
-    they are read, never held twice). Raises ValueError."""
+    readings read out of ``side`` one at a time as ``_adopt`` asks. Raises ValueError."""
     data = got.data
     line = data.readline(1 << 30)
     if not line.endswith(b"\n"):
         raise ValueError("truncated")
     head = jsonio.loads(line)
-    errors, n = head["errors"], head["count"]
+    errors, n, kept = head["errors"], head["count"], head["kept"]
     hexes = data.read(64 * n).decode("ascii")
     lengths = array("Q")
     lengths.frombytes(data.read(8 * n))
-    if sum(k for k in lengths if k != _NONE) != data.left:
+    if data.left or len(lengths) != n or type(kept) is not int or sum(k for k in lengths if k != _NONE) != kept:
         raise ValueError("truncated")
-    return hexes, errors, _Streamed(data, lengths)
+    return hexes, errors, _Streamed(side.reader(0, kept), lengths)
 
 
 class _Streamed:
@@ -1029,7 +1033,12 @@ class _Streamed:
 
     def get(self, i: int) -> bytes | None:
         k = self.lengths[i]
-        return None if k == _NONE else self.data.read(k)
+        if k == _NONE:
+            return None
+        got = self.data.read(k)
+        if len(got) != k:
+            raise ValueError("truncated")
+        return got
 
 
 def _objects(pages: _Pages, view: ZipView, objects, roles: _Roles, keep) -> tuple[str, dict]:
@@ -1236,6 +1245,24 @@ def _facts_in_worker(ix: Index, names: list[str], shares: Shares, from_back: boo
         count += 1
     out += _FRAME.pack(count)
     return Raw(out)
+
+
+def _read_frames(f, end: int, count: int):
+    """The ``count`` frames of ``_run_logs_in_worker`` in the first ``end`` bytes of file
+    ``f``, one at a time, which they must tile (else ValueError)."""
+    pos = 0
+    for _ in range(count):
+        head = f.read(_FRAME.size)
+        if len(head) != _FRAME.size or pos + _FRAME.size > end:
+            raise ValueError("truncated")
+        (n,) = _FRAME.unpack(head)
+        pos += _FRAME.size + n
+        frame = f.read(n)
+        if len(frame) != n or pos > end:
+            raise ValueError("truncated")
+        yield frame
+    if pos != end:
+        raise ValueError("extra bytes")
 
 
 def _frames(data: bytes, count: int):
