@@ -28,7 +28,7 @@ D. each run's records are parsed once more and the per-run functions of steps 3,
    taken on them by two forked workers, one from the first run and one from the last,
    while this process waits (the records they parse never fragment the heap the index
    lives in), each returning each run's facts as this process keeps them (marshalled, in
-   length-prefixed frames: nothing for it to parse). What a run holds
+   length-prefixed frames written to a temporary file of its own: nothing for it to parse). What a run holds
    is kept (``RunFacts``, marshalled); where a function raised, nothing is kept and the
    step reads the run itself and reports it (so its messages, and which step fails
    first, are the step's own). Without this, each of those steps parsed every run again.
@@ -1193,94 +1193,81 @@ def _facts(ix: Index, out: Spilled, meanwhile=lambda: None) -> Spilled:
     from . import _checks, _costs, _summary  # noqa: F401 - the steps' modules (and the checks, sqlite3...),
     # imported here, before the fork, so that the workers inherit them rather than import them again
     names = [n for n in ix.run_logs if ix.run_logs.is_log(n) and RUN_PATH.match(n)]
-    shares = Shares(len(names))
-    front = start(_facts_in_worker, ix, names, shares, False, timeout=ix.limits.worker_seconds)
-    back = start(_facts_in_worker, ix, names, shares, True, timeout=ix.limits.worker_seconds)
-    try:
-        meanwhile()
-        firsts, lasts = front.result(), back.result()
-    finally:
-        front.cancel()
-        back.cancel()
-        shares.close()
-    try:
-        got = [(_count(firsts), firsts), (_count(lasts), lasts)]
-        if got[0][0] + got[1][0] < len(names):  # one left out
-            raise ValueError("count")
-        for (count, there), taken in zip(got, (names[:got[0][0]], names[::-1][:got[1][0]])):
-            for name, packed in zip(taken, _frames(memoryview(there.data)[:-4], count), strict=True):
-                if name not in out:  # the one both took, if any: taken alike by both
-                    _keep(out, name, packed)
-    except ValueError:
-        raise UnreadableBundle("", "a verification worker returned a malformed result") from None
+    shares, sides = Shares(len(names)), (Spill(), Spill())  # (each worker's frames, written there)
+    with contextlib.closing(sides[0]), contextlib.closing(sides[1]):
+        front = start(_facts_in_worker, ix, names, shares, False, sides[0], timeout=ix.limits.worker_seconds)
+        back = start(_facts_in_worker, ix, names, shares, True, sides[1], timeout=ix.limits.worker_seconds)
+        try:
+            meanwhile()
+            firsts, lasts = front.result(), back.result()
+        finally:
+            front.cancel()
+            back.cancel()
+            shares.close()
+        try:
+            got = [_count(firsts), _count(lasts)]
+            if got[0][0] + got[1][0] < len(names):  # one left out
+                raise ValueError("count")
+            for (count, end), side, taken in zip(got, sides, (names[:got[0][0]], names[::-1][:got[1][0]])):
+                for name, packed in zip(taken, _read_frames(side.reader(0, end), end, count), strict=True):
+                    if name not in out:  # the one both took, if any: taken alike by both
+                        _keep(out, name, packed)
+        except ValueError:
+            raise UnreadableBundle("", "a verification worker returned a malformed result") from None
     return out
 
 
-def _count(there: Raw) -> int:
-    """How many frames a ``_facts_in_worker`` result holds (its last 4 bytes). Raises ValueError."""
+def _count(there: Raw) -> tuple[int, int]:
+    """(how many frames, their length) of a ``_facts_in_worker`` result. Raises ValueError."""
     data = there.data
-    if len(data) < 4:
+    if len(data) != _COUNT.size:
         raise ValueError("truncated")
-    return _FRAME.unpack_from(data, len(data) - 4)[0]
+    return _COUNT.unpack(data)
+
+
+_COUNT = struct.Struct("<IQ")  # a facts worker's count of frames and their length
 
 
 _FRAME = struct.Struct("<I")  # a frame's length; _NO_FACTS for a run with none
 _NO_FACTS = 0xFFFFFFFF
 
 
-def _facts_in_worker(ix: Index, names: list[str], shares: Shares, from_back: bool) -> Raw:
+def _facts_in_worker(ix: Index, names: list[str], shares: Shares, from_back: bool, side: Spill) -> Raw:
     """``_packed_facts`` of each run's ``_taken`` that ``shares`` gives from the front (or,
     ``from_back``, from the back: the frames then come last run first), one frame a run:
     its length (4 bytes, little-endian; ``_NO_FACTS``: none), then the marshalled facts,
-    exactly what the parent keeps (no JSON written here and parsed there); then the count
-    of frames (4 bytes)."""
-    out, count = bytearray(), 0
+    exactly what the parent keeps (no JSON written here and parsed there), written one
+    after another into ``side`` from its start (a temporary file this worker alone writes);
+    returns the count of frames (4 bytes) and their length (8)."""
+    count, end = 0, 0
     for _, facts in _taken(ix, (names[i] for i in (shares.back() if from_back else shares.front()))):
         packed = _packed_facts(facts)
-        if packed is None:
-            out += _FRAME.pack(_NO_FACTS)
-        else:
-            out += _FRAME.pack(len(packed))
-            out += packed
+        frame = _FRAME.pack(_NO_FACTS) if packed is None else _FRAME.pack(len(packed)) + packed
+        side.put(frame)
+        end += len(frame)
         count += 1
-    out += _FRAME.pack(count)
-    return Raw(out)
+    return Raw(_COUNT.pack(count, end))
 
 
 def _read_frames(f, end: int, count: int):
-    """The ``count`` frames of ``_run_logs_in_worker`` in the first ``end`` bytes of file
-    ``f``, one at a time, which they must tile (else ValueError)."""
+    """The ``count`` frames (``_FRAME`` length, then its bytes; ``_NO_FACTS``: None) of a
+    worker in the first ``end`` bytes of file ``f``, one at a time, which they must tile
+    (else ValueError)."""
     pos = 0
     for _ in range(count):
         head = f.read(_FRAME.size)
         if len(head) != _FRAME.size or pos + _FRAME.size > end:
             raise ValueError("truncated")
         (n,) = _FRAME.unpack(head)
+        if n == _NO_FACTS:
+            pos += _FRAME.size
+            yield None
+            continue
         pos += _FRAME.size + n
         frame = f.read(n)
         if len(frame) != n or pos > end:
             raise ValueError("truncated")
         yield frame
-    if pos != end:
-        raise ValueError("extra bytes")
-
-
-def _frames(data: bytes, count: int):
-    """The ``count`` frames of ``_facts_in_worker``'s bytes, one at a time, which they must
-    tile (else ValueError)."""
-    pos, end = 0, len(data)
-    for _ in range(count):
-        if pos + 4 > end:
-            raise ValueError("truncated")
-        (n,) = _FRAME.unpack_from(data, pos)
-        pos += 4
-        if n == _NO_FACTS:
-            yield None
-            continue
-        if pos + n > end:
-            raise ValueError("truncated")
-        yield bytes(data[pos:pos + n])
-        pos += n
     if pos != end:
         raise ValueError("extra bytes")
 
