@@ -440,7 +440,7 @@ def _run_cost(run: Run) -> dict:
 def verify_completeness(ix: Index, runs, sec: Section) -> None:
     for exp in ix.manifest.experiments:
         journal = journal_of(ix, exp)
-        named: dict[str, dict] = {}
+        named: set[str] = set()  # (the ids alone: a run record's body is a kilobyte, one a run)
         reserved = _Reserved(ix, journal)
         for name, line, rec in journal:
             if rec.kind == "run":
@@ -494,11 +494,11 @@ class _Held(NamedTuple):
     end: dict
 
 
-def _named_run(runs, name: str, line: int, body: dict, named: dict, reserved: "_Reserved") -> None:
+def _named_run(runs, name: str, line: int, body: dict, named: set, reserved: "_Reserved") -> None:
     run_id = body.get("run_id")
     if not isinstance(run_id, str) or (run_id not in runs and run_id not in runs.rejected):
         raise VerificationError(name, f"names run {run_id}, which the bundle lacks", line)
-    named[run_id] = body
+    named.add(run_id)
     run = runs.get(run_id)
     if run is None:
         return  # present but broken: step 2 reported it
