@@ -20,9 +20,11 @@ B. the objects (most of a bundle's bytes) are inflated, hashed and read on two c
    through the pipe, the kept readings back to back in a temporary file of its own, read
    out here one at a time), this process the rest. It forks once this process has taken in (spilled) the worker's run
    logs of A, so that the worker does not start with them resident;
-C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, those
-   of its runs spilled (``Journal``), its files' bytes then dropped: step 6 reads the
-   records), in A, while the worker reads run logs;
+C. each experiment's journal files are inflated, hashed, chain- and shape-checked a piece at
+   a time as A meets them (their records kept as ``Rec``, those of its runs spilled at once,
+   ``Journal``; at any defect a file is read whole, and the journal from the whole files,
+   which says what is wrong), then merged in reader order, in A, while the worker reads
+   run logs;
 D. each run's records are parsed once more and the per-run functions of steps 3, 4 and 6
    (``per_run`` in ``_checks``, ``_costs``, ``_summary``: pure, on that run alone) are
    taken on them by two forked workers, one from the first run and one from the last,
@@ -39,7 +41,8 @@ D. each run's records are parsed once more and the per-run functions of steps 3,
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
 walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
 page cache, out of this process's resident set); the manifest is inflated and its rows read,
-and a ledger inflated, hashed and chain-checked, a megabyte at a time (never held whole); a run log's and a ledger's records are
+and a ledger or journal file inflated, hashed and chain-checked, a megabyte at a time (never
+held whole); a run log's and a ledger's records are
 dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
 again with ``pread`` when a step parses them); an object entry's name is kept as the 32
 bytes it spells (``_zip.Names``), and what this stage notes of an object (its roles, its
@@ -273,11 +276,20 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     try:  # A: the run logs in a forked worker and here, the manifest and the rest but the objects here
         manifest = _manifest(view)
         digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
+        streamed: dict[str, list] = {}  # a journal file's records, read a piece at a time (_journal_items)
+        held: dict = {}  # the strings the journals' records repeat (cell, tier, invocation...), held once
         for _, name in view.names.plain():
             if name.startswith(("objects/", "runs/")) or name == MANIFEST:
                 continue
+            if _is_journal(name, manifest):
+                got = _streamed_journal_entry(pages, view, name, spill, held)
+                if got is not None:
+                    streamed[name], digests[name] = got
+                    continue
             _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, ledgers, content, roles, shared)
-        journals = _journals(manifest, content, unread, spill)  # C, here while the worker reads run logs
+        # C, here while the worker reads run logs
+        journals = _journals(manifest, content, unread, spill, streamed, lambda name: pages.read(view, name))
+        del streamed, held
         mine = len(logs)
         for mine in shares.back():
             _read_entry(pages, view, archive, logs[mine], limits, digests, unread, run_logs, ledgers, content, roles,
@@ -873,30 +885,72 @@ _AT = itemgetter("at")
 _hexdigest = methodcaller("hexdigest")
 
 
-def _journals(manifest: Manifest, content: dict, unread: dict, spill: Spill) -> dict:
+def _is_journal(name: str, manifest: Manifest) -> bool:
+    """Whether ``name`` is a journal file of one of the bundle's experiments."""
+    parts = name.split("/")
+    return len(parts) == 3 and parts[0] == "journals" and parts[2].endswith(".jsonl") and parts[1] in manifest.experiments
+
+
+def _streamed_journal_entry(pages: _Pages, view: ZipView, name: str, spill: Spill, shared: dict):
+    """(``_journal_items`` of journal file ``name``, its digest), inflated, hashed and parsed
+    a piece at a time (a grid's journal, a record a run, is never held whole). None at any
+    defect, of its zip entry, chain or shapes: the whole entry is then read as any other,
+    and ``_journal`` says what is wrong."""
+    e = view.entry(name)
+    sha, sums = hashlib.sha256(), [0, 0]  # CRC-32, bytes
+
+    def deflated():
+        for at in range(e.data_offset, e.end, SEALED):
+            piece = view.data[at:min(at + SEALED, e.end)]
+            pages.walked(len(piece))
+            yield piece
+
+    def pieces():
+        for piece in _inflated(deflated(), e.method == _STORED, e.usize):
+            sha.update(piece)
+            sums[0], sums[1] = zlib.crc32(piece, sums[0]), sums[1] + len(piece)
+            yield piece
+
+    try:
+        items = _journal_items(name, pieces(), spill, shared)
+    except (BenchClawError, _Broken):
+        return None
+    if sums != [e.crc, e.usize]:
+        return None
+    return items, "sha256:" + sha.hexdigest()
+
+
+def _journals(manifest: Manifest, content: dict, unread: dict, spill: Spill, streamed: dict, read) -> dict:
     """Each experiment's ``_journal``, its files' bytes then dropped from ``content`` (they
-    were for this parse: step 6 reads the records)."""
-    journals = {exp: _journal(content, unread, exp, spill) for exp in manifest.experiments}
+    were for this parse: step 6 reads the records). ``streamed``: the files already read a
+    piece at a time (``_streamed_journal_entry``); ``read(name)``: a file's bytes again."""
+    journals = {exp: _journal(content, unread, exp, spill, streamed, read) for exp in manifest.experiments}
     for journal in journals.values():
         for name in {name for name, _, _ in journal} if isinstance(journal, Journal) else ():
             content.pop(name, None)
     return journals
 
 
-def _journal(content: dict, unread: dict, exp: str, spill: Spill) -> Journal | VerificationError:
+def _journal(content: dict, unread: dict, exp: str, spill: Spill, streamed: dict, read) -> Journal | VerificationError:
     """The experiment's journal (entry, line, record) in reader order, chains verified and
     every body's shape checked, or the first error (an unreadable journal file's included).
     Its records are kept as ``Rec`` (no line bytes, no link: read by no step), those of its
     runs spilled (``Journal``) as each file is read a quarter megabyte at a time
-    (``_streamed_journal``); at any defect, its files are read whole, which says what is wrong."""
+    (``_journal_items``, ``streamed`` when the files were read so); at any defect, its files
+    are read whole (``read``), which says what is wrong."""
     prefix = f"journals/{exp}/"
     broken = sorted(n for n in unread if n.startswith(prefix) and n.endswith(".jsonl"))
     if broken:
         return unread[broken[0]]
-    names = sorted(n for n in content if n.startswith(prefix) and n.endswith(".jsonl"))  # as journal_records
+    names = sorted(n for n in (*content, *streamed) if n.startswith(prefix) and n.endswith(".jsonl"))  # as journal_records
+    if all(n in streamed for n in names):
+        return _merged(spill, [streamed[n] for n in names])
+    for n in names:
+        if n in streamed:  # read again whole, for the files beside it that were (one is broken)
+            content[n] = read(n)
     shared: dict = {}  # the strings its records repeat (cell, tier, invocation, status...), held once
     try:
-        return _streamed_journal(content, names, spill, shared)
+        return _merged(spill, [_journal_items(n, content[n], spill, shared) for n in names])
     except (_Broken, VerificationError):
         pass
     try:
@@ -912,21 +966,29 @@ def _kept_rec(seq: int, at: str, kind: str, body: dict, shared: dict) -> Rec:
     return Rec(seq, at, _shared(kind, shared), {k: _once(v, shared) for k, v in body.items()})
 
 
-def _streamed_journal(content: dict, names: list[str], spill: Spill, shared: dict) -> Journal:
-    """``_journal``'s fast path: each file's chain checked and each body's shape as it is
-    parsed, a ``run`` record spilled at once (``Journal.spilled``), then the records put in
-    reader order, (at, writer, seq) as ``journal_records`` sorts them. Raises ``_Broken``
-    or VerificationError at any defect (the caller then reads the files whole)."""
-    order = []
-    for name in names:
-        writer, line = name[name.rindex("/") + 1:-len(".jsonl")], 0
-        for objs in _chained(content[name]):
-            for obj in objs:
-                line += 1
-                kind, body = obj["kind"], obj["body"]
-                check_body(kind, body, JOURNAL, name, line)
-                item = (name, line, _kept_rec(obj["seq"], obj["at"], kind, body, shared))
-                order.append((obj["at"], writer, obj["seq"], Journal.spilled(spill, item) or item))
+def _journal_items(name: str, data, spill: Spill, shared: dict) -> list:
+    """(at, writer, seq, the record) of each record of journal file ``name`` (its bytes, or
+    an iterable of pieces of them), its chain checked and each body's shape as it is parsed,
+    the record as ``Journal`` takes it: (entry, line, ``Rec``), or where a ``run`` record now
+    lies in ``spill`` (``Journal.spilled``: spilled at once). Raises ``_Broken`` or
+    VerificationError at any defect."""
+    order, writer, line = [], name[name.rindex("/") + 1:-len(".jsonl")], 0
+    for objs in _chained(data):
+        for obj in objs:
+            line += 1
+            kind, body = obj["kind"], obj["body"]
+            check_body(kind, body, JOURNAL, name, line)
+            # (a run record is spilled at once: its strings, one run's own, are not shared)
+            at = Journal.spilled(spill, (name, line, Rec(obj["seq"], obj["at"], kind, body))) if kind == "run" else None
+            order.append((obj["at"], writer, obj["seq"],
+                          at or (name, line, _kept_rec(obj["seq"], obj["at"], kind, body, shared))))
+    return order
+
+
+def _merged(spill: Spill, files: list[list]) -> Journal:
+    """The files' ``_journal_items`` (in the order of their names) in reader order, (at,
+    writer, seq) as ``journal_records`` sorts them, as one ``Journal``."""
+    order = [t for items in files for t in items]
     order.sort(key=_JOURNAL_ORDER)
     return Journal(spill, (t[3] for t in order))
 
