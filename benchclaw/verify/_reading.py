@@ -477,7 +477,7 @@ def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, logs: li
     this worker alone writes: the frames are never all held, here or by the parent); returns
     the objects' roles (``marshal``led), their length (8 bytes), the count of frames (4
     bytes) and their length in ``side`` (8 bytes, all little-endian)."""
-    roles, shared, count, end = _Roles(view.names), {}, 0, 0
+    roles, shared, count, end, writes = _Roles(view.names), {}, 0, 0, _Appending(side)
     for i in shares.front():
         name = logs[i]
         try:
@@ -487,9 +487,11 @@ def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, logs: li
         else:
             log = _run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)
             frame = _log_frame(hashlib.sha256(data).hexdigest(), log)
-        side.put(_FRAME.pack(len(frame)) + frame)
+        writes.put(_FRAME.pack(len(frame)))
+        writes.put(frame)
         end += _FRAME.size + len(frame)
         count += 1
+    writes.flush()
     out = bytearray(roles.data)
     out += _TAIL.pack(len(out), count, end)
     return Raw(out)
@@ -1049,11 +1051,11 @@ def _objects_in_worker(pages: _Pages, view: ZipView, objects: array, roles: _Rol
     written one after another into ``side`` from its start (a temporary file this worker
     alone writes: never all held, here or by the parent)."""
     taken: list[int] = []
-    lengths, kept = array("Q"), [0]
+    lengths, kept, writes = array("Q"), [0], _Appending(side)
 
     def keep(at: int, got: bytes) -> None:
         lengths[-1] = len(got)
-        side.put(got)
+        writes.put(got)
         kept[0] += len(got)
 
     def taking():
@@ -1062,6 +1064,7 @@ def _objects_in_worker(pages: _Pages, view: ZipView, objects: array, roles: _Rol
             yield at
 
     hexes, errors = _objects(pages, view, taking(), roles, keep)
+    writes.flush()
     out = bytearray(jsonio.dumps({"count": len(taken), "errors": errors, "kept": kept[0]}))
     out += b"\n"
     out += hexes.encode("ascii")
@@ -1301,14 +1304,38 @@ def _facts_in_worker(ix: Index, names: list[str], shares: Shares, from_back: boo
     exactly what the parent keeps (no JSON written here and parsed there), written one
     after another into ``side`` from its start (a temporary file this worker alone writes);
     returns the count of frames (4 bytes) and their length (8)."""
-    count, end = 0, 0
+    count, end, out = 0, 0, _Appending(side)
     for _, facts in _taken(ix, (names[i] for i in (shares.back() if from_back else shares.front()))):
         packed = _packed_facts(facts)
-        frame = _FRAME.pack(_NO_FACTS) if packed is None else _FRAME.pack(len(packed)) + packed
-        side.put(frame)
-        end += len(frame)
+        out.put(_FRAME.pack(_NO_FACTS if packed is None else len(packed)))
+        end += _FRAME.size
+        if packed is not None:
+            out.put(packed)
+            end += len(packed)
         count += 1
+    out.flush()
     return Raw(_COUNT.pack(count, end))
+
+
+class _Appending:
+    """A worker's writes into its ``Spill``, a quarter megabyte at a time (one system call
+    for hundreds of small readings or frames)."""
+
+    def __init__(self, spill: Spill):
+        self._spill, self._buf = spill, bytearray()
+
+    def put(self, data: bytes) -> None:
+        self._buf += data
+        if len(self._buf) >= _CHUNK_OUT:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buf:
+            self._spill.put(self._buf)
+            self._buf = bytearray()
+
+
+_CHUNK_OUT = 1 << 18
 
 
 def _read_frames(f, end: int, count: int):
