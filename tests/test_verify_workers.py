@@ -239,13 +239,15 @@ def test_a_run_that_does_not_hold_has_no_facts_and_its_step_reports_it_as_withou
 
 
 def test_the_facts_a_worker_returns_must_tile_its_frames_exactly():
-    from benchclaw.verify._reading import _frames, _facts_in_worker  # noqa: F401 - the writer of these frames
+    import io
+
+    from benchclaw.verify._reading import _read_frames, _facts_in_worker  # noqa: F401 - the writer of these frames
 
     good = b"\x02\x00\x00\x00ab" + b"\xff\xff\xff\xff"
-    assert list(_frames(good, 2)) == [b"ab", None]
+    assert list(_read_frames(io.BytesIO(good), len(good), 2)) == [b"ab", None]
     for bad, count in ((good, 3), (good + b"x", 2), (good[:5], 2), (b"\x05\x00\x00\x00ab", 1)):
         with pytest.raises(ValueError):
-            list(_frames(bad, count))
+            list(_read_frames(io.BytesIO(bad), len(bad), count))
 
 
 def test_a_worker_whose_facts_are_cut_short_is_a_clean_exit_2(bundle, monkeypatch):

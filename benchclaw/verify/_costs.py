@@ -23,10 +23,11 @@ ties to the ledgers (``Costs``): each run's confirmed prices and each call's cos
 from __future__ import annotations
 
 from array import array
+from collections import ChainMap
 from dataclasses import dataclass
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Mapping, NamedTuple
+from typing import Container, Mapping, NamedTuple
 
 from ..formats import jsonio, money
 from ..formats.catalog import MAX_EXTENDS, Catalog, parse_catalog
@@ -41,7 +42,7 @@ from ._report import Section
 from ._simusage import check_simulated_usage, sim_facts
 from .manifest import object_path
 
-__all__ = ["verify_costs", "Costs", "upper_bound", "derive", "per_run"]
+__all__ = ["verify_costs", "Costs", "TakenCalls", "upper_bound", "derive", "per_run"]
 
 
 class Confirmed(NamedTuple):
@@ -116,6 +117,37 @@ class RunCalls:
         return got
 
 
+class TakenCalls(Mapping):
+    """``Costs.calls``: run id -> its ``RunCalls``. A run step 4 read itself is held; one
+    whose calls it took from the reading stage's facts (``taken``: run id -> its log's
+    name) is made again from that fact in the index when asked, the last one kept (step 5
+    reads a run's calls together): a grid's 220,000 calls held as objects were 36 MB."""
+
+    __slots__ = ("_own", "_taken", "_ix", "_last")
+
+    def __init__(self, own: Mapping[str, RunCalls], taken: Mapping[str, str], ix: Index | None = None):
+        self._own, self._taken, self._ix, self._last = own, taken, ix, (None, None)
+
+    def __getitem__(self, run_id: str) -> RunCalls:
+        got = self._own.get(run_id)
+        if got is not None:
+            return got
+        name = self._taken[run_id]
+        if self._last[0] != run_id:
+            self._last = (run_id, RunCalls.from_row(self._ix.facts_of(name).costs, {}, {}))
+        return self._last[1]
+
+    def __contains__(self, run_id) -> bool:
+        return run_id in self._own or run_id in self._taken
+
+    def __iter__(self):
+        yield from self._own
+        yield from self._taken
+
+    def __len__(self) -> int:
+        return len(self._own) + len(self._taken)
+
+
 @dataclass(frozen=True)
 class Costs:
     """What step 4 hands step 5: each run's prices (or why they are not the catalog's), and
@@ -124,7 +156,7 @@ class Costs:
 
     prices: Mapping[str, Prices | VerificationError]
     calls: Mapping[str, RunCalls]
-    whole: frozenset = frozenset()
+    whole: Container[str] = frozenset()
 
     @classmethod
     def none(cls) -> "Costs":
@@ -158,10 +190,10 @@ class _Step:
         self.prices: dict[str, Prices | VerificationError] = {}
         self.calls: dict[str, RunCalls] = {}
         self.whole: set[str] = set()
+        self.taken: dict[str, str] = {}  # run id -> its log's name: calls confirmed by the reading stage
         self.keys: dict[str, str] = {}  # a call key, held once (a grid repeats "0.0", "1.0", ...)
         self.keys_by_id: dict[tuple, tuple] = {}  # key()
         self.call_readings: dict = {}  # digest -> its reading, for the call being checked
-        self.costs: dict = {}  # RunCalls.from_row's costs, each held once
 
     def key(self, values: list) -> bytes:
         """``jsonio.dumps(values)``, once per the very objects: the reading stage holds the
@@ -189,7 +221,8 @@ class _Step:
 
 def verify_costs(ix: Index, runs, sec: Section) -> Costs:
     """Each run as ``per_run`` finds it: its calls as the reading stage confirmed them when
-    it did (the run holds), else the run read here (and its fault reported)."""
+    it did (the run holds; they stay in the index, ``TakenCalls``), else the run read here
+    (and its fault reported)."""
     b = _Step(ix)
     for run in runs.values():
         taken = ix.facts_of(run.path).costs
@@ -198,16 +231,17 @@ def verify_costs(ix: Index, runs, sec: Section) -> Costs:
         else:
             sec.attempt(_taken, b, run, taken, sec)
     sec.count("runs", len(runs))
-    return Costs(MappingProxyType(b.prices), MappingProxyType(b.calls), frozenset(b.whole))
+    whole = ChainMap(dict.fromkeys(b.whole), b.taken)  # (``in``: in either; a taken run's calls are all confirmed)
+    return Costs(MappingProxyType(b.prices), TakenCalls(b.calls, b.taken, ix), whole)
 
 
 def _taken(b: _Step, run: Run, taken: tuple, sec: Section) -> None:
     """A run whose calls the reading stage confirmed: its prices (what step 5 reads, once
-    per distinct catalog, tier and prices) and calls, kept as ``_run_costs`` keeps them."""
+    per distinct catalog, tier and prices) and its calls' count; the calls themselves are
+    read from the index again when step 5 asks (``TakenCalls``)."""
     catalog_prices(b, run)
-    calls = b.calls[run.run_id] = RunCalls.from_row(taken, b.keys, b.costs)
-    b.whole.add(run.run_id)
-    sec.count("calls", len(calls))
+    b.taken[run.run_id] = run.path
+    sec.count("calls", len(taken[1]))
 
 
 def per_run(ix: Index, run: Run, cache: dict) -> tuple:

@@ -666,6 +666,10 @@ class Spill:
             raise UnreadableBundle("", "the verifier's temporary file was truncated")
         return data
 
+    def reader(self, at: int, n: int):
+        """The ``n`` bytes from ``at`` as a file, read a piece at a time (``pread``)."""
+        return io.BufferedReader(_SpillReader(self, at, n), 1 << 16)
+
     def close(self) -> None:
         self._file.close()
 
@@ -745,20 +749,28 @@ class Journal(Sequence):
     __slots__ = ("_spill", "_held", "_at")
 
     def __init__(self, spill: Spill, items):
+        """``items``: (entry, line, ``Rec``) in reader order, or what ``spilled`` made of one."""
         self._spill, self._held, self._at = spill, {}, array("Q")
         for i, item in enumerate(items):
-            name, line, rec = item
-            data = None
-            if rec.kind == "run":
-                try:
-                    data = marshal.dumps((name, line, rec.seq, rec.at, _interned(rec.kind), _keys_interned(rec.body)))
-                except (ValueError, TypeError):
-                    pass
-            if data is None:
+            at = item if type(item) is int else self.spilled(spill, item)
+            if at is None:
                 self._held[i] = item
                 self._at.append(0)
             else:
-                self._at.append(spill.put(data) << 32 | len(data))
+                self._at.append(at)
+
+    @staticmethod
+    def spilled(spill: Spill, item) -> int | None:
+        """Where a ``run`` record's (entry, line, ``Rec``) now lies in ``spill`` (None: any
+        other record, or one with a value ``marshal`` does not take, held as it is)."""
+        name, line, rec = item
+        if rec.kind != "run":
+            return None
+        try:
+            data = marshal.dumps((name, line, rec.seq, rec.at, _interned(rec.kind), _keys_interned(rec.body)))
+        except (ValueError, TypeError):
+            return None
+        return spill.put(data) << 32 | len(data)
 
     def __len__(self) -> int:
         return len(self._at)
@@ -817,6 +829,8 @@ class RunLogs(Mapping):
     def __init__(self, spill: Spill, archive: Archive):
         self._spill, self._archive, self._at = spill, archive, {}
         self._values: dict[bytes, object] = {}  # a first record's body value, by its marshal bytes
+        # (version 2: no references nor interning flags, which depend on the objects' sharing,
+        # so that equal values are equal bytes)
         self._once: set[int] = set()  # the hashes of those bytes met once (a run's policy is its own)
 
     def put(self, name: str, log) -> None:
@@ -830,7 +844,7 @@ class RunLogs(Mapping):
         """A ``RunLog`` given as its first record and ``packed_log``'s bytes of it."""
         try:
             packed = None if first is None else \
-                (first.seq, first.at, first.kind, tuple((k, marshal.dumps(v)) for k, v in first.body.items()))
+                (first.seq, first.at, first.kind, tuple((k, marshal.dumps(v, 2)) for k, v in first.body.items()))
             both = marshal.dumps((packed, data))
         except ValueError:
             self._at[name] = (first, self._spill.put(data) << 32 | len(data))

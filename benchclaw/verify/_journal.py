@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from operator import itemgetter
 from typing import NamedTuple
 
 from ..errors import BenchClawError
@@ -94,11 +95,16 @@ def _check_at(at, name: str, line: int) -> None:
 
 def journal_times(journal: list) -> None:
     last: dict[str, str] = {}
-    for name, line, rec in sorted(journal, key=lambda t: (t[0], t[1])):  # file order
-        _check_at(rec.at, name, line)
-        if rec.at < last.get(name, ""):
-            raise VerificationError(name, f"time goes backwards ({rec.at} after {last[name]})", line)
-        last[name] = rec.at
+    # file order; each record's time alone held (a ``Journal`` makes its run records again
+    # as it is read: sorting them all would hold one a run at once)
+    for name, line, at in sorted(((name, line, rec.at) for name, line, rec in journal), key=_FILE_ORDER):
+        _check_at(at, name, line)
+        if at < last.get(name, ""):
+            raise VerificationError(name, f"time goes backwards ({at} after {last[name]})", line)
+        last[name] = at
+
+
+_FILE_ORDER = itemgetter(0, 1)
 
 
 _CALL_KEYS = ("max_tokens", "temperature", "model", "seed")  # the params a registered spec sets
@@ -435,7 +441,7 @@ def _run_cost(run: Run) -> dict:
 def verify_completeness(ix: Index, runs, sec: Section) -> None:
     for exp in ix.manifest.experiments:
         journal = journal_of(ix, exp)
-        named: dict[str, dict] = {}
+        named: set[str] = set()  # (the ids alone: a run record's body is a kilobyte, one a run)
         reserved = _Reserved(ix, journal)
         for name, line, rec in journal:
             if rec.kind == "run":
@@ -489,11 +495,11 @@ class _Held(NamedTuple):
     end: dict
 
 
-def _named_run(runs, name: str, line: int, body: dict, named: dict, reserved: "_Reserved") -> None:
+def _named_run(runs, name: str, line: int, body: dict, named: set, reserved: "_Reserved") -> None:
     run_id = body.get("run_id")
     if not isinstance(run_id, str) or (run_id not in runs and run_id not in runs.rejected):
         raise VerificationError(name, f"names run {run_id}, which the bundle lacks", line)
-    named[run_id] = body
+    named.add(run_id)
     run = runs.get(run_id)
     if run is None:
         return  # present but broken: step 2 reported it

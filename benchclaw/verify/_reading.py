@@ -10,23 +10,27 @@ meet, so neither waits long for the other whatever else it had to do.
 A. the zip's directory is validated (``_zip``), the manifest parsed; every run log and
    ledger is inflated, hashed and chain-parsed, and every other non-object entry (tasks,
    journals, summary, site) inflated, hashed and kept; a forked worker takes run logs and
-   returns each as this process keeps it (``_index.packed_log``, in length-prefixed frames:
-   nothing for it to parse). The run logs say
+   returns each as this process keeps it (``_index.packed_log``, in length-prefixed frames
+   written to a temporary file of its own, never all held: nothing for it to parse), taken
+   in before B forks. The run logs say
    which object is a request, a raw usage, a reply, or merely a digest to compare (an
    observation, a written content, an artifact), which decides what of each object is kept;
 B. the objects (most of a bundle's bytes) are inflated, hashed and read on two cores: a
-   forked worker (``_workers``) takes some and returns its results as bytes (the digests,
-   then the kept readings back to back, read out here one at a time as they came), this
-   process, once it has taken in the worker's run logs of A, the rest;
-C. each experiment's journal is merged and shape-checked (its records kept as ``Rec``, those
-   of its runs spilled (``Journal``), its files' bytes then dropped: step 6 reads the
-   records), in A, while the worker reads run logs;
+   forked worker (``_workers``) takes some and returns its results as bytes (the digests
+   through the pipe, the kept readings back to back in a temporary file of its own, read
+   out here one at a time), this process the rest. It forks once this process has taken in (spilled) the worker's run
+   logs of A, so that the worker does not start with them resident;
+C. each experiment's journal files are inflated, hashed, chain- and shape-checked a piece at
+   a time as A meets them (their records kept as ``Rec``, those of its runs spilled at once,
+   ``Journal``; at any defect a file is read whole, and the journal from the whole files,
+   which says what is wrong), then merged in reader order, in A, while the worker reads
+   run logs;
 D. each run's records are parsed once more and the per-run functions of steps 3, 4 and 6
    (``per_run`` in ``_checks``, ``_costs``, ``_summary``: pure, on that run alone) are
    taken on them by two forked workers, one from the first run and one from the last,
    while this process waits (the records they parse never fragment the heap the index
    lives in), each returning each run's facts as this process keeps them (marshalled, in
-   length-prefixed frames: nothing for it to parse). What a run holds
+   length-prefixed frames written to a temporary file of its own: nothing for it to parse). What a run holds
    is kept (``RunFacts``, marshalled); where a function raised, nothing is kept and the
    step reads the run itself and reports it (so its messages, and which step fails
    first, are the step's own). Without this, each of those steps parsed every run again.
@@ -37,7 +41,8 @@ D. each run's records are parsed once more and the per-run functions of steps 3,
 Memory tactics: a bundle given as a path is memory-mapped, not read, and the pages already
 walked or inflated are handed back to the kernel every ``_RELEASE_BYTES`` (they stay in the
 page cache, out of this process's resident set); the manifest is inflated and its rows read,
-and a ledger inflated, hashed and chain-checked, a megabyte at a time (never held whole); a run log's and a ledger's records are
+and a ledger or journal file inflated, hashed and chain-checked, a megabyte at a time (never
+held whole); a run log's and a ledger's records are
 dropped once their chain is checked, and only where their bytes lie is kept (``Span``, read
 again with ``pread`` when a step parses them); an object entry's name is kept as the 32
 bytes it spells (``_zip.Names``), and what this stage notes of an object (its roles, its
@@ -265,16 +270,26 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     shared: dict = {}  # the values the run logs' call params share (_shared)
     objects = array("i", view.names.positions_under("objects/"))
     logs = [n for _, n in view.names.under("runs/")]
-    shares = Shares(len(logs))
-    pending = start(_run_logs_in_worker, pages, view, archive, logs, shares, limits, timeout=limits.worker_seconds)
+    shares, side = Shares(len(logs)), Spill()  # (the worker's run logs, written there: none held in memory)
+    pending = start(_run_logs_in_worker, pages, view, archive, logs, shares, limits, side,
+                    timeout=limits.worker_seconds)
     try:  # A: the run logs in a forked worker and here, the manifest and the rest but the objects here
         manifest = _manifest(view)
         digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
+        streamed: dict[str, list] = {}  # a journal file's records, read a piece at a time (_journal_items)
+        held: dict = {}  # the strings the journals' records repeat (cell, tier, invocation...), held once
         for _, name in view.names.plain():
             if name.startswith(("objects/", "runs/")) or name == MANIFEST:
                 continue
+            if _is_journal(name, manifest):
+                got = _streamed_journal_entry(pages, view, name, spill, held)
+                if got is not None:
+                    streamed[name], digests[name] = got
+                    continue
             _read_entry(pages, view, archive, name, limits, digests, unread, run_logs, ledgers, content, roles, shared)
-        journals = _journals(manifest, content, unread, spill)  # C, here while the worker reads run logs
+        # C, here while the worker reads run logs
+        journals = _journals(manifest, content, unread, spill, streamed, lambda name: pages.read(view, name))
+        del streamed, held
         mine = len(logs)
         for mine in shares.back():
             _read_entry(pages, view, archive, logs[mine], limits, digests, unread, run_logs, ledgers, content, roles,
@@ -288,15 +303,12 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
         roles.merge(there)
     except (ValueError, TypeError, EOFError):
         raise UnreadableBundle("", "a verification worker returned a malformed result") from None
-    held = [got]  # the worker's run logs, adopted (and dropped) while the next worker reads objects
     del there, got
-
-    def meanwhile() -> None:  # B: what this process does while the worker reads the first objects
-        _adopt_logs(logs, held.pop().data, cut, count, mine, pages, view, archive, limits, digests, unread,
+    with contextlib.closing(side):  # adopted (spilled here) before B forks its worker
+        _adopt_logs(logs, side.reader(0, cut), cut, count, mine, pages, view, archive, limits, digests, unread,
                     run_logs, roles, shared)
-
     readings = SpilledAt(spill, view.names)  # ObjectReading's fields, kept()
-    _read_objects(pages, view, objects, roles, digests, unread, readings, meanwhile)  # B: on two cores
+    _read_objects(pages, view, objects, roles, digests, unread, readings)  # B: on two cores
     pages.release()
     del roles, shared, objects  # what B needed of the run logs
     sizes, unread = view.sizes(), frozen(unread)
@@ -458,12 +470,14 @@ def _task_files(content: dict) -> dict:
 # ------------------------------------------------------------------------------ run logs in a worker
 
 def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, logs: list[str], shares: Shares,
-                        limits: Limits) -> Raw:
+                        limits: Limits, side: Spill) -> Raw:
     """``_run_log`` of the run logs ``shares`` gives from the front, one frame each (``_FRAME``
     length, then the ``marshal``led ``_log_frame``), exactly what this process keeps of a log it
-    reads itself; then the objects' roles (``marshal``led), their length (8 bytes) and the
-    count of frames (4 bytes, both little-endian)."""
-    out, roles, shared, count = bytearray(), _Roles(view.names), {}, 0
+    reads itself, written one after another into ``side`` from its start (a temporary file
+    this worker alone writes: the frames are never all held, here or by the parent); returns
+    the objects' roles (``marshal``led), their length (8 bytes), the count of frames (4
+    bytes) and their length in ``side`` (8 bytes, all little-endian)."""
+    roles, shared, count, end, writes = _Roles(view.names), {}, 0, 0, _Appending(side)
     for i in shares.front():
         name = logs[i]
         try:
@@ -473,16 +487,17 @@ def _run_logs_in_worker(pages: _Pages, view: ZipView, archive: Archive, logs: li
         else:
             log = _run_log(name, data, _packed(view, archive, name, raw), limits, roles, shared)
             frame = _log_frame(hashlib.sha256(data).hexdigest(), log)
-        out += _FRAME.pack(len(frame))
-        out += frame
+        writes.put(_FRAME.pack(len(frame)))
+        writes.put(frame)
+        end += _FRAME.size + len(frame)
         count += 1
-    tail = roles.data
-    out += tail
-    out += _TAIL.pack(len(tail), count)
+    writes.flush()
+    out = bytearray(roles.data)
+    out += _TAIL.pack(len(out), count, end)
     return Raw(out)
 
 
-_TAIL = struct.Struct("<QI")  # a run-log worker's roles' length and count of frames
+_TAIL = struct.Struct("<QIQ")  # a run-log worker's roles' length, count of frames, and their length
 
 
 def _log_frame(hexd: str, log: RunLog | VerificationError) -> bytes:
@@ -505,29 +520,28 @@ def _error_fields(e: VerificationError) -> tuple:
 
 
 def _worker_logs(got: Raw) -> tuple[bytes, int, int]:
-    """(the roles, the count of frames, where the frames end) of ``_run_logs_in_worker``'s
-    result. Raises ValueError."""
+    """(the roles, the count of frames, where the frames end in the worker's file) of
+    ``_run_logs_in_worker``'s result. Raises ValueError."""
     data = got.data
     if len(data) < _TAIL.size:
         raise ValueError("truncated")
-    n, count = _TAIL.unpack_from(data, len(data) - _TAIL.size)
-    cut = len(data) - _TAIL.size - n
-    if cut < 0:
+    n, count, cut = _TAIL.unpack_from(data, len(data) - _TAIL.size)
+    if n != len(data) - _TAIL.size:
         raise ValueError("truncated")
-    return bytes(memoryview(data)[cut:cut + n]), count, cut
+    return bytes(memoryview(data)[:n]), count, cut
 
 
-def _adopt_logs(logs: list[str], data: bytearray, cut: int, count: int, mine: int, pages: _Pages, view: ZipView,
+def _adopt_logs(logs: list[str], frames, cut: int, count: int, mine: int, pages: _Pages, view: ZipView,
                 archive: Archive, limits: Limits, digests: dict, unread: dict, run_logs: RunLogs, roles: "_Roles",
                 shared: dict) -> None:
-    """The worker's ``count`` run logs (the first of ``logs``, one frame each in
-    ``data[:cut]``) into this process's mappings, but those from ``mine`` on (this process
-    read them too), each spilled with its first record (``RunLogs.put_packed``); a log it
-    handed back is read here."""
+    """The worker's ``count`` run logs (the first of ``logs``, one frame each in the first
+    ``cut`` bytes of ``frames``, a file) into this process's mappings, but those from
+    ``mine`` on (this process read them too), each spilled with its first record
+    (``RunLogs.put_packed``); a log it handed back is read here."""
     if count < mine or count > len(logs):
         raise UnreadableBundle("", "a verification worker returned a malformed result")
     try:
-        for name, frame in zip(logs[:count], _frames(memoryview(data)[:cut], count), strict=True):
+        for name, frame in zip(logs[:count], _read_frames(frames, cut, count), strict=True):
             if name in run_logs or name in unread:
                 continue
             kind, hexd, *rest = marshal.loads(frame)
@@ -830,7 +844,22 @@ def _chain_stream(name: str, data) -> tuple[int, Rec | None, Rec | None, str | N
     iterable of pieces of them), the chain checked as ``verify_chain`` checks it, a quarter
     megabyte of lines at a time (each parsed and hashed alone, at C level). Raises
     ``_Broken`` at the first defect (``chain_records`` then says which)."""
-    prev, first, obj, i, earliest = GENESIS, None, None, 0, None
+    first, obj, i, earliest = None, None, 0, None
+    for objs in _chained(data):
+        obj, i = objs[-1], i + len(objs)
+        if first is None:
+            first = ENVELOPE(objs[0])
+        least = min(map(_AT, objs))  # each a string: the envelopes were checked
+        earliest = least if earliest is None or least < earliest else earliest
+    return i, (None if first is None else Rec(*first)), (None if obj is None else Rec(*ENVELOPE(obj))), earliest
+
+
+def _chained(data):
+    """The parsed records of a chained JSONL entry (its bytes, or an iterable of pieces of
+    them), a list a quarter megabyte of lines at a time, the chain checked as
+    ``verify_chain`` checks it (each line parsed and hashed alone, at C level). Raises
+    ``_Broken`` at the first defect."""
+    prev, i = GENESIS, 0
     for chunk in line_chunks(data, True):
         if not chunk.endswith(b"\n"):
             raise _Broken()  # torn last line
@@ -849,11 +878,7 @@ def _chain_stream(name: str, data) -> tuple[int, Rec | None, Rec | None, str | N
                     type(obj.get("body")) is not dict:
                 raise _Broken()
             prev, i = line_hex, i + 1
-        if first is None:
-            first = ENVELOPE(objs[0])
-        least = min(map(_AT, objs))  # each a string: the envelopes were checked
-        earliest = least if earliest is None or least < earliest else earliest
-    return i, (None if first is None else Rec(*first)), (None if obj is None else Rec(*ENVELOPE(obj))), earliest
+        yield objs
 
 
 _AT = itemgetter("at")
@@ -862,35 +887,115 @@ _AT = itemgetter("at")
 _hexdigest = methodcaller("hexdigest")
 
 
-def _journals(manifest: Manifest, content: dict, unread: dict, spill: Spill) -> dict:
+def _is_journal(name: str, manifest: Manifest) -> bool:
+    """Whether ``name`` is a journal file of one of the bundle's experiments."""
+    parts = name.split("/")
+    return len(parts) == 3 and parts[0] == "journals" and parts[2].endswith(".jsonl") and parts[1] in manifest.experiments
+
+
+def _streamed_journal_entry(pages: _Pages, view: ZipView, name: str, spill: Spill, shared: dict):
+    """(``_journal_items`` of journal file ``name``, its digest), inflated, hashed and parsed
+    a piece at a time (a grid's journal, a record a run, is never held whole). None at any
+    defect, of its zip entry, chain or shapes: the whole entry is then read as any other,
+    and ``_journal`` says what is wrong."""
+    e = view.entry(name)
+    sha, sums = hashlib.sha256(), [0, 0]  # CRC-32, bytes
+
+    def deflated():
+        for at in range(e.data_offset, e.end, SEALED):
+            piece = view.data[at:min(at + SEALED, e.end)]
+            pages.walked(len(piece))
+            yield piece
+
+    def pieces():
+        for piece in _inflated(deflated(), e.method == _STORED, e.usize):
+            sha.update(piece)
+            sums[0], sums[1] = zlib.crc32(piece, sums[0]), sums[1] + len(piece)
+            yield piece
+
+    try:
+        items = _journal_items(name, pieces(), spill, shared)
+    except (BenchClawError, _Broken):
+        return None
+    if sums != [e.crc, e.usize]:
+        return None
+    return items, "sha256:" + sha.hexdigest()
+
+
+def _journals(manifest: Manifest, content: dict, unread: dict, spill: Spill, streamed: dict, read) -> dict:
     """Each experiment's ``_journal``, its files' bytes then dropped from ``content`` (they
-    were for this parse: step 6 reads the records)."""
-    journals = {exp: _journal(content, unread, exp, spill) for exp in manifest.experiments}
+    were for this parse: step 6 reads the records). ``streamed``: the files already read a
+    piece at a time (``_streamed_journal_entry``); ``read(name)``: a file's bytes again."""
+    journals = {exp: _journal(content, unread, exp, spill, streamed, read) for exp in manifest.experiments}
     for journal in journals.values():
         for name in {name for name, _, _ in journal} if isinstance(journal, Journal) else ():
             content.pop(name, None)
     return journals
 
 
-def _journal(content: dict, unread: dict, exp: str, spill: Spill) -> Journal | VerificationError:
+def _journal(content: dict, unread: dict, exp: str, spill: Spill, streamed: dict, read) -> Journal | VerificationError:
     """The experiment's journal (entry, line, record) in reader order, chains verified and
     every body's shape checked, or the first error (an unreadable journal file's included).
     Its records are kept as ``Rec`` (no line bytes, no link: read by no step), those of its
-    runs spilled (``Journal``)."""
+    runs spilled (``Journal``) as each file is read a quarter megabyte at a time
+    (``_journal_items``, ``streamed`` when the files were read so); at any defect, its files
+    are read whole (``read``), which says what is wrong."""
     prefix = f"journals/{exp}/"
     broken = sorted(n for n in unread if n.startswith(prefix) and n.endswith(".jsonl"))
     if broken:
         return unread[broken[0]]
+    names = sorted(n for n in (*content, *streamed) if n.startswith(prefix) and n.endswith(".jsonl"))  # as journal_records
+    if all(n in streamed for n in names):
+        return _merged(spill, [streamed[n] for n in names])
+    for n in names:
+        if n in streamed:  # read again whole, for the files beside it that were (one is broken)
+            content[n] = read(n)
+    shared: dict = {}  # the strings its records repeat (cell, tier, invocation, status...), held once
+    try:
+        return _merged(spill, [_journal_items(n, content[n], spill, shared) for n in names])
+    except (_Broken, VerificationError):
+        pass
     try:
         journal = journal_records(content, exp)
         for name, line, rec in journal:
             check_body(rec.kind, rec.body, JOURNAL, name, line)
     except VerificationError as e:
         return e
-    shared: dict = {}  # the strings its records repeat (cell, tier, invocation, status...), held once
-    return Journal(spill, ((name, line, Rec(r.seq, r.at, _shared(r.kind, shared),
-                                            {k: _once(v, shared) for k, v in r.body.items()}))
-                           for name, line, r in journal))
+    return Journal(spill, ((name, line, _kept_rec(r.seq, r.at, r.kind, r.body, shared)) for name, line, r in journal))
+
+
+def _kept_rec(seq: int, at: str, kind: str, body: dict, shared: dict) -> Rec:
+    return Rec(seq, at, _shared(kind, shared), {k: _once(v, shared) for k, v in body.items()})
+
+
+def _journal_items(name: str, data, spill: Spill, shared: dict) -> list:
+    """(at, writer, seq, the record) of each record of journal file ``name`` (its bytes, or
+    an iterable of pieces of them), its chain checked and each body's shape as it is parsed,
+    the record as ``Journal`` takes it: (entry, line, ``Rec``), or where a ``run`` record now
+    lies in ``spill`` (``Journal.spilled``: spilled at once). Raises ``_Broken`` or
+    VerificationError at any defect."""
+    order, writer, line = [], name[name.rindex("/") + 1:-len(".jsonl")], 0
+    for objs in _chained(data):
+        for obj in objs:
+            line += 1
+            kind, body = obj["kind"], obj["body"]
+            check_body(kind, body, JOURNAL, name, line)
+            # (a run record is spilled at once: its strings, one run's own, are not shared)
+            at = Journal.spilled(spill, (name, line, Rec(obj["seq"], obj["at"], kind, body))) if kind == "run" else None
+            order.append((obj["at"], writer, obj["seq"],
+                          at or (name, line, _kept_rec(obj["seq"], obj["at"], kind, body, shared))))
+    return order
+
+
+def _merged(spill: Spill, files: list[list]) -> Journal:
+    """The files' ``_journal_items`` (in the order of their names) in reader order, (at,
+    writer, seq) as ``journal_records`` sorts them, as one ``Journal``."""
+    order = [t for items in files for t in items]
+    order.sort(key=_JOURNAL_ORDER)
+    return Journal(spill, (t[3] for t in order))
+
+
+_JOURNAL_ORDER = itemgetter(0, 1, 2)
 
 
 def _once(value, shared: dict):
@@ -901,29 +1006,29 @@ def _once(value, shared: dict):
 # ------------------------------------------------------------------------------ the objects
 
 def _read_objects(pages: _Pages, view: ZipView, objects: array, roles: _Roles, digests: dict, unread: dict,
-                  readings: SpilledAt, meanwhile) -> None:
+                  readings: SpilledAt) -> None:
     """Every object (``objects``: their positions in the zip) inflated, hashed and read once,
-    the first ones in a forked worker while this process calls ``meanwhile()``, then reads
-    the last ones (``Shares``); the readings kept go to ``readings``."""
-    shares, mine = Shares(len(objects)), []
-    pending = start(_objects_in_worker, pages, view, objects, roles, shares, timeout=view.limits.worker_seconds)
+    the first ones in a forked worker while this process reads the last ones (``Shares``);
+    the readings kept go to ``readings`` (this process's own at once: the worker does not
+    write to the spill)."""
+    shares, mine, side = Shares(len(objects)), [], Spill()  # (the worker's readings, written there)
+    pending = start(_objects_in_worker, pages, view, objects, roles, shares, side, timeout=view.limits.worker_seconds)
     try:
-        meanwhile()
-        kept: dict[int, bytes] = {}
-        here = (*_objects(pages, view, _taking(shares.back(), objects, mine), roles, kept.__setitem__), kept)
+        here = (*_objects(pages, view, _taking(shares.back(), objects, mine), roles, readings.put_at), {})
         there = pending.result(chunked=True)
     finally:
         pending.cancel()
         shares.close()
-    try:
-        got = _from_worker(there)
-        count = len(got[0]) // 64
-        if not len(objects) - len(mine) <= count <= len(objects):  # one left out, or more than there are
-            raise ValueError("count")
-        _adopt(view, objects[:count], got, digests, unread, readings)
-    except (ValueError, TypeError, KeyError, AttributeError):
-        raise UnreadableBundle("", "a verification worker returned a malformed result") from None
-    del there, got  # its bytes, before this process's readings join them
+    with contextlib.closing(side):
+        try:
+            got = _from_worker(there, side)
+            count = len(got[0]) // 64
+            if not len(objects) - len(mine) <= count <= len(objects):  # one left out, or more than there are
+                raise ValueError("count")
+            _adopt(view, objects[:count], got, digests, unread, readings)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise UnreadableBundle("", "a verification worker returned a malformed result") from None
+    del there, got
     _adopt(view, mine, here, digests, unread, readings)  # the one both took, if any: read alike by both
 
 
@@ -937,17 +1042,21 @@ def _taking(taken, names, mine: list):
 _NONE = (1 << 64) - 1  # in the worker's lengths: nothing kept of that object
 
 
-def _objects_in_worker(pages: _Pages, view: ZipView, objects: array, roles: _Roles, shares: Shares) -> Raw:
+def _objects_in_worker(pages: _Pages, view: ZipView, objects: array, roles: _Roles, shares: Shares,
+                       side: Spill) -> Raw:
     """``_objects`` of the ``objects`` ``shares`` gives from the front, as bytes, not JSON (the
-    parent never holds them parsed whole): {"count": how many it took, "errors": ...} on one
-    line, the SHA-256 hexes, each kept reading's length (``array("Q")``, ``_NONE``: nothing
-    kept), then the kept readings one after another."""
+    parent never holds them parsed whole): {"count": how many it took, "errors": ...,
+    "kept": the kept readings' bytes} on one line, the SHA-256 hexes and each kept
+    reading's length (``array("Q")``, ``_NONE``: nothing kept); the kept readings are
+    written one after another into ``side`` from its start (a temporary file this worker
+    alone writes: never all held, here or by the parent)."""
     taken: list[int] = []
-    lengths, readings = array("Q"), bytearray()  # appended to as each object is read: never copied
+    lengths, kept, writes = array("Q"), [0], _Appending(side)
 
     def keep(at: int, got: bytes) -> None:
         lengths[-1] = len(got)
-        readings.extend(got)
+        writes.put(got)
+        kept[0] += len(got)
 
     def taking():
         for at in _taking(shares.front(), objects, taken):
@@ -955,29 +1064,29 @@ def _objects_in_worker(pages: _Pages, view: ZipView, objects: array, roles: _Rol
             yield at
 
     hexes, errors = _objects(pages, view, taking(), roles, keep)
-    out = bytearray(jsonio.dumps({"count": len(taken), "errors": errors}))
+    writes.flush()
+    out = bytearray(jsonio.dumps({"count": len(taken), "errors": errors, "kept": kept[0]}))
     out += b"\n"
     out += hexes.encode("ascii")
     out += lengths.tobytes()
-    return Raw(out, (readings,))
+    return Raw(out)
 
 
-def _from_worker(got: Raw) -> tuple[str, dict, "_Streamed"]:
+def _from_worker(got: Raw, side: Spill) -> tuple[str, dict, "_Streamed"]:
     """``_objects_in_worker``'s bytes (``Received``) as ``_objects`` gives them, the
-    readings read out one at a time as ``_adopt`` asks (the worker's bytes are dropped as
-    they are read, never held twice). Raises ValueError."""
+    readings read out of ``side`` one at a time as ``_adopt`` asks. Raises ValueError."""
     data = got.data
     line = data.readline(1 << 30)
     if not line.endswith(b"\n"):
         raise ValueError("truncated")
     head = jsonio.loads(line)
-    errors, n = head["errors"], head["count"]
+    errors, n, kept = head["errors"], head["count"], head["kept"]
     hexes = data.read(64 * n).decode("ascii")
     lengths = array("Q")
     lengths.frombytes(data.read(8 * n))
-    if sum(k for k in lengths if k != _NONE) != data.left:
+    if data.left or len(lengths) != n or type(kept) is not int or sum(k for k in lengths if k != _NONE) != kept:
         raise ValueError("truncated")
-    return hexes, errors, _Streamed(data, lengths)
+    return hexes, errors, _Streamed(side.reader(0, kept), lengths)
 
 
 class _Streamed:
@@ -989,7 +1098,12 @@ class _Streamed:
 
     def get(self, i: int) -> bytes | None:
         k = self.lengths[i]
-        return None if k == _NONE else self.data.read(k)
+        if k == _NONE:
+            return None
+        got = self.data.read(k)
+        if len(got) != k:
+            raise ValueError("truncated")
+        return got
 
 
 def _objects(pages: _Pages, view: ZipView, objects, roles: _Roles, keep) -> tuple[str, dict]:
@@ -1144,76 +1258,105 @@ def _facts(ix: Index, out: Spilled, meanwhile=lambda: None) -> Spilled:
     from . import _checks, _costs, _summary  # noqa: F401 - the steps' modules (and the checks, sqlite3...),
     # imported here, before the fork, so that the workers inherit them rather than import them again
     names = [n for n in ix.run_logs if ix.run_logs.is_log(n) and RUN_PATH.match(n)]
-    shares = Shares(len(names))
-    front = start(_facts_in_worker, ix, names, shares, False, timeout=ix.limits.worker_seconds)
-    back = start(_facts_in_worker, ix, names, shares, True, timeout=ix.limits.worker_seconds)
-    try:
-        meanwhile()
-        firsts, lasts = front.result(), back.result()
-    finally:
-        front.cancel()
-        back.cancel()
-        shares.close()
-    try:
-        got = [(_count(firsts), firsts), (_count(lasts), lasts)]
-        if got[0][0] + got[1][0] < len(names):  # one left out
-            raise ValueError("count")
-        for (count, there), taken in zip(got, (names[:got[0][0]], names[::-1][:got[1][0]])):
-            for name, packed in zip(taken, _frames(memoryview(there.data)[:-4], count), strict=True):
-                if name not in out:  # the one both took, if any: taken alike by both
-                    _keep(out, name, packed)
-    except ValueError:
-        raise UnreadableBundle("", "a verification worker returned a malformed result") from None
+    shares, sides = Shares(len(names)), (Spill(), Spill())  # (each worker's frames, written there)
+    with contextlib.closing(sides[0]), contextlib.closing(sides[1]):
+        front = start(_facts_in_worker, ix, names, shares, False, sides[0], timeout=ix.limits.worker_seconds)
+        back = start(_facts_in_worker, ix, names, shares, True, sides[1], timeout=ix.limits.worker_seconds)
+        try:
+            meanwhile()
+            firsts, lasts = front.result(), back.result()
+        finally:
+            front.cancel()
+            back.cancel()
+            shares.close()
+        try:
+            got = [_count(firsts), _count(lasts)]
+            if got[0][0] + got[1][0] < len(names):  # one left out
+                raise ValueError("count")
+            for (count, end), side, taken in zip(got, sides, (names[:got[0][0]], names[::-1][:got[1][0]])):
+                for name, packed in zip(taken, _read_frames(side.reader(0, end), end, count), strict=True):
+                    if name not in out:  # the one both took, if any: taken alike by both
+                        _keep(out, name, packed)
+        except ValueError:
+            raise UnreadableBundle("", "a verification worker returned a malformed result") from None
     return out
 
 
-def _count(there: Raw) -> int:
-    """How many frames a ``_facts_in_worker`` result holds (its last 4 bytes). Raises ValueError."""
+def _count(there: Raw) -> tuple[int, int]:
+    """(how many frames, their length) of a ``_facts_in_worker`` result. Raises ValueError."""
     data = there.data
-    if len(data) < 4:
+    if len(data) != _COUNT.size:
         raise ValueError("truncated")
-    return _FRAME.unpack_from(data, len(data) - 4)[0]
+    return _COUNT.unpack(data)
+
+
+_COUNT = struct.Struct("<IQ")  # a facts worker's count of frames and their length
 
 
 _FRAME = struct.Struct("<I")  # a frame's length; _NO_FACTS for a run with none
 _NO_FACTS = 0xFFFFFFFF
 
 
-def _facts_in_worker(ix: Index, names: list[str], shares: Shares, from_back: bool) -> Raw:
+def _facts_in_worker(ix: Index, names: list[str], shares: Shares, from_back: bool, side: Spill) -> Raw:
     """``_packed_facts`` of each run's ``_taken`` that ``shares`` gives from the front (or,
     ``from_back``, from the back: the frames then come last run first), one frame a run:
     its length (4 bytes, little-endian; ``_NO_FACTS``: none), then the marshalled facts,
-    exactly what the parent keeps (no JSON written here and parsed there); then the count
-    of frames (4 bytes)."""
-    out, count = bytearray(), 0
+    exactly what the parent keeps (no JSON written here and parsed there), written one
+    after another into ``side`` from its start (a temporary file this worker alone writes);
+    returns the count of frames (4 bytes) and their length (8)."""
+    count, end, out = 0, 0, _Appending(side)
     for _, facts in _taken(ix, (names[i] for i in (shares.back() if from_back else shares.front()))):
         packed = _packed_facts(facts)
-        if packed is None:
-            out += _FRAME.pack(_NO_FACTS)
-        else:
-            out += _FRAME.pack(len(packed))
-            out += packed
+        out.put(_FRAME.pack(_NO_FACTS if packed is None else len(packed)))
+        end += _FRAME.size
+        if packed is not None:
+            out.put(packed)
+            end += len(packed)
         count += 1
-    out += _FRAME.pack(count)
-    return Raw(out)
+    out.flush()
+    return Raw(_COUNT.pack(count, end))
 
 
-def _frames(data: bytes, count: int):
-    """The ``count`` frames of ``_facts_in_worker``'s bytes, one at a time, which they must
-    tile (else ValueError)."""
-    pos, end = 0, len(data)
+class _Appending:
+    """A worker's writes into its ``Spill``, a quarter megabyte at a time (one system call
+    for hundreds of small readings or frames)."""
+
+    def __init__(self, spill: Spill):
+        self._spill, self._buf = spill, bytearray()
+
+    def put(self, data: bytes) -> None:
+        self._buf += data
+        if len(self._buf) >= _CHUNK_OUT:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buf:
+            self._spill.put(self._buf)
+            self._buf = bytearray()
+
+
+_CHUNK_OUT = 1 << 18
+
+
+def _read_frames(f, end: int, count: int):
+    """The ``count`` frames (``_FRAME`` length, then its bytes; ``_NO_FACTS``: None) of a
+    worker in the first ``end`` bytes of file ``f``, one at a time, which they must tile
+    (else ValueError)."""
+    pos = 0
     for _ in range(count):
-        if pos + 4 > end:
+        head = f.read(_FRAME.size)
+        if len(head) != _FRAME.size or pos + _FRAME.size > end:
             raise ValueError("truncated")
-        (n,) = _FRAME.unpack_from(data, pos)
-        pos += 4
+        (n,) = _FRAME.unpack(head)
         if n == _NO_FACTS:
+            pos += _FRAME.size
             yield None
             continue
-        if pos + n > end:
+        pos += _FRAME.size + n
+        frame = f.read(n)
+        if len(frame) != n or pos > end:
             raise ValueError("truncated")
-        yield bytes(data[pos:pos + n])
-        pos += n
+        yield frame
     if pos != end:
         raise ValueError("extra bytes")
 

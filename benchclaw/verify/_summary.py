@@ -15,7 +15,7 @@ from typing import Mapping
 from ..errors import BenchClawError
 from ._errors import VerificationError
 from ..analysis.fold import condense_run, condensed_from_packed, condensed_to_packed
-from ._index import Index, LedgerLog, RunLog
+from ._index import Index, LedgerLog, RunLog, held_records
 from ._report import Section
 from .experiment import chain_records, experiment_data_from_files, summarise
 
@@ -128,7 +128,8 @@ def _compare(ix: Index, exp: str, claimed, sec: Section) -> None:
     journal = ix.journals.get(exp)  # as the reading stage read it (its error: read again, to raise it)
     try:
         data = experiment_data_from_files(files, exp, chains=lambda name: _chain(ix, files, name),
-                                          journal=None if journal is None or isinstance(journal, VerificationError) else journal,
+                                          journal=None if journal is None or isinstance(journal, VerificationError)
+                                          else held_records(journal),  # (not its ``run`` records: one a run)
                                           condensed=lambda name: _condensed(ix, name),
                                           reserved=lambda name: ix.ledger_facts_of(name).reserved)
         recomputed = jsonio.loads(jsonio.dumps(summarise(data)))  # the JSON value, as written

@@ -7,7 +7,8 @@ copy-on-write, where a fresh interpreter would read and parse the bundle again.
 
 The child runs one pure function and writes its JSON result (plain dicts, lists, strings
 and numbers; never pickle) to a pipe, then leaves with ``os._exit`` (no cleanup handler,
-no buffered output of the parent flushed twice, no file written). Whatever goes wrong in
+no buffered output of the parent flushed twice, no file created; a function with a bulky
+result writes it into an unlinked temporary file the parent opened, ``_reading``). Whatever goes wrong in
 the child is an answer, not a hang: an exception becomes an error result, a crash (no
 complete result) or a child still running after ``Limits.worker_seconds`` is killed and
 reported as ``UnreadableBundle`` (exit 2). Without ``fork`` (or when it fails) the function

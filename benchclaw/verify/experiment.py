@@ -82,7 +82,8 @@ def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
     when a journal, run, ledger or the spec cannot be read. ``chains``: entry name ->
     records already verified from exactly these bytes (the verifier's reading stage), so
     they are not verified twice; by default each is parsed from ``files``. ``journal``: what
-    ``journal_records`` gives, already read from these files (else it is read here).
+    ``journal_records`` gives, already read from these files (else it is read here); its
+    ``run`` records may be left out (the analysis reads none: they are dropped here).
     ``condensed``: entry name -> (its first record, ``fold.condense_run`` of its records)
     already taken from exactly these bytes (None: not taken; the run is read here).
     ``reserved``: ledger entry name -> ``fold.ReservedKeys.result`` of its records, taken
@@ -91,8 +92,10 @@ def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
     chain = chains or (lambda name: chain_records(files, name))
     prefix = f"journals/{experiment}/"
     journal = journal_records(files, experiment) if journal is None else journal
-    entries = [(name[len(prefix):-len(".jsonl")], rec) for name, _, rec in journal]
-    fold = ExperimentFold(experiment)
+    # (a journal's ``run`` records left out, as export leaves them out: the analysis never
+    # reads them, and a grid has one a run)
+    entries = [(name[len(prefix):-len(".jsonl")], rec) for name, _, rec in journal if rec.kind != "run"]
+    fold = ExperimentFold(experiment, spill=True)  # (its views in a temporary file, as export folds them)
     for name in sorted(n for n in files if n.startswith("runs/")):  # run id order: runs/<aa>/<id>.jsonl
         # (the other entries filtered out before the sort: the verifier's names are made as they are read)
         m = RUN_PATH.match(name)

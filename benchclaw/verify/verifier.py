@@ -30,9 +30,11 @@ everything (exit 2). An unexpected exception inside a step is recorded as a fail
 step, never a traceback: a crafted bundle that trips a recomputation has, by definition,
 not been verified. A step that did not run counts as a failure too (fail closed).
 
-No network, and nothing written but an unlinked temporary file the reading stage spills
-per-run values to (``_index.Spill``, gone when the verification ends): the bundle is read
-once, bounded by ``Limits``.
+No network, and nothing written but unlinked temporary files, gone when the verification
+ends: the one the reading stage spills per-run values to (``_index.Spill``), one a forked
+reader writes its results into while it runs (``_reading``), and the one step 6's analysis
+folds the runs' views into (``analysis.fold``, spilled as export folds them). The bundle is
+read once, bounded by ``Limits``.
 
 ``BENCHCLAW_VERIFY_TIMINGS=1`` in the environment writes one line per stage to stderr
 (``verify-timing <stage> wall=S cpu=S workers_cpu=S rss_mb=R peak_mb=P``: this process's CPU
@@ -98,7 +100,7 @@ def _run_steps(ix: Index, report: VerifyReport, clock: "_Clock") -> None:
     from ._summary import verify_summary
 
     step("ledgers", verify_ledgers, runs, costs)                       # 5
-    del costs  # step 4's per-run calls: read by step 5 only (a few hundred bytes a run)
+    del costs  # step 4's prices by run (its calls stay in the index): read by step 5 only
     step("summary", verify_summary, runs)                              # 6
     step("prereg", verify_prereg, runs)                                # 7
     step("complete", verify_completeness, runs)                        # 8
