@@ -69,7 +69,7 @@ def test_a_folded_experiment_summarises_exactly_as_the_whole_records():
 
 
 def test_a_spilled_fold_summarises_exactly_as_the_whole_records():
-    """Export's and the site's fold: views pickled to a temporary file and read back cell by
+    """Export's and the site's fold: views written (marshalled) to a temporary file and read back cell by
     cell, the ledgers matched against hashed attempt ids (``fold._Seen``)."""
     for seed in (1, 2, 3, 4):
         whole, folded = _both(seed, spill=True)
@@ -222,3 +222,27 @@ def test_reserved_keys_taken_beforehand_give_what_reading_the_ledgers_gives():
             reads.clear()
             assert fold._reservations(read, [taken(ledger)]) == want
             assert bool(reads) == bool(want)  # read only when some reservation is kept
+
+
+def test_a_spilled_view_reads_back_equal_whether_marshal_takes_it_or_not():
+    """``RunGroups(spill=True)`` writes a view as ``view_to_packed`` packs it, marshalled;
+    a view holding a value marshal does not take is pickled instead. Either reads back as
+    an equal view with the same sums and tally."""
+    from fractions import Fraction
+
+    from benchclaw.analysis.stream import RunGroups
+
+    data = random_experiment(10, 6).data()
+    views = [c.view for c in (condense_run(rid, recs) for rid, recs in sorted(data.runs.items()))
+             if c.view is not None and c.view.policy == "grid"]
+    odd = replace(views[0], elapsed_ms=Fraction(1, 3))  # (not marshal's)
+    groups = RunGroups(spill=True)
+    for v in [*views, odd]:
+        groups.add(v, None, ())
+    back = [v for cell in groups.grid_cells() for v in groups.grid(cell)]
+    assert sorted(back, key=lambda v: (v.run_id, str(v.elapsed_ms))) == \
+        sorted([*views, odd], key=lambda v: (v.run_id, str(v.elapsed_ms)))
+    for v in back:
+        twin = next(w for w in [*views, odd] if w.run_id == v.run_id and w.elapsed_ms == v.elapsed_ms)
+        assert (v.cost_low, v.cost_high, v.tally) == (twin.cost_low, twin.cost_high, twin.tally)
+    groups.close()

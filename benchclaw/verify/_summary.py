@@ -116,6 +116,10 @@ class _Files(Mapping):
     def __contains__(self, name) -> bool:
         return name in self._ix.sizes
 
+    def names_under(self, prefix: str) -> list[str]:
+        """The entries whose name starts with ``prefix`` (``Index.names_under``)."""
+        return self._ix.names_under(prefix)
+
     def __iter__(self):
         return iter(self._ix.names)
 

@@ -96,7 +96,9 @@ def experiment_data_from_files(files: Mapping[str, bytes], experiment: str, *,
     # reads them, and a grid has one a run)
     entries = [(name[len(prefix):-len(".jsonl")], rec) for name, _, rec in journal if rec.kind != "run"]
     fold = ExperimentFold(experiment, spill=True)  # (its views in a temporary file, as export folds them)
-    for name in sorted(n for n in files if n.startswith("runs/")):  # run id order: runs/<aa>/<id>.jsonl
+    under = getattr(files, "names_under", None)  # (the verifier's: no other entry's name made)
+    runs = under("runs/") if under is not None else [n for n in files if n.startswith("runs/")]
+    for name in sorted(runs):  # run id order: runs/<aa>/<id>.jsonl
         # (the other entries filtered out before the sort: the verifier's names are made as they are read)
         m = RUN_PATH.match(name)
         got = condensed(name) if m and condensed is not None else None
