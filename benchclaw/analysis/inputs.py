@@ -253,6 +253,7 @@ def _shared_counts(counts: dict[str, int]) -> dict[str, int]:
 
 _VIEW_FIELDS = tuple(f.name for f in fields(RunView) if f.init)  # what a view is made from (its JSON)
 _CALLS_AT = _VIEW_FIELDS.index("calls")
+_VIEW_SETTERS = tuple(getattr(RunView, name).__set__ for name in _VIEW_FIELDS)  # its slots' setters
 
 
 def sum_exact(values) -> Decimal:
@@ -489,8 +490,8 @@ def view_from_packed(got) -> RunView:
             raise ValueError("wrong length")
         tally = RunTally(*tally)
         view = object.__new__(RunView)
-        for name, value in zip(_VIEW_FIELDS, row):
-            object.__setattr__(view, name, value)
+        for put, value in zip(_VIEW_SETTERS, row):  # (``object.__setattr__``, without the name lookups)
+            put(view, value)
         object.__setattr__(view, "calls", PackedCalls.of_packed(*row[_CALLS_AT]))
         cost_low = Decimal(low)
         object.__setattr__(view, "cost_low", cost_low)  # one object for equal bounds, as __post_init__
