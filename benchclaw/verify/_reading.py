@@ -274,7 +274,7 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     pending = start(_run_logs_in_worker, pages, view, archive, logs, shares, limits, side,
                     timeout=limits.worker_seconds)
     try:  # A: the run logs in a forked worker and here, the manifest and the rest but the objects here
-        manifest = _manifest(view)
+        manifest = _manifest(pages, view)
         digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
         streamed: dict[str, list] = {}  # a journal file's records, read a piece at a time (_journal_items)
         held: dict = {}  # the strings the journals' records repeat (cell, tier, invocation...), held once
@@ -342,14 +342,14 @@ def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limit
         content[name] = data
 
 
-def _manifest(view: ZipView):
+def _manifest(pages: _Pages, view: ZipView):
     if MANIFEST not in view:
         raise UnreadableBundle("", f"not a BenchClaw bundle: no {MANIFEST}")
     if view.usize(MANIFEST) > _MANIFEST_LIMIT:
         raise UnreadableBundle(MANIFEST, f"larger than {_MANIFEST_LIMIT} bytes")
     names = view.names
     try:  # inflated a piece at a time: 40 MB at 20,000 runs, never held whole
-        got = _canonical_manifest(_manifest_pieces(view), names)
+        got = _canonical_manifest(_manifest_pieces(pages, view), names)
     except _Broken:
         got = None
     if got is not None:
@@ -367,18 +367,28 @@ def _manifest(view: ZipView):
     return Manifest(m.experiments, rows, m.digest, m.exploratory)
 
 
-def _manifest_pieces(view: ZipView):
+def _manifest_pieces(pages: _Pages, view: ZipView):
     """The manifest's bytes inflated a ``_PIECE`` at a time; ``_Broken`` after the last one
     when their CRC-32 or length is not the header's (or at a corrupt deflate stream)."""
     i = view.index(MANIFEST)
     start, usize = view.data_offsets[i], view.usizes[i]
-    raw = view.data[start:start + view.csizes[i]]  # as the zip holds it (deflated: a quarter of the size)
+    # as the zip holds it (deflated: a quarter of the size, 10 MB at 20,000 runs), taken a
+    # ``_PIECE`` at a time (not copied whole), its mapped pages handed back as they are read
+    raw = _raw_pieces(pages, view.data, start, start + view.csizes[i])
     crc, n = 0, 0
     for piece in _inflated(raw, view.methods[i] == _STORED, usize):
         crc, n = zlib.crc32(piece, crc), n + len(piece)
         yield piece
     if crc != view.crcs[i] or n != usize:
         raise _Broken()
+
+
+def _raw_pieces(pages: _Pages, data, start: int, end: int):
+    """``data[start:end]``, a ``_PIECE`` at a time, each counted as read by ``pages``."""
+    for at in range(start, end, _PIECE):
+        piece = data[at:min(at + _PIECE, end)]
+        pages.walked(len(piece))
+        yield piece
 
 
 # A manifest as ``benchclaw export`` writes it (canonical JSON: keys sorted, no spaces): its
