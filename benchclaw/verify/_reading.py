@@ -101,7 +101,7 @@ __all__ = ["reading"]
 
 _MANIFEST_LIMIT = 512 << 20
 _KEPT_PARAMS = 16           # distinct call params a run log keeps for step 7 (more: it reads the records)
-_RELEASE_BYTES = 8 << 20    # archive bytes between two hand-backs of mapped pages (they count as resident)
+_RELEASE_BYTES = 2 << 20    # archive bytes between two hand-backs of mapped pages (they count as resident)
 _STORED = 0                 # a zip entry's method: stored as it is (else deflated)
 _UNREAD = "-" * 64          # the worker's digest of an entry it could not inflate
 _UNREAD_ASCII = _UNREAD.encode("ascii")
@@ -268,7 +268,7 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     run_logs, ledgers, content = RunLogs(spill, archive), {}, {}
     roles = _Roles(view.names)  # what the run records need of each object (_ROLES)
     shared: dict = {}  # the values the run logs' call params share (_shared)
-    objects = array("i", view.names.positions_under("objects/"))
+    objects = view.names.positions_under("objects/")
     logs = [n for _, n in view.names.under("runs/")]
     shares, side = Shares(len(logs)), Spill()  # (the worker's run logs, written there: none held in memory)
     pending = start(_run_logs_in_worker, pages, view, archive, logs, shares, limits, side,

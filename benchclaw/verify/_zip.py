@@ -200,12 +200,13 @@ class Names(Sequence):
         """(position, name) of every entry that is not an object entry, in archive order."""
         return iter(self._plain.items())
 
-    def positions_under(self, prefix: str) -> list[int]:
-        """The positions of the entries whose name starts with ``prefix``, in archive order."""
+    def positions_under(self, prefix: str) -> array:
+        """The positions of the entries whose name starts with ``prefix``, in archive order (an
+        array: no list of a boxed int each, 8 MB at 20,000 runs)."""
         if prefix == "objects/":  # every object entry, no name made
             plain = self._plain
-            return [i for i in range(self._n) if i not in plain or plain[i].startswith(prefix)]
-        return [i for i, _ in self.under(prefix)]
+            return array("i", (i for i in range(self._n) if i not in plain or plain[i].startswith(prefix)))
+        return array("i", (i for i, _ in self.under(prefix)))
 
     def under(self, prefix: str):
         """(position, name) of every entry whose name starts with ``prefix``, in archive order
