@@ -1021,7 +1021,9 @@ def _read_objects(pages: _Pages, view: ZipView, objects: array, roles: _Roles, d
     the first ones in a forked worker while this process reads the last ones (``Shares``);
     the readings kept go to ``readings`` (this process's own at once: the worker does not
     write to the spill)."""
-    shares, mine, side = Shares(len(objects)), [], Spill()  # (the worker's readings, written there)
+    # (mine: the positions this process took, an array: no boxed int each; the worker's
+    # readings, written to side)
+    shares, mine, side = Shares(len(objects)), array("i"), Spill()
     pending = start(_objects_in_worker, pages, view, objects, roles, shares, side, timeout=view.limits.worker_seconds)
     try:
         here = (*_objects(pages, view, _taking(shares.back(), objects, mine), roles, readings.put_at), {})
@@ -1042,7 +1044,7 @@ def _read_objects(pages: _Pages, view: ZipView, objects: array, roles: _Roles, d
     _adopt(view, mine, here, digests, unread, readings)  # the one both took, if any: read alike by both
 
 
-def _taking(taken, names, mine: list):
+def _taking(taken, names, mine):
     """The names (or positions) of the items ``taken`` gives, each noted in ``mine`` as it is taken."""
     for i in taken:
         mine.append(names[i])
@@ -1060,7 +1062,7 @@ def _objects_in_worker(pages: _Pages, view: ZipView, objects: array, roles: _Rol
     reading's length (``array("Q")``, ``_NONE``: nothing kept); the kept readings are
     written one after another into ``side`` from its start (a temporary file this worker
     alone writes: never all held, here or by the parent)."""
-    taken: list[int] = []
+    taken = array("i")  # positions, as ``objects``
     lengths, kept, writes = array("Q"), [0], _Appending(side)
 
     def keep(at: int, got: bytes) -> None:
