@@ -20,9 +20,10 @@ every local header itself with ``struct``, and refuses anything a bundle written
 The directory is kept in parallel arrays (offsets, sizes, CRCs, methods) beside the names
 (``Names``): an object entry's name (``objects/<aa>/<64 hex>``, nine in ten of a bundle's) is
 kept as the 32 bytes its hex spells and made again when asked for, found by an
-open-addressing table of positions in an array; any other name is kept as a string. About
-45 bytes an object entry in all, not the ~200 of a name string in a list, a sorted copy
-and a dict of them.
+open-addressing table of positions in an array; any other name is kept as a string; the
+other fields are 4 bytes each (the central header's 32-bit fields). About 60 bytes an
+object entry in all, not the ~200 of a name string in a list, a sorted copy and a dict of
+them.
 
 Those are ``UnreadableBundle`` (exit 2). Member bytes are inflated here too, with
 ``zlib`` and an output cap of the declared size + 1, so a member can never inflate past
