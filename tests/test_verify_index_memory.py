@@ -113,7 +113,7 @@ def test_names_keep_object_entries_as_their_digests_and_find_every_name():
     assert names.find_digest(bytes.fromhex(hexd)) == 1 and names.find_digest(bytes(32)) == -1
     assert names.find("objects/ab/" + "4" * 64) == -1 and "nope" not in names and 7 not in names
     assert names.add(paths[1], bytes.fromhex(hexd)) == 1 and names.add("objects/zz", None) == 5
-    assert [n for _, n in names.under("objects/")] == paths[1:6] and names.positions_under("objects/") == [1, 2, 3, 4, 5]
+    assert [n for _, n in names.under("objects/")] == paths[1:6] and list(names.positions_under("objects/")) == [1, 2, 3, 4, 5]
     assert [n for _, n in names.under("runs/")] == paths[-1:]
     with pytest.raises(KeyError):
         names.index("objects/ab/" + "4" * 64)

@@ -101,7 +101,7 @@ __all__ = ["reading"]
 
 _MANIFEST_LIMIT = 512 << 20
 _KEPT_PARAMS = 16           # distinct call params a run log keeps for step 7 (more: it reads the records)
-_RELEASE_BYTES = 8 << 20    # archive bytes between two hand-backs of mapped pages (they count as resident)
+_RELEASE_BYTES = 2 << 20    # archive bytes between two hand-backs of mapped pages (they count as resident)
 _STORED = 0                 # a zip entry's method: stored as it is (else deflated)
 _UNREAD = "-" * 64          # the worker's digest of an entry it could not inflate
 _UNREAD_ASCII = _UNREAD.encode("ascii")
@@ -268,13 +268,13 @@ def _read(pages: _Pages, archive: Archive, spill: Spill, limits: Limits, registe
     run_logs, ledgers, content = RunLogs(spill, archive), {}, {}
     roles = _Roles(view.names)  # what the run records need of each object (_ROLES)
     shared: dict = {}  # the values the run logs' call params share (_shared)
-    objects = array("i", view.names.positions_under("objects/"))
+    objects = view.names.positions_under("objects/")
     logs = [n for _, n in view.names.under("runs/")]
     shares, side = Shares(len(logs)), Spill()  # (the worker's run logs, written there: none held in memory)
     pending = start(_run_logs_in_worker, pages, view, archive, logs, shares, limits, side,
                     timeout=limits.worker_seconds)
     try:  # A: the run logs in a forked worker and here, the manifest and the rest but the objects here
-        manifest = _manifest(view)
+        manifest = _manifest(pages, view)
         digests: dict[str, str] = {MANIFEST: manifest.digest}  # its bytes are not kept
         streamed: dict[str, list] = {}  # a journal file's records, read a piece at a time (_journal_items)
         held: dict = {}  # the strings the journals' records repeat (cell, tier, invocation...), held once
@@ -342,14 +342,14 @@ def _read_entry(pages: _Pages, view: ZipView, archive: Archive, name: str, limit
         content[name] = data
 
 
-def _manifest(view: ZipView):
+def _manifest(pages: _Pages, view: ZipView):
     if MANIFEST not in view:
         raise UnreadableBundle("", f"not a BenchClaw bundle: no {MANIFEST}")
     if view.usize(MANIFEST) > _MANIFEST_LIMIT:
         raise UnreadableBundle(MANIFEST, f"larger than {_MANIFEST_LIMIT} bytes")
     names = view.names
     try:  # inflated a piece at a time: 40 MB at 20,000 runs, never held whole
-        got = _canonical_manifest(_manifest_pieces(view), names)
+        got = _canonical_manifest(_manifest_pieces(pages, view), names)
     except _Broken:
         got = None
     if got is not None:
@@ -367,18 +367,28 @@ def _manifest(view: ZipView):
     return Manifest(m.experiments, rows, m.digest, m.exploratory)
 
 
-def _manifest_pieces(view: ZipView):
+def _manifest_pieces(pages: _Pages, view: ZipView):
     """The manifest's bytes inflated a ``_PIECE`` at a time; ``_Broken`` after the last one
     when their CRC-32 or length is not the header's (or at a corrupt deflate stream)."""
     i = view.index(MANIFEST)
     start, usize = view.data_offsets[i], view.usizes[i]
-    raw = view.data[start:start + view.csizes[i]]  # as the zip holds it (deflated: a quarter of the size)
+    # as the zip holds it (deflated: a quarter of the size, 10 MB at 20,000 runs), taken a
+    # ``_PIECE`` at a time (not copied whole), its mapped pages handed back as they are read
+    raw = _raw_pieces(pages, view.data, start, start + view.csizes[i])
     crc, n = 0, 0
     for piece in _inflated(raw, view.methods[i] == _STORED, usize):
         crc, n = zlib.crc32(piece, crc), n + len(piece)
         yield piece
     if crc != view.crcs[i] or n != usize:
         raise _Broken()
+
+
+def _raw_pieces(pages: _Pages, data, start: int, end: int):
+    """``data[start:end]``, a ``_PIECE`` at a time, each counted as read by ``pages``."""
+    for at in range(start, end, _PIECE):
+        piece = data[at:min(at + _PIECE, end)]
+        pages.walked(len(piece))
+        yield piece
 
 
 # A manifest as ``benchclaw export`` writes it (canonical JSON: keys sorted, no spaces): its
@@ -1011,7 +1021,9 @@ def _read_objects(pages: _Pages, view: ZipView, objects: array, roles: _Roles, d
     the first ones in a forked worker while this process reads the last ones (``Shares``);
     the readings kept go to ``readings`` (this process's own at once: the worker does not
     write to the spill)."""
-    shares, mine, side = Shares(len(objects)), [], Spill()  # (the worker's readings, written there)
+    # (mine: the positions this process took, an array: no boxed int each; the worker's
+    # readings, written to side)
+    shares, mine, side = Shares(len(objects)), array("i"), Spill()
     pending = start(_objects_in_worker, pages, view, objects, roles, shares, side, timeout=view.limits.worker_seconds)
     try:
         here = (*_objects(pages, view, _taking(shares.back(), objects, mine), roles, readings.put_at), {})
@@ -1032,7 +1044,7 @@ def _read_objects(pages: _Pages, view: ZipView, objects: array, roles: _Roles, d
     _adopt(view, mine, here, digests, unread, readings)  # the one both took, if any: read alike by both
 
 
-def _taking(taken, names, mine: list):
+def _taking(taken, names, mine):
     """The names (or positions) of the items ``taken`` gives, each noted in ``mine`` as it is taken."""
     for i in taken:
         mine.append(names[i])
@@ -1050,7 +1062,7 @@ def _objects_in_worker(pages: _Pages, view: ZipView, objects: array, roles: _Rol
     reading's length (``array("Q")``, ``_NONE``: nothing kept); the kept readings are
     written one after another into ``side`` from its start (a temporary file this worker
     alone writes: never all held, here or by the parent)."""
-    taken: list[int] = []
+    taken = array("i")  # positions, as ``objects``
     lengths, kept, writes = array("Q"), [0], _Appending(side)
 
     def keep(at: int, got: bytes) -> None:

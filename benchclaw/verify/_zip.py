@@ -20,9 +20,10 @@ every local header itself with ``struct``, and refuses anything a bundle written
 The directory is kept in parallel arrays (offsets, sizes, CRCs, methods) beside the names
 (``Names``): an object entry's name (``objects/<aa>/<64 hex>``, nine in ten of a bundle's) is
 kept as the 32 bytes its hex spells and made again when asked for, found by an
-open-addressing table of positions in an array; any other name is kept as a string. About
-45 bytes an object entry in all, not the ~200 of a name string in a list, a sorted copy
-and a dict of them.
+open-addressing table of positions in an array; any other name is kept as a string; the
+other fields are 4 bytes each (the central header's 32-bit fields). About 60 bytes an
+object entry in all, not the ~200 of a name string in a list, a sorted copy and a dict of
+them.
 
 Those are ``UnreadableBundle`` (exit 2). Member bytes are inflated here too, with
 ``zlib`` and an output cap of the declared size + 1, so a member can never inflate past
@@ -60,6 +61,7 @@ _UNIX = 3
 _S_IFMT, _S_IFREG, _S_IFLNK = 0o170000, 0o100000, 0o120000
 _DOS_DIR = 0x10
 _ODD_FLAGS = _FLAG_ENCRYPTED | _FLAG_DESCRIPTOR | _FLAG_STRONG  # any of them: _check_kind refuses the entry
+_U32 = "I" if array("I").itemsize >= 4 else "L"  # an unsigned array of 32-bit (or wider) items
 _WALKED = 1 << 20  # archive bytes the directory walk spans between two calls of ``walked``
 # A plain name (every part letters, digits, '-', '_' and '.', none of them '.' or '..'): one
 # ``entry_name_problem`` accepts and ``entry_name_fold`` folds to its lower case (ASCII: NFKC
@@ -96,8 +98,10 @@ class Names(Sequence):
         size = 8
         while size < 2 * count:
             size <<= 1
-        self._n, self._raw, self._plain, self._at = 0, bytearray(), {}, {}
-        self._table, self._mask = array("i", bytes(4 * size)), size - 1
+        # the 32 bytes of each entry's name, all made at once (grown by appending, the
+        # bytearray's spare room and the copy made as it grows would add a fifth)
+        self._n, self._raw, self._plain, self._at = 0, bytearray(32 * count), {}, {}
+        self._table, self._mask = array("i", [0]) * size, size - 1
 
     def add(self, name: str, digest: bytes | None) -> int | None:
         """Append ``name`` (``digest``: its ``object_digest``); the position of an entry of
@@ -108,7 +112,6 @@ class Names(Sequence):
                 return got
             self._plain[self._n] = name
             self._at[name] = self._n
-            self._raw += bytes(32)
         else:
             slot = self._slot(digest)
             if self._table[slot]:
@@ -116,7 +119,7 @@ class Names(Sequence):
             if self._n >= self._mask:
                 raise ValueError("more names than the table was made for")
             self._table[slot] = self._n + 1
-            self._raw += digest
+            self._raw[32 * self._n:32 * self._n + 32] = digest
         self._n += 1
         return None
 
@@ -198,12 +201,13 @@ class Names(Sequence):
         """(position, name) of every entry that is not an object entry, in archive order."""
         return iter(self._plain.items())
 
-    def positions_under(self, prefix: str) -> list[int]:
-        """The positions of the entries whose name starts with ``prefix``, in archive order."""
+    def positions_under(self, prefix: str) -> array:
+        """The positions of the entries whose name starts with ``prefix``, in archive order (an
+        array: no list of a boxed int each, 8 MB at 20,000 runs)."""
         if prefix == "objects/":  # every object entry, no name made
             plain = self._plain
-            return [i for i in range(self._n) if i not in plain or plain[i].startswith(prefix)]
-        return [i for i, _ in self.under(prefix)]
+            return array("i", (i for i in range(self._n) if i not in plain or plain[i].startswith(prefix)))
+        return array("i", (i for i, _ in self.under(prefix)))
 
     def under(self, prefix: str):
         """(position, name) of every entry whose name starts with ``prefix``, in archive order
@@ -267,10 +271,17 @@ class ZipView:
         if len(data) > limits.archive_bytes:
             raise _bad(f"the archive is {len(data)} bytes, above the limit of {limits.archive_bytes}")
         cd_offset, cd_end, count = self._end_records()
-        self.names = Names(count)  # in archive order; entry i's fields are item i of each array
-        self.methods, self.crcs = array("B"), array("I")
-        self.csizes, self.usizes = array("Q"), array("Q")
-        self.header_offsets, self.data_offsets = array("Q"), array("Q")
+        # in archive order; entry i's fields are item i of each array. Room for no more entries
+        # than the directory's bytes can hold (a crafted count is refused as truncated first)
+        self.names = Names(min(count, (cd_end - cd_offset) // _CENTRAL.size))
+        # 4 bytes a field where it fits: sizes, CRCs and header offsets are the central
+        # header's 32-bit fields (zip64 entries are refused), and a data offset is at most
+        # the archive's length + the local header's two 16-bit lengths (_parse_central
+        # refuses a local header past the end)
+        self.methods, self.crcs = array("B"), array(_U32)
+        self.csizes, self.usizes = array(_U32), array(_U32)
+        self.header_offsets = array(_U32)
+        self.data_offsets = array(_U32 if len(data) + (1 << 18) < 1 << 32 else "Q")
         self._parse_central(cd_offset, cd_end, count)
         self._check_tiling(cd_offset)
 
