@@ -779,29 +779,51 @@ def _streamed_ledger(pages: _Pages, view: ZipView, archive: Archive, name: str) 
     runs), never held whole. None at any defect, of its zip entry or of its chain: the
     whole entry is then read as any other, which says what is wrong."""
     e = view.entry(name)
-    sha, sums, seals = hashlib.sha256(), [0, 0], bytearray()  # CRC-32, bytes; the Span's seal
+    got = _EntryPieces(pages, view, e, sealed=True)
+    try:
+        count, first, last, earliest = _chain_stream(name, iter(got))
+    except (BenchClawError, _Broken):
+        return None
+    if not got.whole():
+        return None
+    return LedgerLog(Span(archive, e.data_offset, e.csize, bytes(got.seals)), e.method == _STORED, count, first, last,
+                     earliest), got.digest()
 
-    def deflated():  # as the zip holds it (deflated: a fifth of the size), a sealed piece at a time
+
+class _EntryPieces:
+    """A zip entry's bytes inflated a piece at a time (iterating it), each piece hashed and
+    CRC-summed as it passes, the deflated ones taken from the map a sealed piece at a time
+    (``SEALED``: a fifth of the size) and their seals kept when ``sealed`` (a ``Span``'s)."""
+
+    def __init__(self, pages: _Pages, view: ZipView, e, sealed: bool = False):
+        self._pages, self._view, self._e = pages, view, e
+        self._sha, self._sums = hashlib.sha256(), [0, 0]  # CRC-32, bytes
+        self.seals = bytearray() if sealed else None
+
+    def _deflated(self):
+        e, data, seals = self._e, self._view.data, self.seals
         for at in range(e.data_offset, e.end, SEALED):
-            piece = view.data[at:min(at + SEALED, e.end)]
-            seals.extend(seal(piece))
-            pages.walked(len(piece))
+            piece = data[at:min(at + SEALED, e.end)]
+            if seals is not None:
+                seals.extend(seal(piece))
+            self._pages.walked(len(piece))
             yield piece
 
-    def pieces():
-        for piece in _inflated(deflated(), e.method == _STORED, e.usize):
+    def __iter__(self):
+        sha, sums = self._sha, self._sums
+        for piece in _inflated(self._deflated(), self._e.method == _STORED, self._e.usize):
             sha.update(piece)
             sums[0], sums[1] = zlib.crc32(piece, sums[0]), sums[1] + len(piece)
             yield piece
 
-    try:
-        count, first, last, earliest = _chain_stream(name, pieces())
-    except (BenchClawError, _Broken):
-        return None
-    if sums != [e.crc, e.usize] or len(seals) != 16 * -(-e.csize // SEALED):
-        return None
-    return LedgerLog(Span(archive, e.data_offset, e.csize, bytes(seals)), e.method == _STORED, count, first, last,
-                     earliest), "sha256:" + sha.hexdigest()
+    def whole(self) -> bool:
+        """Whether the pieces iterated were the entry's bytes: its CRC-32 and size (and,
+        sealed, a seal for each piece of its deflated bytes)."""
+        e = self._e
+        return self._sums == [e.crc, e.usize] and (self.seals is None or len(self.seals) == 16 * -(-e.csize // SEALED))
+
+    def digest(self) -> str:
+        return "sha256:" + self._sha.hexdigest()
 
 
 def _inflated(raw, stored: bool, usize: int):
@@ -908,28 +930,14 @@ def _streamed_journal_entry(pages: _Pages, view: ZipView, name: str, spill: Spil
     a piece at a time (a grid's journal, a record a run, is never held whole). None at any
     defect, of its zip entry, chain or shapes: the whole entry is then read as any other,
     and ``_journal`` says what is wrong."""
-    e = view.entry(name)
-    sha, sums = hashlib.sha256(), [0, 0]  # CRC-32, bytes
-
-    def deflated():
-        for at in range(e.data_offset, e.end, SEALED):
-            piece = view.data[at:min(at + SEALED, e.end)]
-            pages.walked(len(piece))
-            yield piece
-
-    def pieces():
-        for piece in _inflated(deflated(), e.method == _STORED, e.usize):
-            sha.update(piece)
-            sums[0], sums[1] = zlib.crc32(piece, sums[0]), sums[1] + len(piece)
-            yield piece
-
+    got = _EntryPieces(pages, view, view.entry(name))
     try:
-        items = _journal_items(name, pieces(), spill, shared)
+        items = _journal_items(name, iter(got), spill, shared)
     except (BenchClawError, _Broken):
         return None
-    if sums != [e.crc, e.usize]:
+    if not got.whole():
         return None
-    return items, "sha256:" + sha.hexdigest()
+    return items, got.digest()
 
 
 def _journals(manifest: Manifest, content: dict, unread: dict, spill: Spill, streamed: dict, read) -> dict:
